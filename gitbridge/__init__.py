@@ -1,0 +1,1 @@
+"""gitbridge: the Git side of vcsperf, on dulwich and the git binary."""

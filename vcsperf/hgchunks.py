@@ -1,0 +1,47 @@
+"""Read the stored chunks of a Mercurial repository's revlogs.
+
+A revlog stores each revision as a compressed chunk: a full text or a delta
+against an earlier revision.  These decompressed chunks are exactly what a
+revlog compression engine sees, so they are what codecs are compared on.
+"""
+
+import contextlib
+import os
+
+from mercurial import hg, ui as uimod
+
+CLASSES = ("changelog", "manifest", "filelog")
+
+
+def open_repo(path):
+    ui = uimod.ui.load()
+    ui.setconfig(b"ui", b"quiet", True)
+    return hg.repository(ui, os.fsencode(path)).unfiltered()
+
+
+def _revlogs(repo):
+    yield "changelog", repo.changelog
+    yield "manifest", repo.manifestlog.getstorage(b"")._revlog
+    for entry in repo.store.data_entries():
+        if entry.is_filelog:
+            yield "filelog", repo.file(entry.target_id)._revlog
+
+
+def _chunks_of(rl):
+    """``(linkrev, chunk)`` for every revision of one revlog."""
+    inner = getattr(rl, "_inner", rl)
+    reading = getattr(rl, "reading", contextlib.nullcontext)
+    with reading():
+        for rev in rl:
+            yield rl.linkrev(rev), bytes(inner._chunk(rev))
+
+
+def chunks_by_class(path):
+    """``{class: [chunk, ...]}`` with each class ordered oldest first, by
+    the changeset that introduced the chunk."""
+    repo = open_repo(path)
+    collected = {name: [] for name in CLASSES}
+    for name, rl in _revlogs(repo):
+        collected[name].extend(_chunks_of(rl))
+    return {name: [chunk for _, chunk in sorted(pairs, key=lambda p: p[0])]
+            for name, pairs in collected.items()}

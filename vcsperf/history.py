@@ -1,0 +1,189 @@
+"""Reproducible repositories built from real published content.
+
+Two sources of real content:
+
+- ``pip_releases``: successive releases of pip (the pure-Python wheels
+  listed in ``data/pip-releases.tsv`` with their sha256 and upload time),
+  downloaded once with pip into a cache and committed in release order with
+  their release dates.  This is the test suite's real-content repository.
+- ``installed_sources``: the Python sources of installed distributions
+  (Mercurial, dulwich, ...), one changeset per directory.  It needs no
+  network, which is what the demo wants.
+
+Either is a sequence of ``Snapshot`` trees; ``write_hg`` and ``write_git``
+commit them with the real ``hg`` and ``git`` binaries.
+"""
+
+import concurrent.futures
+import hashlib
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from calendar import timegm
+from time import strptime
+
+AUTHOR = "vcsperf history <history@vcsperf.invalid>"
+RELEASES_TABLE = os.path.join(os.path.dirname(__file__), "data",
+                              "pip-releases.tsv")
+
+
+class Snapshot:
+    """One commit: a full tree of ``files`` (path -> bytes) at ``date``
+    (seconds since the epoch, UTC) with ``message``."""
+
+    __slots__ = ("date", "message", "files")
+
+    def __init__(self, date, message, files):
+        self.date = date
+        self.message = message
+        self.files = files
+
+
+class Release:
+    __slots__ = ("version", "date", "filename", "sha256", "size")
+
+    def __init__(self, version, date, filename, sha256, size):
+        self.version = version
+        self.date = date
+        self.filename = filename
+        self.sha256 = sha256
+        self.size = size
+
+
+def pip_release_table(path=RELEASES_TABLE):
+    """The fixed list of releases, oldest first."""
+    releases = []
+    with open(path) as fh:
+        for line in fh:
+            if line.startswith("#") or not line.strip():
+                continue
+            version, stamp, filename, sha256, size = line.split("\t")
+            date = timegm(strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+            releases.append(Release(version, date, filename, sha256,
+                                    int(size)))
+    return releases
+
+
+def default_cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.environ.get("VCSPERF_CACHE") or os.path.join(base, "vcsperf")
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(release, wheel_dir):
+    """Download one wheel with pip unless a verified copy is cached."""
+    final = os.path.join(wheel_dir, release.filename)
+    if os.path.exists(final) and _sha256(final) == release.sha256:
+        return final
+    with tempfile.TemporaryDirectory(dir=wheel_dir) as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary", ":all:", "--dest", tmp,
+             "pip==%s" % release.version],
+            check=True, stdout=subprocess.DEVNULL)
+        fetched = os.path.join(tmp, release.filename)
+        actual = _sha256(fetched)
+        if actual != release.sha256:
+            raise RuntimeError("%s has sha256 %s, expected %s"
+                               % (release.filename, actual, release.sha256))
+        os.replace(fetched, final)
+    return final
+
+
+def fetch_pip_releases(cache_dir=None, limit=None, jobs=4):
+    """Download (or reuse) the wheels of the release table; returns
+    ``[(release, wheel_path)]`` oldest first.  Hashes are always checked."""
+    releases = pip_release_table()[:limit]
+    wheel_dir = os.path.join(cache_dir or default_cache_dir(), "pip-wheels")
+    os.makedirs(wheel_dir, exist_ok=True)
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        paths = list(pool.map(lambda r: _download(r, wheel_dir), releases))
+    return list(zip(releases, paths))
+
+
+def pip_releases(cache_dir=None, limit=None):
+    """Snapshots of successive pip releases, oldest first."""
+    for release, wheel in fetch_pip_releases(cache_dir, limit):
+        with zipfile.ZipFile(wheel) as archive:
+            files = {info.filename: archive.read(info)
+                     for info in archive.infolist() if not info.is_dir()}
+        yield Snapshot(release.date, "pip %s" % release.version, files)
+
+
+def installed_sources(distributions=("mercurial", "dulwich", "pip"),
+                      start=1262304000, step=3600):
+    """Snapshots adding the installed ``.py`` files of ``distributions``
+    one directory at a time, in a fixed order with fixed dates."""
+    tree = {}
+    date = start
+    for name in distributions:
+        dist = importlib.metadata.distribution(name)
+        by_dir = {}
+        for entry in dist.files or ():
+            if entry.suffix == ".py" and "__pycache__" not in entry.parts:
+                by_dir.setdefault(os.path.dirname(str(entry)), []).append(entry)
+        for directory in sorted(by_dir):
+            for entry in sorted(by_dir[directory], key=str):
+                with open(dist.locate_file(entry), "rb") as fh:
+                    tree[str(entry)] = fh.read()
+            date += step
+            yield Snapshot(date, "%s %s: %s" % (name, dist.version, directory),
+                           dict(tree))
+
+
+def _update_tree(workdir, old, new):
+    """Make the files of ``workdir`` go from tree ``old`` to tree ``new``."""
+    for rel in old.keys() - new.keys():
+        os.unlink(os.path.join(workdir, rel))
+    for rel, data in new.items():
+        if old.get(rel) != data:
+            path = os.path.join(workdir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as fh:
+                fh.write(data)
+
+
+def write_hg(snapshots, dest, hg="hg", env=None, progress=None):
+    """Commit ``snapshots`` into a new Mercurial repository at ``dest``."""
+    subprocess.run([hg, "init", dest], check=True, env=env)
+    tree = {}
+    for count, snap in enumerate(snapshots, 1):
+        _update_tree(dest, tree, snap.files)
+        tree = snap.files
+        subprocess.run([hg, "-R", dest, "commit", "-A", "-q", "-u", AUTHOR,
+                        "-d", "%d 0" % snap.date, "-m", snap.message],
+                       check=True, env=env, cwd=dest)
+        if progress:
+            progress(count, snap)
+
+
+def write_git(snapshots, dest, git="git", env=None, progress=None):
+    """Commit ``snapshots`` into a new Git repository at ``dest``."""
+    subprocess.run([git, "init", "-q", "-b", "main", dest], check=True,
+                   env=env)
+    name, email = AUTHOR[:-1].split(" <")
+    commit_env = dict(env or os.environ, GIT_AUTHOR_NAME=name,
+                      GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name,
+                      GIT_COMMITTER_EMAIL=email)
+    tree = {}
+    for count, snap in enumerate(snapshots, 1):
+        _update_tree(dest, tree, snap.files)
+        tree = snap.files
+        stamp = "@%d +0000" % snap.date
+        commit_env["GIT_AUTHOR_DATE"] = commit_env["GIT_COMMITTER_DATE"] = stamp
+        subprocess.run([git, "-C", dest, "add", "-A"], check=True,
+                       env=commit_env)
+        subprocess.run([git, "-C", dest, "commit", "-q", "--allow-empty",
+                        "-m", snap.message], check=True, env=commit_env)
+        if progress:
+            progress(count, snap)

@@ -1,0 +1,125 @@
+"""Compress and decompress many small chunks, each a self-contained frame.
+
+A ``ChunkCompressor`` is built once (per revlog, per stream) and reused for
+every chunk.  Each frame records its dict ID and content size, so a
+``ChunkDecompressor`` can pick the right dictionary per frame and decode in
+one shot.  One-shot ``ZstdDecompressor.decompress`` with reused objects
+measured about 1.5x faster than a ``decompressobj`` per chunk.
+"""
+
+import zstandard
+
+from .errors import FrameError
+
+_CONTENTSIZE_KNOWN_MAX = 1 << 62
+
+
+class ChunkCompressor:
+    """Compress chunks at ``level``, with ``dictionary`` when given.
+
+    ``dictionary`` is a ``zstandard.ZstdCompressionDict`` with a non-zero
+    dict ID, or None for plain zstd frames.
+    """
+
+    def __init__(self, dictionary=None, level=3):
+        self.level = level
+        self.dict_id = dictionary.dict_id() if dictionary is not None else 0
+        if dictionary is not None:
+            if self.dict_id == 0:
+                raise ValueError("chunk dictionaries need a dict ID")
+            # Digest the dictionary once rather than on every chunk.
+            dictionary.precompute_compress(level=level)
+        self._cctx = zstandard.ZstdCompressor(
+            level=level, dict_data=dictionary, write_content_size=True,
+            write_dict_id=True, write_checksum=False)
+
+    def compress(self, data):
+        """Return one zstd frame holding ``data``."""
+        return self._cctx.compress(data)
+
+
+class ChunkDecompressor:
+    """Decompress frames made by ``ChunkCompressor`` (or any zstd frame that
+    records its content size).
+
+    ``store`` is anything with ``get(dict_id)`` returning a
+    ``ZstdCompressionDict`` and raising a ``DictionaryError`` subclass when
+    it cannot (a ``DictionaryStore``).  ``dictionaries`` adds in-memory
+    dictionaries, which take precedence.
+    """
+
+    def __init__(self, store=None, dictionaries=()):
+        self._store = store
+        self._known = {d.dict_id(): d for d in dictionaries}
+        self._dctxs = {0: zstandard.ZstdDecompressor()}
+        self._multi = None
+
+    def _context(self, dict_id):
+        dctx = self._dctxs.get(dict_id)
+        if dctx is None:
+            dictionary = self._known.get(dict_id)
+            if dictionary is None:
+                if self._store is None:
+                    raise FrameError(
+                        "frame needs dictionary %d and no dictionary store "
+                        "was given" % dict_id)
+                dictionary = self._store.get(dict_id)
+            dctx = self._dctxs[dict_id] = zstandard.ZstdDecompressor(
+                dict_data=dictionary)
+        return dctx
+
+    def decompress(self, frame):
+        """Return the content of one frame; raise ``FrameError`` when the
+        frame is truncated, corrupt, or followed by extra bytes, and a
+        ``DictionaryError`` when its dictionary is unusable."""
+        params = frame_parameters(frame)
+        size = params.content_size
+        if size >= _CONTENTSIZE_KNOWN_MAX:
+            raise FrameError("zstd frame does not record its content size")
+        try:
+            data = self._context(params.dict_id).decompress(
+                frame, allow_extra_data=False)
+        except zstandard.ZstdError as err:
+            raise FrameError("corrupt zstd frame: %s" % err) from err
+        if len(data) != size:
+            raise FrameError("zstd frame decoded to %d bytes, header says %d"
+                             % (len(data), size))
+        return data
+
+    def decompress_many(self, frames):
+        """Decompress a list of frames; returns a list of bytes.
+
+        Frames that share one dictionary are decoded in a single call to the
+        C backend's ``multi_decompress_to_buffer`` where the backend has it;
+        otherwise, or on any error, frame by frame, so errors stay precise.
+        """
+        frames = list(frames)
+        dict_ids = {frame_parameters(f).dict_id for f in frames}
+        if len(dict_ids) == 1 and self._has_multi():
+            dctx = self._context(dict_ids.pop())
+            try:
+                result = dctx.multi_decompress_to_buffer(frames)
+            except zstandard.ZstdError:
+                pass
+            else:
+                return [segment.tobytes() for segment in result]
+        return [self.decompress(f) for f in frames]
+
+    def _has_multi(self):
+        # The cffi backend defines the method but raises NotImplementedError.
+        if self._multi is None:
+            probe = zstandard.ZstdCompressor().compress(b"probe")
+            try:
+                self._dctxs[0].multi_decompress_to_buffer([probe])
+                self._multi = True
+            except NotImplementedError:
+                self._multi = False
+        return self._multi
+
+
+def frame_parameters(frame):
+    """``zstandard.get_frame_parameters`` with errors as ``FrameError``."""
+    try:
+        return zstandard.get_frame_parameters(frame)
+    except zstandard.ZstdError as err:
+        raise FrameError("not a zstd frame: %s" % err) from err

@@ -1,0 +1,180 @@
+"""An immutable, checksummed store of zstd dictionaries in one directory.
+
+Each dictionary is one file named by its decimal dict ID.  A file is
+written once, under a temporary name, fsynced and then linked into place, so
+a reader never sees a partial file and an existing file is never replaced.
+A new dictionary always means a new ID, so chunks compressed with an old
+one keep decoding.
+
+File layout (all integers big-endian)::
+
+    magic        6 bytes   b"ZWDICT"
+    version      1 byte    FORMAT_VERSION
+    kind length  1 byte
+    kind         n bytes   ASCII label, e.g. "changelog"
+    size         4 bytes   length of the dictionary payload
+    sha256      32 bytes   of the payload
+    payload      size bytes
+"""
+
+import hashlib
+import os
+import struct
+import threading
+
+import zstandard
+
+from .errors import DictionaryCorrupt, DictionaryError, DictionaryMissing
+
+MAGIC = b"ZWDICT"
+FORMAT_VERSION = 1
+_FIXED = struct.Struct(">6sBB")
+_TAIL = struct.Struct(">I32s")
+
+
+class StoredDictionary:
+    """A dictionary loaded from the store: ``dict_id``, ``kind`` and the
+    ``zstandard.ZstdCompressionDict`` itself as ``dictionary``."""
+
+    __slots__ = ("dict_id", "kind", "dictionary")
+
+    def __init__(self, dict_id, kind, dictionary):
+        self.dict_id = dict_id
+        self.kind = kind
+        self.dictionary = dictionary
+
+
+def encode(dictionary, kind):
+    """Return the file contents for ``dictionary`` labelled ``kind``."""
+    payload = dictionary.as_bytes()
+    label = kind.encode("ascii")
+    if not 0 < len(label) < 256:
+        raise ValueError("dictionary kind must be 1 to 255 ASCII characters")
+    return (_FIXED.pack(MAGIC, FORMAT_VERSION, len(label)) + label
+            + _TAIL.pack(len(payload), hashlib.sha256(payload).digest())
+            + payload)
+
+
+def decode(data, path):
+    """Parse file contents; raise ``DictionaryCorrupt`` naming ``path``."""
+    if len(data) < _FIXED.size:
+        raise DictionaryCorrupt("truncated dictionary header", path)
+    magic, version, label_len = _FIXED.unpack_from(data)
+    if magic != MAGIC:
+        raise DictionaryCorrupt("not a zstdwire dictionary file", path)
+    if version != FORMAT_VERSION:
+        raise DictionaryCorrupt(
+            "dictionary format version %d is not supported (this zstdwire "
+            "reads version %d)" % (version, FORMAT_VERSION), path)
+    offset = _FIXED.size + label_len
+    if len(data) < offset + _TAIL.size:
+        raise DictionaryCorrupt("truncated dictionary header", path)
+    try:
+        kind = data[_FIXED.size:offset].decode("ascii")
+    except UnicodeDecodeError:
+        raise DictionaryCorrupt("dictionary kind is not ASCII", path)
+    size, digest = _TAIL.unpack_from(data, offset)
+    payload = data[offset + _TAIL.size:]
+    if len(payload) != size:
+        raise DictionaryCorrupt(
+            "dictionary payload is %d bytes, header says %d"
+            % (len(payload), size), path)
+    if hashlib.sha256(payload).digest() != digest:
+        raise DictionaryCorrupt("dictionary checksum mismatch", path)
+    return kind, zstandard.ZstdCompressionDict(payload)
+
+
+class DictionaryStore:
+    """Dictionaries kept in ``directory``, loaded on demand and cached.
+
+    ``get(dict_id)`` is what decompressors call; it raises
+    ``DictionaryMissing`` or ``DictionaryCorrupt`` naming the file.
+    """
+
+    def __init__(self, directory):
+        self.directory = directory
+        self._loaded = {}
+        self._lock = threading.Lock()
+
+    def path(self, dict_id):
+        return os.path.join(self.directory, "%d" % dict_id)
+
+    def ids(self):
+        """The dict IDs present, sorted."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def __contains__(self, dict_id):
+        return os.path.exists(self.path(dict_id))
+
+    def add(self, dictionary, kind):
+        """Store ``dictionary`` under its dict ID and return the ID.
+
+        Adding a dictionary that is already stored is a no-op.  A different
+        dictionary under an existing ID raises ``DictionaryError``: IDs are
+        never reused.
+        """
+        dict_id = dictionary.dict_id()
+        if dict_id == 0:
+            raise ValueError("only dictionaries with a dict ID can be stored")
+        data = encode(dictionary, kind)
+        final = self.path(dict_id)
+        os.makedirs(self.directory, exist_ok=True)
+        temp = "%s.tmp-%d-%d" % (final, os.getpid(), threading.get_ident())
+        with open(temp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            # link() fails if the name exists, so an existing dictionary is
+            # never replaced, even by a racing writer.
+            os.link(temp, final)
+        except FileExistsError:
+            existing = self.load(dict_id)
+            if existing.dictionary.as_bytes() != dictionary.as_bytes():
+                raise DictionaryError(
+                    "a different dictionary already has ID %d" % dict_id,
+                    final)
+        finally:
+            os.unlink(temp)
+        _fsync_directory(self.directory)
+        return dict_id
+
+    def load(self, dict_id):
+        """Read and verify one dictionary file; returns StoredDictionary."""
+        path = self.path(dict_id)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            raise DictionaryMissing(
+                "dictionary %d is missing (copy it from the repository it "
+                "came from, or recompress without it)" % dict_id, path)
+        kind, dictionary = decode(data, path)
+        if dictionary.dict_id() != dict_id:
+            raise DictionaryCorrupt(
+                "file holds dictionary %d, not %d"
+                % (dictionary.dict_id(), dict_id), path)
+        return StoredDictionary(dict_id, kind, dictionary)
+
+    def get(self, dict_id):
+        """The ``ZstdCompressionDict`` for ``dict_id``, loaded once."""
+        try:
+            return self._loaded[dict_id]
+        except KeyError:
+            pass
+        with self._lock:
+            if dict_id not in self._loaded:
+                self._loaded[dict_id] = self.load(dict_id).dictionary
+            return self._loaded[dict_id]
+
+
+def _fsync_directory(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
