@@ -18,10 +18,13 @@ class ChunkCompressor:
     """Compress chunks at ``level``, with ``dictionary`` when given.
 
     ``dictionary`` is a ``zstandard.ZstdCompressionDict`` with a non-zero
-    dict ID, or None for plain zstd frames.
+    dict ID, or None for plain zstd frames.  ``checksum`` adds 4 bytes per
+    frame so that any corruption is detected on decompression; a caller
+    that verifies content itself (a revlog checks each revision's hash) may
+    turn it off.
     """
 
-    def __init__(self, dictionary=None, level=3):
+    def __init__(self, dictionary=None, level=3, checksum=True):
         self.level = level
         self.dict_id = dictionary.dict_id() if dictionary is not None else 0
         if dictionary is not None:
@@ -31,7 +34,7 @@ class ChunkCompressor:
             dictionary.precompute_compress(level=level)
         self._cctx = zstandard.ZstdCompressor(
             level=level, dict_data=dictionary, write_content_size=True,
-            write_dict_id=True, write_checksum=False)
+            write_dict_id=True, write_checksum=checksum)
 
     def compress(self, data):
         """Return one zstd frame holding ``data``."""
@@ -76,14 +79,27 @@ class ChunkDecompressor:
         size = params.content_size
         if size >= _CONTENTSIZE_KNOWN_MAX:
             raise FrameError("zstd frame does not record its content size")
+        dctx = self._context(params.dict_id)
         try:
-            data = self._context(params.dict_id).decompress(
-                frame, allow_extra_data=False)
+            if size == 0:
+                data = self._decode_empty(dctx, frame)
+            else:
+                data = dctx.decompress(frame, allow_extra_data=False)
         except zstandard.ZstdError as err:
             raise FrameError("corrupt zstd frame: %s" % err) from err
         if len(data) != size:
             raise FrameError("zstd frame decoded to %d bytes, header says %d"
                              % (len(data), size))
+        return data
+
+    @staticmethod
+    def _decode_empty(dctx, frame):
+        # One-shot decompress returns b"" for a header that claims size 0
+        # without reading the frame, so a corrupt size byte would pass.
+        dobj = dctx.decompressobj()
+        data = dobj.decompress(frame)
+        if not dobj.eof or dobj.unused_data:
+            raise FrameError("zstd frame is truncated or has extra bytes")
         return data
 
     def decompress_many(self, frames):

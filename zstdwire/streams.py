@@ -28,9 +28,15 @@ def compression_parameters(level=3, threads=0, long_distance=False):
     if not 1 <= level <= zstandard.MAX_COMPRESSION_LEVEL:
         raise ValueError("zstd level must be 1 to %d, got %d"
                          % (zstandard.MAX_COMPRESSION_LEVEL, level))
-    base = zstandard.ZstdCompressionParameters.from_level(level)
+    if long_distance:
+        # Long-distance matching only pays with a big window to look in;
+        # this is what ``zstd --long`` does.
+        window_log = MAX_WINDOW_LOG
+    else:
+        base = zstandard.ZstdCompressionParameters.from_level(level)
+        window_log = min(base.window_log, MAX_WINDOW_LOG)
     return zstandard.ZstdCompressionParameters.from_level(
-        level, window_log=min(base.window_log, MAX_WINDOW_LOG),
+        level, window_log=window_log,
         threads=threads, enable_ldm=bool(long_distance),
         write_checksum=True, write_content_size=False)
 

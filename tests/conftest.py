@@ -1,0 +1,173 @@
+"""Test harness: real ``hg`` and ``git`` in isolated environments, real
+``hg serve`` on 127.0.0.1, and the real-content repository.
+
+The real-content repository is the history of 57 successive pip releases
+(see vcsperf/data/pip-releases.tsv: versions, upload dates and sha256 of
+each wheel).  The wheels are downloaded once with pip, their hashes are
+checked, and the Mercurial repository built from them is cached under
+``$VCSPERF_CACHE`` (default ``~/.cache/vcsperf``), keyed by the release
+table and the Mercurial version, so a rebuild happens only when either
+changes.  Tests get a hardlinked clone of it to work on.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+from mercurial import util as hgutil
+
+from vcsperf import history, tools
+
+
+class Commands:
+    """Runs a real binary in one isolated environment."""
+
+    def __init__(self, binary, env):
+        self.binary = binary
+        self.env = env
+
+    def __call__(self, *args, cwd=None, check=True):
+        return tools.run([self.binary, *map(str, args)], self.env, cwd=cwd,
+                         check=check)
+
+    def proc(self, *args, cwd=None):
+        """The CompletedProcess, for tests that look at failures."""
+        return subprocess.run([self.binary, *map(str, args)], env=self.env,
+                              cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def hgrc(home):
+    """The only hgrc the test's hg reads; tests append to it."""
+    path = home / "hgrc"
+    path.write_text("[ui]\ninteractive = false\n")
+    return path
+
+
+@pytest.fixture
+def env(home, hgrc):
+    return tools.isolated_env(str(home), str(hgrc))
+
+
+@pytest.fixture
+def hg(env):
+    return Commands(tools.executable("hg"), env)
+
+
+@pytest.fixture
+def git(env):
+    return Commands(tools.executable("git"), env)
+
+
+@pytest.fixture
+def hgrepo(hg, tmp_path):
+    """An empty Mercurial repository made by the real hg."""
+    path = tmp_path / "repo"
+    hg("init", path)
+    return path
+
+
+@pytest.fixture
+def gitrepo(git, tmp_path):
+    """An empty Git repository made by the real git."""
+    path = tmp_path / "gitrepo"
+    git("init", "-q", "-b", "main", path)
+    return path
+
+
+class Server:
+    def __init__(self, url, pidfile):
+        self.url = url
+        self.pidfile = pidfile
+
+    def stop(self):
+        try:
+            pid = int(open(self.pidfile).read())
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def hgserve(hg, tmp_path):
+    """Start ``hg serve`` for a repository on 127.0.0.1, on a port the
+    kernel picks; every server started is stopped after the test.
+
+    ``hgserve(repo, *extra_args)`` returns a Server with ``url``.
+    """
+    servers = []
+
+    def start(repo, *extra):
+        pidfile = tmp_path / ("hgserve-%d.pid" % len(servers))
+        out = hg("serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p", "0",
+                 "--pid-file", pidfile, *extra)
+        match = re.search(r"bound to 127\.0\.0\.1:(\d+)", out)
+        assert match, "hg serve did not say its port: %r" % out
+        server = Server("http://127.0.0.1:%s/" % match.group(1), pidfile)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _real_repo_key():
+    digest = hashlib.sha256()
+    with open(history.RELEASES_TABLE, "rb") as fh:
+        digest.update(fh.read())
+    digest.update(hgutil.version())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def real_hg_repo_cached():
+    """Path of the cached real-content Mercurial repository (read-only:
+    use ``real_hg_repo`` to get a copy to work on)."""
+    cache = history.default_cache_dir()
+    final = os.path.join(cache, "pip-releases-hg-%s" % _real_repo_key())
+    if not os.path.isdir(final):
+        os.makedirs(cache, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as scratch:
+            repo = os.path.join(scratch, "repo")
+            build_env = tools.isolated_env(scratch)
+            history.write_hg(history.pip_releases(cache), repo,
+                             hg=tools.executable("hg"), env=build_env)
+            try:
+                os.rename(repo, final)
+            except OSError:
+                if not os.path.isdir(final):
+                    raise
+    return final
+
+
+@pytest.fixture
+def real_hg_repo(real_hg_repo_cached, hg, tmp_path):
+    """A hardlinked clone of the real-content repository, with no working
+    directory."""
+    dest = tmp_path / "real"
+    hg("clone", "-q", "-U", real_hg_repo_cached, dest)
+    return dest

@@ -1,0 +1,40 @@
+import pytest
+
+import zstdwire
+from zstdwire_samples import chunks
+
+
+def test_select_recent_prefers_newest_and_stops_early():
+    consumed = []
+
+    def newest_first():
+        for i in range(10000):
+            consumed.append(i)
+            yield b"%06d" % i * 10
+
+    samples = zstdwire.select_recent(newest_first(), budget=600)
+    assert samples == [b"%06d" % i * 10 for i in (9, 8, 7, 6, 5, 4, 3, 2, 1,
+                                                  0)]
+    assert len(consumed) == 10
+
+
+def test_select_recent_caps_sample_size_and_skips_empty():
+    samples = zstdwire.select_recent([b"", b"a" * 1000, b"b" * 10],
+                                     budget=10**6, max_sample_size=100)
+    assert samples == [b"b" * 10, b"a" * 100]
+
+
+def test_too_few_samples():
+    with pytest.raises(zstdwire.TrainingError, match="at least"):
+        zstdwire.train([b"one", b"two"])
+
+
+def test_recent_samples_beat_old_ones_on_new_data():
+    data = chunks(3000)
+    new = data[2700:]
+    recent = zstdwire.train(zstdwire.select_recent(reversed(data[:2700]),
+                                                   budget=200000), 16384)
+    oldest = zstdwire.train(data[:400], 16384)
+    size = lambda d: sum(len(zstdwire.ChunkCompressor(d).compress(c))
+                         for c in new)
+    assert size(recent) < size(oldest)
