@@ -85,6 +85,7 @@ def _download(release, wheel_dir):
     final = os.path.join(wheel_dir, release.filename)
     if os.path.exists(final) and _sha256(final) == release.sha256:
         return final
+    os.makedirs(wheel_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=wheel_dir) as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
@@ -105,7 +106,6 @@ def fetch_pip_releases(cache_dir=None, limit=None, jobs=4):
     ``[(release, wheel_path)]`` oldest first.  Hashes are always checked."""
     releases = pip_release_table()[:limit]
     wheel_dir = os.path.join(cache_dir or default_cache_dir(), "pip-wheels")
-    os.makedirs(wheel_dir, exist_ok=True)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         paths = list(pool.map(lambda r: _download(r, wheel_dir), releases))
     return list(zip(releases, paths))

@@ -1,0 +1,43 @@
+"""The demo and the codec benchmark, run as a user runs them."""
+
+import json
+import os
+import subprocess
+import sys
+
+from vcsperf import tools
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_demo_prints_real_figures(env, tmp_path):
+    out = tools.run([tools.executable("vcsperf"), "demo"], env,
+                    cwd=str(tmp_path))
+    assert "114 changesets, 981 files" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.split()[:1] in (["changelog"], ["manifest"],
+                                    ["filelog"])}
+    assert set(rows) == {"changelog", "manifest", "filelog"}
+    for cells in rows.values():
+        zlib_kib, zstd_kib, dict_kib = map(float, (cells[4], cells[5],
+                                                   cells[6]))
+        assert zlib_kib > 0 and zstd_kib > 0 and dict_kib > 0
+    # The dictionary wins on the small chunks of the changelog.
+    assert float(rows["changelog"][8]) < 1.0
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_codec_benchmark_on_real_history(real_hg_repo, tmp_path):
+    report = tmp_path / "codec.json"
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "contrib", "bench", "codec.py"),
+         str(real_hg_repo), "--json", str(report)],
+        capture_output=True, text=True, check=True).stdout
+    assert "zlib-6" in out and "zstd+dict" in out
+    figures = json.loads(report.read_text())["classes"]
+    assert set(figures) == {"changelog", "manifest", "filelog"}
+    filelog = figures["filelog"]["codecs"]
+    assert filelog["zstd-3+dict"]["stored_bytes"] < \
+        0.95 * filelog["zstd-3"]["stored_bytes"]
+    for codec in filelog.values():
+        assert codec["decompress_seconds"] > 0
