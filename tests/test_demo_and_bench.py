@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_demo_prints_real_figures(env, tmp_path):
     out = tools.run([tools.executable("vcsperf"), "demo"], env,
                     cwd=str(tmp_path))
-    assert "114 changesets, 981 files" in out
+    changesets, files = map(int, re.search(
+        r"(\d+) changesets, (\d+) files", out).groups())
+    assert changesets >= 50 and files >= 500
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if line.split()[:1] in (["changelog"], ["manifest"],
                                     ["filelog"])}

@@ -50,7 +50,7 @@ def run_demo(workdir=None, keep=False):
         env = tools.isolated_env(scratch)
         repo = os.path.join(scratch, "repo")
         _status("vcsperf demo: a history built from the installed sources of "
-                "Mercurial, dulwich and pip (no network)")
+                "Mercurial, dulwich,\n  cffi and pycparser (no network)")
         start = time.perf_counter()
         snapshots = build_demo_repo(repo, env)
         _status("  %d changesets, %d files, store %.1f MiB with core "

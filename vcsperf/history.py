@@ -120,7 +120,8 @@ def pip_releases(cache_dir=None, limit=None):
         yield Snapshot(release.date, "pip %s" % release.version, files)
 
 
-def installed_sources(distributions=("mercurial", "dulwich", "pip"),
+def installed_sources(distributions=("mercurial", "dulwich", "cffi",
+                                     "pycparser"),
                       start=1262304000, step=3600):
     """Snapshots adding the installed ``.py`` files of ``distributions``
     one directory at a time, in a fixed order with fixed dates."""
