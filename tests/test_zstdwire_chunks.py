@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 import zstdwire
 from zstdwire_samples import chunks
 
-SETTINGS = settings(max_examples=200, deadline=None)
+SETTINGS = settings(max_examples=int(os.environ.get("VCSPERF_EXAMPLES", 200)), deadline=None)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def test_backend_is_the_one_requested():
 
 
 @SETTINGS
-@given(data=st.binary(max_size=4096), level=st.integers(1, 19),
+@given(data=st.binary(max_size=4096), level=st.integers(-50, 22),
        use_dict=st.booleans())
 def test_round_trip(dictionary, data, level, use_dict):
     compressor = zstdwire.ChunkCompressor(dictionary if use_dict else None,
@@ -115,3 +115,15 @@ def test_decompress_many_matches_one_by_one(dictionary):
     assert decompressor.decompress_many(mixed) == sample[:5] + [b"plain"]
     with pytest.raises(zstdwire.FrameError):
         decompressor.decompress_many(frames[:3] + [frames[3][:-2]])
+
+
+def test_absurd_content_size_is_refused_before_allocating():
+    frame = bytearray(zstdwire.ChunkCompressor().compress(b"\0"))
+    # Frame header descriptor 0x20 + 1-byte size; make it an 8-byte size
+    # field claiming 2**40 bytes.
+    assert frame[4] & 0xC0 == 0
+    claimed = bytes(frame[:4]) + bytes([frame[4] | 0xC0]) + \
+        (1 << 40).to_bytes(8, "little") + bytes(frame[6:])
+    assert zstdwire.frame_parameters(claimed).content_size == 1 << 40
+    with pytest.raises(zstdwire.FrameError, match="claims"):
+        zstdwire.ChunkDecompressor().decompress(claimed)

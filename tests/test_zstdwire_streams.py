@@ -13,7 +13,7 @@ SOURCE = b"".join(source_lines())
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.binary(max_size=200000), level=st.integers(1, 19),
+@given(data=st.binary(max_size=200000), level=st.integers(-50, 22),
        threads=st.sampled_from([0, 2]), ldm=st.booleans(),
        piece=st.integers(1, 70000))
 def test_round_trip(data, level, threads, ldm, piece):
@@ -91,3 +91,5 @@ def test_corrupt_stream_raises():
 def test_bad_level():
     with pytest.raises(ValueError, match="level"):
         zstdwire.StreamCompressor(23)
+    with pytest.raises(ValueError, match="level"):
+        zstdwire.StreamCompressor(-(1 << 17) - 1)

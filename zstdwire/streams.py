@@ -13,6 +13,9 @@ from .errors import FrameError
 #: log2 of the largest window a stock reader accepts.
 MAX_WINDOW_LOG = 27
 
+#: The fastest level libzstd accepts (negative levels trade ratio for speed).
+MIN_LEVEL = -(1 << 17)
+
 #: Bytes read from a source per step.
 READ_SIZE = zstandard.COMPRESSION_RECOMMENDED_INPUT_SIZE
 
@@ -25,9 +28,9 @@ def compression_parameters(level=3, threads=0, long_distance=False):
     matching, which finds repeats across the whole window: it pays on
     bundles, where a file's revisions sit far apart.
     """
-    if not 1 <= level <= zstandard.MAX_COMPRESSION_LEVEL:
-        raise ValueError("zstd level must be 1 to %d, got %d"
-                         % (zstandard.MAX_COMPRESSION_LEVEL, level))
+    if not MIN_LEVEL <= level <= zstandard.MAX_COMPRESSION_LEVEL:
+        raise ValueError("zstd level must be %d to %d, got %d"
+                         % (MIN_LEVEL, zstandard.MAX_COMPRESSION_LEVEL, level))
     if long_distance:
         # Long-distance matching only pays with a big window to look in;
         # this is what ``zstd --long`` does.
