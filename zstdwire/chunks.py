@@ -33,6 +33,9 @@ class ChunkCompressor:
     """
 
     def __init__(self, dictionary=None, level=3, checksum=True):
+        # libzstd reads level 0 as its default, 3; precompute_compress
+        # wants the level spelled out.
+        level = level or 3
         self.level = level
         self.dict_id = dictionary.dict_id() if dictionary is not None else 0
         if dictionary is not None:
