@@ -78,7 +78,8 @@ from mercurial import (
     util,
 )
 from mercurial.revlogutils import constants as revlogconst
-from mercurial.utils import compression
+from mercurial.upgrade_utils import engine as upgrade_engine
+from mercurial.utils import compression, stringutil
 
 import zstandard
 import zstdwire
@@ -182,7 +183,7 @@ def _load(store, dict_id):
     except zstdwire.DictionaryError as err:
         raise error.Abort(
             _(b'zstd dictionary %d unusable: %s')
-            % (dict_id, util.forcebytestr(str(err))),
+            % (dict_id, stringutil.forcebytestr(err)),
             hint=_(b'copy %s from another clone of this repository, or '
                    b'restore it from a backup') % os.fsencode(err.path))
 
@@ -239,7 +240,7 @@ class _RevlogCodec:
             return self._decompressor.decompress(memoryview(data)[1:])
         except zstdwire.FrameError as err:
             raise error.RevlogError(
-                _(b'zstd dictionary chunk: %s') % util.forcebytestr(str(err)))
+                _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
 
 
 class _ZstdDictEngine(compression.compressionengine):
@@ -281,11 +282,26 @@ def _walkstreamfiles(orig, repo, *args, **kwargs):
                                      is_volatile=True)
 
 
+def _clonerevlogs(orig, ui, srcrepo, dstrepo, *args, **kwargs):
+    """Give an upgrade's new store the dictionaries before revlogs are
+    copied into it: core copies compressed chunks as they are, and the new
+    store must decode them, and keep decoding them after the swap."""
+    if srcrepo.svfs.isdir(DICTS_DIR):
+        dstrepo.svfs.makedirs(DICTS_DIR)
+        for name in srcrepo.svfs.listdir(DICTS_DIR):
+            if name.isdigit() or name == b'active':
+                path = DICTS_DIR + b'/' + name
+                util.copyfile(srcrepo.svfs.join(path), dstrepo.svfs.join(path),
+                              hardlink=True)
+    return orig(ui, srcrepo, dstrepo, *args, **kwargs)
+
+
 def extsetup(ui):
     if ENGINE not in util.compengines:
         util.compengines.register(_ZstdDictEngine())
     extensions.wrapfunction(revlog.revlog, '__init__', _revlog_init)
     extensions.wrapfunction(streamclone, '_walkstreamfiles', _walkstreamfiles)
+    extensions.wrapfunction(upgrade_engine, '_clonerevlogs', _clonerevlogs)
 
 
 # Reading and writing revlogs -------------------------------------------
@@ -342,6 +358,20 @@ def _newest_chunks(ui, repo, kind, revlogs):
         yield _chunk(rl, rev)
 
 
+def _remove_stale_temporaries(ui, repo):
+    """Delete what killed writers left: atomictemp files (``.NAME-XXXX~``)
+    and unfinished dictionary files.  Called under the store lock, so no
+    live writer owns them."""
+    root = repo.svfs.base
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if (name.startswith(b'.') and name.endswith(b'~')) or \
+                    b'.tmp-' in name and dirpath.endswith(DICTS_DIR):
+                path = os.path.join(dirpath, name)
+                ui.debug(b'removing stale temporary file %s\n' % path)
+                os.unlink(path)
+
+
 def write_active(repo, active):
     payload = json.dumps({k.decode('ascii'): v
                           for k, v in sorted(active.items())}, indent=1)
@@ -376,6 +406,7 @@ def zstd_train(ui, repo, **opts):
     level = ui.configint(b'zstdstore', b'level')
     with repo.lock():
         _require_engine(repo)
+        _remove_stale_temporaries(ui, repo)
         dicts = _dicts_dir(repo.svfs.join(DICTS_DIR))
         by_kind = {kind: [] for kind in KINDS}
         for kind, rl in _store_revlogs(repo):
@@ -389,7 +420,7 @@ def zstd_train(ui, repo, **opts):
                 dictionary = zstdwire.train(samples, dict_size, level)
             except zstdwire.TrainingError as err:
                 ui.warn(_(b'%s: no new dictionary: %s\n')
-                        % (kind, util.forcebytestr(str(err))))
+                        % (kind, stringutil.forcebytestr(err)))
                 continue
             dict_id = dicts.store.add(dictionary, kind.decode('ascii'))
             active[kind] = dict_id
@@ -481,6 +512,7 @@ def zstd_recompress(ui, repo, **opts):
     """
     with repo.lock():
         _require_engine(repo)
+        _remove_stale_temporaries(ui, repo)
         active = _dicts_dir(repo.svfs.join(DICTS_DIR)).active()
         signature = {k.decode('ascii'): v for k, v in active.items()}
         done = set()

@@ -36,12 +36,18 @@ def isolated_env(home, hgrc=None):
     return env
 
 
+class CommandError(subprocess.CalledProcessError):
+    """A failed command; its message ends with what it wrote to stderr."""
+
+    def __str__(self):
+        return "%s\n%s" % (super().__str__(), self.stderr)
+
+
 def run(args, env, cwd=None, check=True):
-    """Run a command, returning its stdout as text; on failure raise an
-    error that carries its stderr."""
+    """Run a command, returning its stdout as text; on failure raise
+    ``CommandError``."""
     proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True,
                           text=True)
     if check and proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, args,
-                                            proc.stdout, proc.stderr)
+        raise CommandError(proc.returncode, args, proc.stdout, proc.stderr)
     return proc.stdout
