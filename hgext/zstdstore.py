@@ -60,9 +60,11 @@ an error that names the file: copy it back from another clone of the
 repository (``.hg/store/zstd-dicts/ID``), or from a backup.
 """
 
+import array
 import json
 import os
 import struct
+import threading
 import time
 
 from mercurial.i18n import _
@@ -134,6 +136,7 @@ class _DictsDir:
         self._active = {}
         self._active_stat = None
         self._compressors = {}
+        self._local = threading.local()
 
     def active(self):
         """``{kind: dict_id}`` of the dictionaries new chunks use."""
@@ -147,6 +150,15 @@ class _DictsDir:
             self._active = read_active(path) if stat else {}
             self._active_stat = stat
         return self._active
+
+    def decompressor(self):
+        """This thread's decompressor: its contexts (one per dictionary) are
+        shared by all revlogs, and a context serves one thread at a time."""
+        decompressor = getattr(self._local, 'decompressor', None)
+        if decompressor is None:
+            decompressor = self._local.decompressor = \
+                zstdwire.ChunkDecompressor(_ChunkStore(self))
+        return decompressor
 
     def compressor(self, kind, level):
         dict_id = self.active().get(kind)
@@ -208,7 +220,6 @@ class _RevlogCodec:
         self._kind = options.get(_OPT_KIND, b'filelog')
         self._level = options.get(b'zstd.level') or 3
         self._plain = zstandard.ZstdCompressor(level=self._level)
-        self._decompressor = None
 
     def compress(self, data):
         size = len(data)
@@ -248,14 +259,10 @@ class _RevlogCodec:
                 _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
 
     def _chunk_decompressor(self):
-        if self._decompressor is None:
-            if self._dicts is None:
-                raise error.StorageError(
-                    _(b'zstd dictionary chunk read outside a repository '
-                      b'store'))
-            self._decompressor = zstdwire.ChunkDecompressor(
-                _ChunkStore(self._dicts))
-        return self._decompressor
+        if self._dicts is None:
+            raise error.StorageError(
+                _(b'zstd dictionary chunk read outside a repository store'))
+        return self._dicts.decompressor()
 
 
 class _ZstdDictEngine(compression.compressionengine):
@@ -285,41 +292,28 @@ def _chunks(orig, self, revs, targetsize=None):
     """Decompress the dictionary chunks of one read in a single call.
 
     Core spends about 5 us of Python per chunk, several times what zstd
-    needs for a small one.  This follows core's steps (chunk cache lookup,
-    sparse slicing, one read per slice) but locates the chunks of a slice
-    from the index in one pass and hands every dictionary chunk to the
-    codec's batch decoder: one C call on the C backend.  Revlogs with a
-    docket keep core's path.
+    needs for a small one.  This follows core's sparse slicing, one read
+    per slice, but locates the chunks of a slice from the index in one pass
+    and hands every dictionary chunk to the codec's batch decoder: one C
+    call on the C backend.  It neither reads nor fills the uncompressed
+    chunk cache: measured, a cache insert (about 10 us with its cost
+    accounting) or even a lookup costs more than decoding a dictionary
+    chunk in a batch (under 1 us).  Revlogs with a docket keep core's path.
     """
     if len(revs) < 2 or self._default_compression_header is not None:
         return orig(self, revs, targetsize=targetsize)
-    cache = self._uncompressed_chunk_cache
-    found = {}
-    if cache is None:
-        missing = revs
+    if self.data_config.with_sparse_read:
+        slices = deltautil.slicechunk(self, revs, targetsize=targetsize,
+                                      inlined=self.inline)
     else:
-        missing = []
-        for rev in revs:
-            value = cache.get(rev)
-            if value is None:
-                missing.append(rev)
-            else:
-                found[rev] = value
-    if missing:
-        if self.data_config.with_sparse_read:
-            slices = deltautil.slicechunk(self, missing, targetsize=targetsize,
-                                          inlined=self.inline)
-        else:
-            slices = (missing,)
-        try:
-            for piece in slices:
-                _decode_slice(self, piece, found)
-        except OverflowError:
-            # A slice over 2 GiB: core reads it chunk by chunk.
-            return orig(self, revs, targetsize=targetsize)
-    # Decoded chunks are not put in the chunk cache: measured, an insert
-    # (about 10 us with its cost accounting) costs more than decoding a
-    # dictionary chunk again (under 1 us in a batch).
+        slices = (revs,)
+    found = {}
+    try:
+        for piece in slices:
+            _decode_slice(self, piece, found)
+    except OverflowError:
+        # A slice over 2 GiB: core reads it chunk by chunk.
+        return orig(self, revs, targetsize=targetsize)
     return [found[rev] for rev in revs]
 
 
@@ -330,7 +324,7 @@ def _decode_slice(inner, revs, found):
     data = bytes(data)
     marker = HEADER[0]
     batched = []
-    segments = []
+    segments = array.array('Q')
     decompress = inner.decompress
     for rev in revs:
         entry = index[rev]
@@ -341,7 +335,8 @@ def _decode_slice(inner, revs, found):
         start = (entry[0] >> 16) + (rev + 1) * step - offset
         if data[start] == marker:
             batched.append(rev)
-            segments.append((start + 1, length - 1))
+            segments.append(start + 1)
+            segments.append(length - 1)
         else:
             found[rev] = decompress(data[start:start + length])
     if batched:

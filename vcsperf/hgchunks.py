@@ -19,7 +19,8 @@ def open_repo(path):
     return hg.repository(ui, os.fsencode(path)).unfiltered()
 
 
-def _revlogs(repo):
+def revlogs(repo):
+    """``(class, revlog)`` for every revlog of the store."""
     yield "changelog", repo.changelog
     yield "manifest", repo.manifestlog.getstorage(b"")._revlog
     for entry in repo.store.data_entries():
@@ -41,7 +42,7 @@ def chunks_by_class(path):
     the changeset that introduced the chunk."""
     repo = open_repo(path)
     collected = {name: [] for name in CLASSES}
-    for name, rl in _revlogs(repo):
+    for name, rl in revlogs(repo):
         collected[name].extend(_chunks_of(rl))
     return {name: [chunk for _, chunk in sorted(pairs, key=lambda p: p[0])]
             for name, pairs in collected.items()}

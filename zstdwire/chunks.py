@@ -128,16 +128,18 @@ class ChunkDecompressor:
     def decompress_many(self, frames):
         """Decompress a list of frames; returns a list of bytes."""
         frames = [bytes(f) for f in frames]
-        segments = []
+        segments = array.array("Q")
         offset = 0
         for frame in frames:
-            segments.append((offset, len(frame)))
+            segments.append(offset)
+            segments.append(len(frame))
             offset += len(frame)
         return self.decompress_segments(b"".join(frames), segments)
 
     def decompress_segments(self, data, segments):
-        """Decompress the frames found at ``segments`` (``(offset,
-        length)`` pairs) of the buffer ``data``; returns a list of bytes.
+        """Decompress the frames of the buffer ``data`` found at
+        ``segments``, an ``array.array("Q")`` of offset, length, offset,
+        length...; returns a list of bytes.
 
         Where the backend has ``multi_decompress_to_buffer`` (the C one),
         all frames are decoded in one call with the dictionary of the first
@@ -146,22 +148,18 @@ class ChunkDecompressor:
         precise.
         """
         if segments and self._has_multi():
-            first = segments[0][0]
+            first = segments[0]
             dict_id = frame_parameters(data[first:first + 18]).dict_id
-            flat = array.array("Q")
-            for offset, length in segments:
-                flat.append(offset)
-                flat.append(length)
             try:
                 result = self._context(dict_id).multi_decompress_to_buffer(
-                    zstandard.BufferWithSegments(data, flat.tobytes()))
+                    zstandard.BufferWithSegments(data, segments.tobytes()))
             except zstandard.ZstdError:
                 pass
             else:
                 return [segment.tobytes() for segment in result]
         view = memoryview(data)
-        return [self.decompress(view[offset:offset + length])
-                for offset, length in segments]
+        return [self.decompress(view[segments[i]:segments[i] + segments[i + 1]])
+                for i in range(0, len(segments), 2)]
 
     def _has_multi(self):
         # The cffi backend defines the method but raises NotImplementedError.
