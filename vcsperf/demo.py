@@ -10,7 +10,7 @@ import time
 
 import zstandard
 
-from . import codecbench, hgchunks, history, tools
+from . import codecbench, hgchunks, history, storebench, tools
 
 
 def _status(message):
@@ -68,6 +68,16 @@ def run_demo(workdir=None, keep=False):
         _status("\nd/zlib, d/zstd: stored size with the dictionary over core's "
                 "(lower is better);\nxzlib, xzstd: decompression speed over "
                 "core's (higher is better).")
+        _status("\nzstdstore: the same repository stored by core's zlib and "
+                "zstd engines and by\nzstd-dict (trained, recompressed), "
+                "read back, logged and verified:")
+        bench = os.path.join(scratch, "storebench")
+        os.mkdir(bench)
+        results, ratios = storebench.run(repo, bench, repeat=3)
+        _status(storebench.format_report(repo, results, ratios))
+        _status("(the targets are for large histories: here 118 KiB of "
+                "dictionaries weigh on a\nsmall store, and reads are too "
+                "short to time well; see BENCHMARKS.md)")
         if keep:
             _status("\nkept: %s" % scratch)
     finally:
