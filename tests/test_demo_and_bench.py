@@ -20,8 +20,9 @@ def test_demo_prints_real_figures(env, tmp_path):
         r"(\d+) changesets, (\d+) files", out).groups())
     assert changesets >= 50 and files >= 500
     rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if line.split()[:1] in (["changelog"], ["manifest"],
-                                    ["filelog"])}
+            if "|" in line and line.split()[:1] in (["changelog"],
+                                                    ["manifest"],
+                                                    ["filelog"])}
     assert set(rows) == {"changelog", "manifest", "filelog"}
     for cells in rows.values():
         zlib_kib, zstd_kib, dict_kib = map(float, (cells[4], cells[5],
@@ -29,6 +30,13 @@ def test_demo_prints_real_figures(env, tmp_path):
         assert zlib_kib > 0 and zstd_kib > 0 and dict_kib > 0
     # The dictionary wins on the small chunks of the changelog.
     assert float(rows["changelog"][8]) < 1.0
+    # zstdstore: three engines stored, read, logged and verified.
+    engines = {line.split()[0]: line.split() for line in out.splitlines()
+               if "|" in line and line.split()[:1] in (["zlib"], ["zstd"],
+                                                       ["zstd-dict"])}
+    assert set(engines) == {"zlib", "zstd", "zstd-dict"}
+    assert all(cells[-1] == "yes" for cells in engines.values())
+    assert float(engines["zstd-dict"][1]) < float(engines["zstd"][1])
     assert os.listdir(str(scratch)) == []
 
 
