@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Run a subset of Mercurial's own test suite with zstdstore forced on.
 
-    python contrib/hgtests.py [--jobs 2] [--outdir DIR] [TEST ...]
+    python contrib/hgtests.py [--jobs 2] [--baseline] [TEST ...]
 
 The tests come from the sdist of the installed Mercurial, downloaded once
 from PyPI (its sha256 checked against the digest PyPI publishes) into
 ``$VCSPERF_CACHE/hg-sdist``.  ``tests/run-tests.py`` runs them against the
 installed ``hg`` with ``--extra-config-opt extensions.zstdstore=`` and
 ``format.revlog-compression=zstd-dict``, so every repository a test makes
-uses the dictionary engine.  A summary of passes and failures is printed;
-run-tests leaves the ``.err`` output of each failure beside its test for
-reading the differences.
+uses the dictionary engine.  ``--baseline`` runs the same tests without the
+extension, to tell failures of this environment (no Rust, no network)
+from differences the engine causes.  A summary of passes and failures is
+printed; run-tests leaves the ``.err`` output of each failure beside its
+test for reading the differences.
 """
 
 import argparse
@@ -66,16 +68,23 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tests", nargs="*", default=DEFAULT_TESTS)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--baseline", action="store_true",
+                        help="run without zstdstore")
     args = parser.parse_args()
     root = sdist(history.default_cache_dir())
-    hg = os.path.join(os.path.dirname(sys.executable), "hg")
+    bindir = os.path.dirname(sys.executable)
     tests = os.path.join(root, "tests")
+    forced = [] if args.baseline else [
+        "--extra-config-opt", "extensions.zstdstore=",
+        "--extra-config-opt", "format.revlog-compression=zstd-dict"]
+    # The tests' helper scripts import mercurial with plain python.
+    site = os.path.dirname(os.path.dirname(util.__file__))
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ["PATH"],
+               PYTHONPATH=site)
     subprocess.run(
-        [sys.executable, "run-tests.py", "--with-hg", hg, "-j",
-         str(args.jobs), "--json", "--extra-config-opt",
-         "extensions.zstdstore=", "--extra-config-opt",
-         "format.revlog-compression=zstd-dict"] + args.tests,
-        cwd=tests)
+        [sys.executable, "run-tests.py", "--with-hg",
+         os.path.join(bindir, "hg"), "-j", str(args.jobs), "--json"]
+        + forced + args.tests, cwd=tests, env=env)
     with open(os.path.join(tests, "report.json")) as fh:
         report = json.loads(fh.read().split("=", 1)[1])
     for name, outcome in sorted(report.items()):

@@ -30,13 +30,6 @@ def _progress(total):
     return report
 
 
-def _store_bytes(repo):
-    total = 0
-    for root, _, files in os.walk(os.path.join(repo, ".hg", "store")):
-        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
-    return total
-
-
 def build_demo_repo(dest, env):
     snapshots = list(history.installed_sources())
     history.write_hg(snapshots, dest, hg=tools.executable("hg"), env=env,
@@ -53,10 +46,11 @@ def run_demo(workdir=None, keep=False):
                 "Mercurial, dulwich,\n  cffi and pycparser (no network)")
         start = time.perf_counter()
         snapshots = build_demo_repo(repo, env)
+        seconds = time.perf_counter() - start
         _status("  %d changesets, %d files, store %.1f MiB with core "
                 "Mercurial, built in %.1fs"
                 % (len(snapshots), len(snapshots[-1].files),
-                   _store_bytes(repo) / 2**20, time.perf_counter() - start))
+                   storebench.store_bytes(repo)["total"] / 2**20, seconds))
         _status("\nRevlog chunk codecs: core zlib-6 and zstd-3 beside zstd-3 "
                 "with a dictionary\n(trained on the older 80%% of each "
                 "class, measured on the newest 20%%; zstandard %s, %s)"
