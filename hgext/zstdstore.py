@@ -63,6 +63,7 @@ repository (``.hg/store/zstd-dicts/ID``), or from a backup.
 """
 
 import array
+import inspect
 import json
 import os
 import struct
@@ -89,8 +90,8 @@ from mercurial.utils import compression, stringutil
 import zstandard
 import zstdwire
 
-testedwith = b'7.2'
-minimumhgversion = b'7.0'
+testedwith = b'6.9 7.0 7.2'
+minimumhgversion = b'6.9'
 
 cmdtable = {}
 command = registrar.command(cmdtable)
@@ -288,7 +289,9 @@ def _revlog_init(orig, self, opener, *args, **kwargs):
     which class it belongs to: the compression engine API passes only the
     revlog's options."""
     orig(self, opener, *args, **kwargs)
-    base = getattr(opener, 'base', None)
+    # Before 7.1 the fncache vfs keeps its base on the vfs it wraps.
+    base = getattr(opener, 'base', None) or getattr(
+        getattr(opener, 'vfs', None), 'base', None)
     if base is not None:
         options = self.feature_config.compression_engine_options
         options[_OPT_DICTS] = os.path.join(base, DICTS_DIR)
@@ -317,8 +320,9 @@ def _chunks(orig, self, revs, targetsize=None):
             or self.feature_config.compression_engine != ENGINE):
         return orig(self, revs, targetsize=targetsize)
     if len(revs) > 1 and self.data_config.with_sparse_read:
+        inlined = {'inlined': self.inline} if _SLICE_KNOWS_INLINE else {}
         slices = deltautil.slicechunk(self, revs, targetsize=targetsize,
-                                      inlined=self.inline)
+                                      **inlined)
     else:
         slices = (revs,)
     found = {}
@@ -329,6 +333,11 @@ def _chunks(orig, self, revs, targetsize=None):
         # A slice over 2 GiB: core reads it chunk by chunk.
         return orig(self, revs, targetsize=targetsize)
     return [found[rev] for rev in revs]
+
+
+# Mercurial 7.1 added slicechunk's ``inlined``; 7.0 reads it off the revlog.
+_SLICE_KNOWS_INLINE = 'inlined' in inspect.signature(
+    deltautil.slicechunk).parameters
 
 
 def _decode_slice(inner, revs, found):
@@ -465,8 +474,7 @@ def _remove_stale_temporaries(ui, repo):
     """Delete what killed writers left: atomictemp files (``.NAME-XXXX~``)
     and unfinished dictionary files.  Called under the store lock, so no
     live writer owns them."""
-    root = repo.svfs.base
-    for dirpath, _dirs, files in os.walk(root):
+    for dirpath, _dirs, files in os.walk(repo.store.path):
         for name in files:
             if (name.startswith(b'.') and name.endswith(b'~')) or \
                     b'.tmp-' in name and dirpath.endswith(DICTS_DIR):
