@@ -63,6 +63,7 @@ repository (``.hg/store/zstd-dicts/ID``), or from a backup.
 """
 
 import array
+import contextlib
 import inspect
 import json
 import os
@@ -219,6 +220,16 @@ class _ChunkStore:
         return _load(self._dicts.store, dict_id)
 
 
+@contextlib.contextmanager
+def _frame_errors():
+    """A corrupt frame is a revlog error, reported per revision."""
+    try:
+        yield
+    except zstdwire.FrameError as err:
+        raise error.RevlogError(
+            _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
+
+
 class _RevlogCodec:
     """The compressor and decompressor of one revlog."""
 
@@ -249,22 +260,16 @@ class _RevlogCodec:
         return None
 
     def decompress(self, data):
-        try:
+        with _frame_errors():
             return self._chunk_decompressor().decompress(
                 memoryview(data)[1:])
-        except zstdwire.FrameError as err:
-            raise error.RevlogError(
-                _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
 
     def decompress_segments(self, data, segments):
         """Decode many dictionary frames of ``data`` (without their header
         byte) at once; see ``zstdwire.ChunkDecompressor``."""
-        try:
+        with _frame_errors():
             return self._chunk_decompressor().decompress_segments(
                 data, segments)
-        except zstdwire.FrameError as err:
-            raise error.RevlogError(
-                _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
 
     def _chunk_decompressor(self):
         if self._dicts is None:

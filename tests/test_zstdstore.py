@@ -4,11 +4,13 @@ with the real hg on the real-content repository."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
 
 import pytest
+from mercurial import store
 
 from vcsperf import storebench
 
@@ -221,3 +223,21 @@ def test_killed_train_and_recompress_leave_a_valid_repo(hg, hgrc,
     leftovers = [name for root, _, files in os.walk(repo / ".hg" / "store")
                  for name in files if name.startswith(".")]
     assert leftovers == []
+
+
+def test_corrupt_chunk_is_reported_never_returned(hg, dict_repo):
+    data = dict_repo / ".hg" / "store" / "data"
+    biggest = max(data.rglob("*.i"), key=lambda p: p.stat().st_size)
+    tracked = store.decodefilename(
+        str(biggest.relative_to(data))[:-2].encode()).decode()
+    raw = bytearray(biggest.read_bytes())
+    raw[-20] ^= 0x5A
+    biggest.write_bytes(bytes(raw))
+    verify = hg.proc("verify", "-q", cwd=dict_repo)
+    assert verify.returncode == 1
+    assert "corrupt zstd frame" in verify.stderr
+    damaged = re.search(r"%s@(\d+):" % re.escape(tracked), verify.stderr)
+    assert damaged, verify.stderr
+    cat = hg.proc("cat", "-r", damaged.group(1), tracked, cwd=dict_repo)
+    assert cat.returncode == 255 and cat.stdout == ""
+    assert "corrupt zstd frame" in cat.stderr
