@@ -63,7 +63,6 @@ repository (``.hg/store/zstd-dicts/ID``), or from a backup.
 """
 
 import array
-import contextlib
 import inspect
 import json
 import os
@@ -220,14 +219,10 @@ class _ChunkStore:
         return _load(self._dicts.store, dict_id)
 
 
-@contextlib.contextmanager
-def _frame_errors():
+def _revlog_error(err):
     """A corrupt frame is a revlog error, reported per revision."""
-    try:
-        yield
-    except zstdwire.FrameError as err:
-        raise error.RevlogError(
-            _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
+    return error.RevlogError(
+        _(b'zstd dictionary chunk: %s') % stringutil.forcebytestr(err))
 
 
 class _RevlogCodec:
@@ -260,16 +255,21 @@ class _RevlogCodec:
         return None
 
     def decompress(self, data):
-        with _frame_errors():
+        # try/except, not a context manager: this is the per-chunk hot path.
+        try:
             return self._chunk_decompressor().decompress(
                 memoryview(data)[1:])
+        except zstdwire.FrameError as err:
+            raise _revlog_error(err)
 
     def decompress_segments(self, data, segments):
         """Decode many dictionary frames of ``data`` (without their header
         byte) at once; see ``zstdwire.ChunkDecompressor``."""
-        with _frame_errors():
+        try:
             return self._chunk_decompressor().decompress_segments(
                 data, segments)
+        except zstdwire.FrameError as err:
+            raise _revlog_error(err)
 
     def _chunk_decompressor(self):
         if self._dicts is None:
