@@ -165,8 +165,20 @@ class _DictsDir:
         decompressor = getattr(self._local, 'decompressor', None)
         if decompressor is None:
             decompressor = self._local.decompressor = \
-                zstdwire.ChunkDecompressor(_ChunkStore(self))
+                zstdwire.ChunkDecompressor(self)
         return decompressor
+
+    def get(self, dict_id):
+        """A dictionary by ID, for decompressors; aborts naming its file
+        and how to recover."""
+        try:
+            return self.store.get(dict_id)
+        except zstdwire.DictionaryError as err:
+            raise error.Abort(
+                _(b'zstd dictionary %d unusable: %s')
+                % (dict_id, stringutil.forcebytestr(err)),
+                hint=_(b'copy %s from another clone of this repository, or '
+                       b'restore it from a backup') % os.fsencode(err.path))
 
     def compressor(self, kind, level):
         dict_id = self.active().get(kind)
@@ -174,7 +186,7 @@ class _DictsDir:
             return None
         key = (dict_id, level)
         if key not in self._compressors:
-            dictionary = _load(self.store, dict_id)
+            dictionary = self.get(dict_id)
             # A revlog verifies every revision's hash on read, so frames
             # need no checksum of their own (core's zstd chunks have none).
             self._compressors[key] = zstdwire.ChunkCompressor(
@@ -195,28 +207,6 @@ def read_active(path):
     with open(path, 'rb') as fh:
         data = json.loads(fh.read() or b'{}')
     return {k.encode('ascii'): int(v) for k, v in data.items()}
-
-
-def _load(store, dict_id):
-    """Load a dictionary or abort naming its file and how to recover."""
-    try:
-        return store.get(dict_id)
-    except zstdwire.DictionaryError as err:
-        raise error.Abort(
-            _(b'zstd dictionary %d unusable: %s')
-            % (dict_id, stringutil.forcebytestr(err)),
-            hint=_(b'copy %s from another clone of this repository, or '
-                   b'restore it from a backup') % os.fsencode(err.path))
-
-
-class _ChunkStore:
-    """Looks dictionaries up for a decompressor, aborting clearly."""
-
-    def __init__(self, dicts):
-        self._dicts = dicts
-
-    def get(self, dict_id):
-        return _load(self._dicts.store, dict_id)
 
 
 def _revlog_error(err):
