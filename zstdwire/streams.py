@@ -81,7 +81,9 @@ class StreamReader:
         self._dctx = zstandard.ZstdDecompressor(
             max_window_size=1 << MAX_WINDOW_LOG)
         self._dobj = None
-        self._pending = b""
+        # A bytearray: deleting from its front is cheap, so many small
+        # reads of one big decoded block stay linear.
+        self._pending = bytearray()
         self._ended = False
 
     def readable(self):
@@ -113,10 +115,11 @@ class StreamReader:
                 self._fill()
                 if not self._pending:
                     return b"".join(parts)
-                parts.append(self._pending)
-                self._pending = b""
+                parts.append(bytes(self._pending))
+                self._pending.clear()
         self._fill()
-        out, self._pending = self._pending[:size], self._pending[size:]
+        out = bytes(self._pending[:size])
+        del self._pending[:size]
         return out
 
 
