@@ -6,6 +6,8 @@ refuse larger windows ("Frame requires too much memory").  Output made with
 threads is an ordinary zstd frame that any decoder reads.
 """
 
+import sys
+
 import zstandard
 
 from .errors import FrameError
@@ -89,9 +91,9 @@ class StreamReader:
     def readable(self):
         return True
 
-    def _fill(self):
-        """Decode until at least some output or the end of the source."""
-        while not self._pending and not self._ended:
+    def _fill(self, size):
+        """Decode until ``size`` bytes are pending or the source ends."""
+        while len(self._pending) < size and not self._ended:
             data = self._source.read(READ_SIZE)
             if not data:
                 self._ended = True
@@ -109,15 +111,11 @@ class StreamReader:
                 data = self._dobj.unused_data if self._dobj.eof else b""
 
     def read(self, size=-1):
+        """Return ``size`` bytes (all when ``size`` is negative or None);
+        fewer only at the end of the stream."""
         if size is None or size < 0:
-            parts = []
-            while True:
-                self._fill()
-                if not self._pending:
-                    return b"".join(parts)
-                parts.append(bytes(self._pending))
-                self._pending.clear()
-        self._fill()
+            size = sys.maxsize
+        self._fill(size)
         out = bytes(self._pending[:size])
         del self._pending[:size]
         return out
