@@ -1,0 +1,282 @@
+"""wirezstd: every mix of stock and extended client and server, over real
+``hg serve`` (behind a recording proxy) and over SSH (through an ``ssh``
+stand-in), on the real-content repository; cut responses; bundles that a
+stock Mercurial applies."""
+
+import os
+import struct
+
+import pytest
+import zstandard
+from hypothesis import given, settings, strategies as st
+
+from hgext3rd import wirezstd
+from netservers import RecordingProxy, write_ssh_wrapper
+
+EXT = ("--config", "extensions.wirezstd=")
+MIXES = [(client, server) for client in (False, True)
+         for server in (False, True)]
+
+
+def _mix_id(mix):
+    return "%s-client-%s-server" % tuple("ext" if m else "stock" for m in mix)
+
+
+def _serve_config(repo, enabled):
+    hgrc = os.path.join(repo, ".hg", "hgrc")
+    with open(hgrc, "w") as fh:
+        if enabled:
+            fh.write("[extensions]\nwirezstd =\n")
+
+
+@pytest.fixture
+def proxy():
+    proxies = []
+
+    def start(upstream):
+        proxies.append(RecordingProxy(upstream))
+        return proxies[-1]
+
+    yield start
+    for p in proxies:
+        p.stop()
+
+
+@pytest.fixture
+def ssh(tmp_path, hg, env):
+    """``ssh(client_ext, *args)`` runs hg with the ssh stand-in; the
+    returned record file holds what the server sent."""
+    wrapper = write_ssh_wrapper(str(tmp_path / "ssh"))
+    record = tmp_path / "ssh-record"
+
+    def run(client_ext, *args, cut=None, check=True):
+        env.pop("VCSPERF_SSH_CUT", None)
+        env["VCSPERF_SSH_RECORD"] = str(record)
+        if cut is not None:
+            env["VCSPERF_SSH_CUT"] = str(cut)
+        config = ("--config", "ui.ssh=%s" % wrapper,
+                  "--config", "ui.remotecmd=%s" % hg.binary)
+        full = config + (EXT if client_ext else ()) + args
+        if check:
+            return hg(*full)
+        return hg.proc(*full)
+
+    run.record = record
+    return run
+
+
+def _getbundle_engine(body):
+    """The engine name a ``application/mercurial-0.2`` response names."""
+    length = body[0]
+    return body[1:1 + length]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=_mix_id)
+def test_http_every_mix_of_client_and_server(mix, real_hg_repo, hg, hgserve,
+                                             proxy, tmp_path):
+    client_ext, server_ext = mix
+    _serve_config(real_hg_repo, server_ext)
+    recorder = proxy(hgserve(real_hg_repo).url)
+    dest = tmp_path / "clone"
+    hg("clone", "-U", *(EXT if client_ext else ()), recorder.url, dest)
+    hg("verify", "-q", "-R", dest)
+    assert (hg("log", "-R", dest, "-r", "tip", "-T", "{node}")
+            == hg("log", "-R", real_hg_repo, "-r", "tip", "-T", "{node}"))
+
+    [body] = recorder.bodies("cmd=getbundle")
+    expected = b"wirezstd" if all(mix) else b"zstd"
+    assert _getbundle_engine(body) == expected
+
+    if not client_ext:
+        # A stock client gets exactly what a stock server sends it.
+        _serve_config(real_hg_repo, False)
+        stock = proxy(hgserve(real_hg_repo).url)
+        hg("clone", "-U", stock.url, tmp_path / "stock-clone")
+        assert stock.bodies("cmd=getbundle") == [body]
+
+
+def test_http_wirezstd_is_smaller_and_server_config_is_obeyed(
+        real_hg_repo, hg, hgserve, proxy, tmp_path):
+    _serve_config(real_hg_repo, True)
+    recorder = proxy(hgserve(real_hg_repo).url)
+    hg("clone", "-U", *EXT, recorder.url, tmp_path / "ours")
+    restricted = proxy(hgserve(real_hg_repo, "--config",
+                               "server.compressionengines=zstd").url)
+    hg("clone", "-U", *EXT, restricted.url, tmp_path / "core")
+    [ours] = recorder.bodies("cmd=getbundle")
+    [core] = restricted.bodies("cmd=getbundle")
+    assert _getbundle_engine(core) == b"zstd"
+    assert len(ours) < 0.95 * len(core)
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=_mix_id)
+def test_ssh_every_mix_of_client_and_server(mix, real_hg_repo, hg, ssh,
+                                            tmp_path):
+    client_ext, server_ext = mix
+    _serve_config(real_hg_repo, server_ext)
+    url = "ssh://user@dummy/%s" % real_hg_repo
+    out = ssh(client_ext, "clone", "-U", "--debug", url, tmp_path / "clone")
+    hg("verify", "-q", "-R", tmp_path / "clone")
+    compressed = b"wirezstd: server compresses ssh responses" in out.encode()
+    assert compressed == all(mix)
+    sent = ssh.record.read_bytes()
+    assert (zstandard.FRAME_HEADER in sent) == all(mix)
+
+    if not all(mix):
+        # Without both extensions the server sends exactly what a stock
+        # server sends a stock client.
+        _serve_config(real_hg_repo, False)
+        ssh(False, "clone", "-U", url, tmp_path / "stock-clone")
+        assert ssh.record.read_bytes() == sent
+
+
+def test_ssh_compression_can_be_declined_by_the_client(real_hg_repo, ssh,
+                                                       tmp_path):
+    _serve_config(real_hg_repo, True)
+    out = ssh(True, "clone", "-U", "--debug", "--config", "wirezstd.ssh=no",
+              "ssh://user@dummy/%s" % real_hg_repo, tmp_path / "clone")
+    assert "wirezstd: server compresses" not in out
+    assert zstandard.FRAME_HEADER not in ssh.record.read_bytes()
+
+
+def _partial_clone(hg, source, dest):
+    hg("clone", "-U", "-r", "20", source, dest)
+    return hg("log", "-R", dest, "-r", "tip", "-T", "{node}")
+
+
+def test_http_server_dying_mid_response_leaves_client_intact(
+        real_hg_repo, hg, hgserve, proxy, tmp_path):
+    _serve_config(real_hg_repo, True)
+    recorder = proxy(hgserve(real_hg_repo).url)
+    dest = tmp_path / "client"
+    tip = _partial_clone(hg, real_hg_repo, dest)
+    recorder.cut = ("cmd=getbundle", 50000)
+    proc = hg.proc("pull", *EXT, "-R", dest, recorder.url)
+    assert proc.returncode != 0
+    assert ("abort: compressed response from the server is incomplete"
+            in proc.stderr) and "Traceback" not in proc.stderr
+    hg("verify", "-q", "-R", dest)
+    assert hg("log", "-R", dest, "-r", "tip", "-T", "{node}") == tip
+    recorder.cut = None
+    hg("pull", *EXT, "-R", dest, recorder.url)
+    hg("verify", "-q", "-R", dest)
+
+
+def test_ssh_server_dying_mid_response_leaves_client_intact(
+        real_hg_repo, hg, ssh, tmp_path):
+    _serve_config(real_hg_repo, True)
+    url = "ssh://user@dummy/%s" % real_hg_repo
+    dest = tmp_path / "client"
+    tip = _partial_clone(hg, real_hg_repo, dest)
+    # Handshake and discovery take a few kilobytes; cut inside the bundle.
+    proc = ssh(True, "pull", "-R", dest, url, cut=60000, check=False)
+    assert proc.returncode != 0
+    assert "abort: " in proc.stderr and "Traceback" not in proc.stderr
+    assert "compressed response from the server is incomplete" in proc.stderr
+    hg("verify", "-q", "-R", dest)
+    assert hg("log", "-R", dest, "-r", "tip", "-T", "{node}") == tip
+    ssh(True, "pull", "-R", dest, url)
+    hg("verify", "-q", "-R", dest)
+
+
+def test_bad_server_config_is_reported_to_the_client(real_hg_repo, ssh,
+                                                     tmp_path):
+    with open(os.path.join(real_hg_repo, ".hg", "hgrc"), "w") as fh:
+        fh.write("[extensions]\nwirezstd =\n[wirezstd]\nlevel = 99\n")
+    proc = ssh(True, "clone", "-U", "ssh://user@dummy/%s" % real_hg_repo,
+               tmp_path / "clone", check=False)
+    assert proc.returncode != 0
+    assert ("remote: config error: wirezstd.level must be 1 to 22, not 99"
+            in proc.stdout + proc.stderr)
+    assert not (tmp_path / "clone").exists()
+
+
+def test_zstd_bundle_uses_long_distance_and_stock_hg_applies_it(
+        real_hg_repo, hg, tmp_path):
+    level = ("--config", "experimental.bundlecomplevel.zstd=19")
+    ours, core = tmp_path / "ours.hg", tmp_path / "core.hg"
+    hg("bundle", "-q", "-a", "-t", "zstd-v2", *EXT, *level, "-R",
+       real_hg_repo, ours)
+    hg("bundle", "-q", "-a", "-t", "zstd-v2", *level, "-R", real_hg_repo,
+       core)
+    assert os.path.getsize(ours) < os.path.getsize(core)
+    assert hg("debugbundle", "--spec", ours).strip() == "zstd-v2"
+    data = ours.read_bytes()
+    frame = data.index(zstandard.FRAME_HEADER)
+    params = zstandard.get_frame_parameters(data[frame:frame + 18])
+    assert params.window_size == 1 << 27
+    # Stock hg, no extension, applies it.
+    hg("init", tmp_path / "applied")
+    hg("unbundle", "-q", "-R", tmp_path / "applied", ours)
+    hg("verify", "-q", "-R", tmp_path / "applied")
+    assert (hg("log", "-R", tmp_path / "applied", "-T", "{node}\n")
+            == hg("log", "-R", real_hg_repo, "-T", "{node}\n"))
+
+
+def test_help_documents_the_config(hg):
+    out = hg("help", *EXT, "wirezstd")
+    for item in ("level", "threads", "long-distance", "small-response",
+                 "small-response-level", "ssh", "bundle-long-distance"):
+        assert item in out
+
+
+# The response compressor itself.
+
+OPTIONS = dict(wirezstd.DEFAULT_OPTIONS)
+
+
+def _decode(chunks):
+    reader = wirezstd._ResponseReader(_Chunks(chunks))
+    return reader.read()
+
+
+class _Chunks:
+    def __init__(self, chunks):
+        self._chunks = iter(chunks)
+
+    def read(self, size):
+        return next(self._chunks, b"")
+
+
+def _window(frame):
+    return zstandard.get_frame_parameters(frame[:18]).window_size
+
+
+def test_small_responses_get_a_fitted_window_large_ones_the_long_one():
+    small = [b"changeset %d\n" % i * 20 for i in range(200)]
+    large = [os.urandom(64) * 1024 for _ in range(8)]
+    small_frame = b"".join(wirezstd.compress_response(small, OPTIONS))
+    large_frame = b"".join(wirezstd.compress_response(large, OPTIONS))
+    assert _window(small_frame) <= 1 << 18
+    assert _window(large_frame) == 1 << 27
+    assert _decode([small_frame]) == b"".join(small)
+    assert _decode([large_frame]) == b"".join(large)
+
+
+def test_cut_response_raises_abort():
+    from mercurial import error
+    frame = b"".join(wirezstd.compress_response(
+        [os.urandom(1000) * 300], OPTIONS))
+    with pytest.raises(error.Abort) as excinfo:
+        _decode([frame[:len(frame) // 2]])
+    assert b"incomplete" in excinfo.value.message
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=5000), max_size=20),
+       st.integers(min_value=0, max_value=30000), st.data())
+def test_any_response_round_trips_in_any_read_sizes(chunks, small, data):
+    opts = {**OPTIONS, b"small-response": small}
+    frame = b"".join(wirezstd.compress_response(chunks, opts))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(frame)),
+                                     max_size=5)))
+    pieces = [frame[a:b] for a, b in zip([0] + cuts, cuts + [len(frame)])
+              if a < b]
+    reader = wirezstd._ResponseReader(_Chunks(pieces))
+    out = b""
+    while True:
+        piece = reader.read(data.draw(st.integers(1, 4096)))
+        if not piece:
+            break
+        out += piece
+    assert out == b"".join(chunks)
