@@ -12,7 +12,7 @@ examples)::
 
   [extensions]
   bundlegen =
-  wirezstd =
+  clonebundles =   # core's: makes hg serve offer the manifest to clients
 
   [bundlegen]
   output = /var/www/hg-bundles/myrepo
@@ -57,12 +57,18 @@ Formats:
 ``gzip``
   ``gzip-v2``, for clients without zstd.
 ``stream``
-  ``none-v2;stream=v2``: raw store files, the fastest to apply for
-  clients with the same repository format.
+  ``none-v2;stream=v2``: raw store files, the fastest to apply; clients
+  use it when they clone with ``--stream`` and support the repository's
+  format.
 
-Clients that fail to fetch or apply a bundle (a 404, a truncated download
-caught by the digest) fall back to a normal clone when they set
-``ui.clonebundlefallback = true``.
+Clients that cannot fetch a bundle (a 404, a refused connection) fall
+back to a normal clone when they set ``ui.clonebundlefallback = true``.
+A truncated or corrupt download is caught by the digest, and a stock
+client then stops the clone with an error; a client with this extension
+enabled falls back to a normal clone instead, as long as nothing of the
+bundle stayed in the store (always so for changegroup bundles, whose
+transaction is rolled back; a broken stream bundle still stops the clone,
+whose destination is then removed).
 """
 
 import concurrent.futures
@@ -77,6 +83,8 @@ from mercurial.i18n import _
 from mercurial.node import nullrev
 from mercurial import (
     error,
+    exchange,
+    extensions,
     hg,
     localrepo,
     lock as lockmod,
@@ -85,9 +93,7 @@ from mercurial import (
     streamclone,
     util,
 )
-from mercurial.utils import procutil
-
-urlreq = util.urlreq
+from mercurial.utils import procutil, stringutil
 
 testedwith = b'6.9 7.0 7.2'
 minimumhgversion = b'6.9'
@@ -183,7 +189,7 @@ def bundlegen(ui, repo, output=None, base_url=None):
 
     Builds every format of ``bundlegen.formats`` from one snapshot of the
     repository, verifies each bundle, uploads it if configured, then
-    replaces ``.hg/clonebundles.manifest`` (see :hg:`help bundlegen`).
+    replaces ``.hg/clonebundles.manifest`` (see :hg:`help -e bundlegen`).
 
     Only one run per repository at a time; a second one waits.
     """
@@ -213,6 +219,9 @@ def bundlegen(ui, repo, output=None, base_url=None):
             util.bytecount(bundle['size']), bundle['seconds']))
     if expired:
         ui.status(_(b'deleted %d expired bundles\n') % len(expired))
+    if b'clonebundles' not in dict(ui.configitems(b'extensions')):
+        ui.warn(_(b'(the server offers the manifest to clients only with '
+                  b'the clonebundles extension enabled)\n'))
     return 0
 
 
@@ -324,7 +333,9 @@ def _upload(ui, settings, outdir, bundle):
 def manifest_line(settings, bundle):
     """The ``clonebundles.manifest`` line of one bundle."""
     url = settings.url(bundle['file'].encode())
-    attrs = [b'BUNDLESPEC=' + urlreq.quote(bundle['spec'].encode())]
+    # ``debugbundle --spec`` already quotes parameter values once, which
+    # is what manifest readers unquote.
+    attrs = [b'BUNDLESPEC=' + bundle['spec'].encode()]
     if url.startswith(b'https://'):
         attrs.append(b'REQUIRESNI=true')
     attrs.append(b'DIGEST=sha256:' + bundle['sha256'].encode())
@@ -364,3 +375,33 @@ def _expire(outdir, days, keep):
             os.unlink(path)
             expired.append(name)
     return expired
+
+
+# Clients ---------------------------------------------------------------
+
+
+def _store_holds_data(repo):
+    for root, _dirs, files in os.walk(repo.svfs.base):
+        for name in files:
+            if (name.endswith((b'.i', b'.d', b'.n'))
+                    and os.path.getsize(os.path.join(root, name))):
+                return True
+    return False
+
+
+def _trypullbundlefromurl(orig, ui, repo, url, *args, **kwargs):
+    try:
+        return orig(ui, repo, url, *args, **kwargs)
+    except (error.Abort, IOError) as err:
+        repo.invalidate()
+        if (not ui.configbool(b'ui', b'clonebundlefallback')
+                or len(repo.unfiltered()) or _store_holds_data(repo)):
+            raise
+        ui.warn(_(b'clone bundle %s is broken: %s\n')
+                % (url, stringutil.forcebytestr(err)))
+        return False
+
+
+def extsetup(ui):
+    extensions.wrapfunction(exchange, 'trypullbundlefromurl',
+                            _trypullbundlefromurl)

@@ -1,0 +1,217 @@
+"""bundlegen end to end on the real-content repository: bundles are built,
+a real HTTP server on 127.0.0.1 serves them, ``hg serve`` hands out the
+manifest, and ``hg clone`` uses them (seen in its output and in the file
+server's log); a 404 or a truncated body falls back to a normal clone."""
+
+import json
+import os
+import re
+import time
+
+import pytest
+
+from netservers import FileServer
+
+EXT = ("--config", "extensions.bundlegen=")
+# Core's extension that makes hg serve offer clonebundles.manifest.
+OFFER = ("--config", "extensions.clonebundles=")
+FALLBACK = ("--config", "ui.clonebundlefallback=true")
+
+
+@pytest.fixture
+def fileserver(tmp_path):
+    root = tmp_path / "cdn"
+    root.mkdir()
+    server = FileServer(str(root))
+    yield server
+    server.stop()
+
+
+def _generate(hg, repo, server, *extra, check=True):
+    args = ("-R", repo, "bundlegen", *EXT, *OFFER, "--output", server.root,
+            "--base-url", server.url.rstrip("/"), *extra)
+    return hg(*args) if check else hg.proc(*args)
+
+
+def _manifest(repo):
+    path = os.path.join(repo, ".hg", "clonebundles.manifest")
+    with open(path) as fh:
+        return fh.read()
+
+
+def _tip(hg, repo):
+    return hg("log", "-R", repo, "-r", "tip", "-T", "{node}")
+
+
+def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
+                                               fileserver, tmp_path):
+    out = _generate(hg, real_hg_repo, fileserver)
+    tip = _tip(hg, real_hg_repo)
+    names = ["%s.%s.hg" % (tip, fmt) for fmt in ("zstd-max", "gzip",
+                                                  "stream")]
+    for name in names:
+        assert name in out
+    assert sorted(n for n in os.listdir(fileserver.root)
+                  if not n.startswith(".")) == sorted(names +
+                                                      ["bundles.json"])
+
+    lines = _manifest(real_hg_repo).splitlines()
+    assert [line.split()[0] for line in lines] == [
+        fileserver.url + name for name in names]
+    assert all(re.search(r" DIGEST=sha256:[0-9a-f]{64}$", line)
+               for line in lines)
+    assert lines[0].split()[1] == "BUNDLESPEC=zstd-v2"
+    assert lines[2].split()[1].startswith(
+        "BUNDLESPEC=none-v2;stream=v2;requirements%3D")
+
+    index = json.loads(open(os.path.join(fileserver.root,
+                                         "bundles.json")).read())
+    assert index["tip"] == tip
+    assert [b["format"] for b in index["bundles"]] == ["zstd-max", "gzip",
+                                                       "stream"]
+    for bundle in index["bundles"]:
+        assert bundle["size"] == os.path.getsize(
+            os.path.join(fileserver.root, bundle["file"]))
+
+    server = hgserve(real_hg_repo, *OFFER)
+    # The first line (zstd-max) by default; the others when preferred.
+    for prefers, name in ((None, names[0]),
+                          ("COMPRESSION=gzip", names[1]),
+                          ("VERSION=v2", names[0])):
+        dest = tmp_path / ("clone-%s" % (prefers or "default")).replace(
+            "=", "-").replace(";", "-")
+        config = ("--config", "ui.clonebundleprefers=%s" % prefers) \
+            if prefers else ()
+        before = len(fileserver.log)
+        out = hg("clone", "-U", *config, server.url, dest)
+        assert "applying clone bundle from %s" % fileserver.url in out
+        assert [path for path, status in fileserver.log[before:]] == [
+            "/" + name]
+        hg("verify", "-q", "-R", dest)
+        assert _tip(hg, dest) == tip
+
+
+def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
+                                                    fileserver, tmp_path):
+    _generate(hg, real_hg_repo, fileserver, "--config",
+              "bundlegen.formats=stream, gzip")
+    server = hgserve(real_hg_repo, *OFFER)
+    out = hg("clone", "-U", "--stream", server.url, tmp_path / "clone")
+    assert re.search(r"\d+ files to transfer", out)
+    assert fileserver.log[0][0].endswith(".stream.hg")
+    hg("verify", "-q", "-R", tmp_path / "clone")
+
+
+@pytest.mark.parametrize("failure", ["404", "truncated"])
+def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
+                                                    hgserve, fileserver,
+                                                    tmp_path):
+    _generate(hg, real_hg_repo, fileserver, "--config",
+              "bundlegen.formats=gzip")
+    [name] = [n for n in os.listdir(fileserver.root) if n.endswith(".hg")]
+    if failure == "404":
+        fileserver.missing.add(name)
+    else:
+        fileserver.truncate[name] = 100000
+    server = hgserve(real_hg_repo, *OFFER)
+    dest = tmp_path / "clone"
+    # A truncated download needs this extension on the client too.
+    proc = hg.proc("clone", "-U", *FALLBACK, *EXT, server.url, dest)
+    assert proc.returncode == 0, proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "falling back to normal clone" in output
+    assert fileserver.log[0][0] == "/" + name
+    hg("verify", "-q", "-R", dest)
+    assert _tip(hg, dest) == _tip(hg, real_hg_repo)
+    # Without the fallback setting the client stops with a clear error.
+    proc = hg.proc("clone", "-U", server.url, tmp_path / "strict")
+    assert proc.returncode != 0 and "abort:" in proc.stderr
+    assert not (tmp_path / "strict").exists()
+
+
+def test_failed_upload_and_bad_config_leave_the_manifest_alone(
+        real_hg_repo, hg, fileserver, tmp_path):
+    _generate(hg, real_hg_repo, fileserver, "--config",
+              "bundlegen.formats=gzip")
+    manifest = _manifest(real_hg_repo)
+    hg("-R", real_hg_repo, "commit", "--config", "ui.allowemptycommit=1",
+       "-m", "one more")
+
+    proc = _generate(hg, real_hg_repo, fileserver, "--config",
+                     "bundlegen.formats=gzip, zstd-maxx", check=False)
+    assert proc.returncode != 0
+    assert "unknown bundle format in bundlegen.formats: zstd-maxx" in \
+        proc.stderr
+    proc = _generate(hg, real_hg_repo, fileserver, "--config",
+                     "bundlegen.upload-command=exit 3", check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.startswith("abort: upload of ")
+    assert "exited with status 3" in proc.stderr
+    assert _manifest(real_hg_repo) == manifest
+    assert not os.path.exists(os.path.join(
+        real_hg_repo, ".hg", "clonebundles.manifest.old"))
+
+    log = tmp_path / "uploads"
+    _generate(hg, real_hg_repo, fileserver, "--config",
+              "bundlegen.formats=gzip", "--config",
+              "bundlegen.upload-command=echo $BUNDLE_NAME $BUNDLE_SHA256 "
+              ">> %s" % log)
+    assert _manifest(real_hg_repo) != manifest
+    with open(os.path.join(real_hg_repo, ".hg",
+                           "clonebundles.manifest.old")) as fh:
+        assert fh.read() == manifest
+    [uploaded] = log.read_text().splitlines()
+    name, digest = uploaded.split()
+    assert name.startswith(_tip(hg, real_hg_repo))
+    assert "DIGEST=sha256:%s" % digest in _manifest(real_hg_repo)
+
+
+def test_old_bundles_expire_and_leftovers_are_cleaned(real_hg_repo, hg,
+                                                      fileserver):
+    root = fileserver.root
+    old = os.path.join(root, "0" * 40 + ".gzip.hg")
+    recent = os.path.join(root, "1" * 40 + ".gzip.hg")
+    leftover = os.path.join(root, ".bundlegen-tmp-" + "2" * 40 + ".gzip.hg")
+    for path in (old, recent, leftover):
+        with open(path, "wb") as fh:
+            fh.write(b"x")
+    eight_days_ago = time.time() - 8 * 86400
+    os.utime(old, (eight_days_ago, eight_days_ago))
+    out = _generate(hg, real_hg_repo, fileserver, "--config",
+                    "bundlegen.formats=gzip")
+    assert "deleted 1 expired bundles" in out
+    assert not os.path.exists(old) and not os.path.exists(leftover)
+    assert os.path.exists(recent)
+
+
+def test_bundles_are_built_from_one_snapshot(real_hg_repo, hg, hgrc,
+                                           fileserver):
+    # Every ``hg bundle`` run commits to the live repository while it
+    # builds (through a hook in the global hgrc, which the bundling
+    # processes read): none of those commits may reach any bundle.
+    tip = _tip(hg, real_hg_repo)
+    with open(hgrc, "a") as fh:
+        fh.write("[hooks]\npreoutgoing.race = %s -R %s commit -q "
+                 "--config ui.allowemptycommit=1 -m racing\n"
+                 % (hg.binary, real_hg_repo))
+    _generate(hg, real_hg_repo, fileserver, "--config",
+              "bundlegen.formats=gzip, zstd")
+    racing = hg("log", "-R", real_hg_repo, "-r", "desc(racing)",
+                "-T", "{node}\n").split()
+    assert racing
+    index = json.loads(open(os.path.join(fileserver.root,
+                                         "bundles.json")).read())
+    assert index["tip"] == tip
+    for bundle in index["bundles"]:
+        assert bundle["file"].startswith(tip)
+        out = hg("debugbundle", os.path.join(fileserver.root,
+                                             bundle["file"]))
+        assert tip in out
+        assert not any(node in out for node in racing)
+
+
+def test_help_lists_formats_and_settings(hg):
+    out = hg("help", *EXT, "-e", "bundlegen")
+    for word in ("zstd-max", "gzip", "stream", "upload-command",
+                 "expire-days", "base-url", "REQUIRESNI", "DIGEST"):
+        assert word in out
