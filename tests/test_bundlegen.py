@@ -6,6 +6,7 @@ server's log); a 404 or a truncated body falls back to a normal clone."""
 import json
 import os
 import re
+import subprocess
 import time
 
 import pytest
@@ -215,3 +216,22 @@ def test_help_lists_formats_and_settings(hg):
     for word in ("zstd-max", "gzip", "stream", "upload-command",
                  "expire-days", "base-url", "REQUIRESNI", "DIGEST"):
         assert word in out
+
+
+def test_cron_script_runs_every_repository_and_reports_failures(
+        real_hg_repo, hg, env, fileserver, tmp_path):
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
+                          "bundlegen", "bundlegen-cron.sh")
+    with open(os.path.join(real_hg_repo, ".hg", "hgrc"), "a") as fh:
+        fh.write("[extensions]\nbundlegen =\nclonebundles =\n"
+                 "[bundlegen]\noutput = %s\nbase-url = %s\nformats = gzip\n"
+                 % (fileserver.root, fileserver.url))
+    unconfigured = tmp_path / "unconfigured"
+    hg("init", unconfigured)
+    run_env = dict(env, PATH=os.path.dirname(hg.binary) + os.pathsep
+                   + env["PATH"])
+    proc = subprocess.run(["sh", script, str(unconfigured), str(real_hg_repo)],
+                          env=run_env, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "bundlegen failed for %s" % unconfigured in proc.stderr
+    assert "gzip.hg" in _manifest(real_hg_repo)

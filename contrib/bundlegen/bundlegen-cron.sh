@@ -1,0 +1,15 @@
+#!/bin/sh
+# Daily clone bundle generation for every repository given as an argument,
+# for cron:
+#   15 3 * * *  hg  /usr/local/bin/bundlegen-cron.sh /srv/hg/myrepo /srv/hg/other
+# Each repository's .hg/hgrc carries its [bundlegen] settings (see
+# hgrc.example).  One failing repository does not stop the others; the exit
+# status says whether any failed.
+status=0
+for repo in "$@"; do
+    if ! hg -R "$repo" bundlegen; then
+        echo "bundlegen failed for $repo; its manifest is unchanged" >&2
+        status=1
+    fi
+done
+exit $status

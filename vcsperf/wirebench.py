@@ -1,0 +1,260 @@
+"""Wire and clone-bundle benchmark: core Mercurial beside wirezstd and
+bundlegen, on one repository, in one run.
+
+Measured, each with core first:
+
+- bundles: size and build time of core ``gzip-v2``, core ``zstd-v2`` at its
+  default level and at level 19 with 2 threads, ours (``zstd-v2`` at level
+  19 with 2 threads and long-distance matching, which a stock hg applies),
+  core's stream bundle, and ``hg bundlegen`` building zstd-max, gzip and
+  stream at once;
+- clones over HTTP on 127.0.0.1 by a stock hg: from each bundle (served by
+  a plain file server, offered by ``hg serve``), against ``clone --pull``
+  and ``clone --stream`` without bundles;
+- the wire: bytes received and server CPU for a full ``clone --pull`` and
+  for a pull of the last 100 changesets, core zstd against wirezstd.
+
+Used by ``contrib/bench/wirezstd.py``.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from . import tools
+
+BUNDLES = (
+    # name, bundle type, extra config, with our extensions
+    ("core gzip-v2", "gzip-v2", (), False),
+    ("core zstd-v2", "zstd-v2", (), False),
+    ("core zstd-v2 L19 T2", "zstd-v2",
+     ("experimental.bundlecomplevel.zstd=19",
+      "experimental.bundlecompthreads.zstd=2"), False),
+    ("ours zstd-max", "zstd-v2",
+     ("experimental.bundlecomplevel.zstd=19",
+      "experimental.bundlecompthreads.zstd=2"), True),
+    ("core stream", "none-v2;stream=v2", (), False),
+)
+TARGETS = (
+    ("ours vs core gzip-v2 bytes", "vs_gzip", "<=", 0.55),
+    ("ours vs core zstd L19 bytes", "vs_zstd19", "<=", 0.85),
+    ("all formats vs slowest alone, time", "generate_all", "<=", 1.3),
+    ("full pull bytes, ours vs core zstd", "pull_bytes", "<=", 0.9),
+    ("full pull server CPU, ours vs core", "pull_cpu", "<=", 1.2),
+)
+_RECEIVED = re.compile(r"received (\d+) bytes in responses")
+
+
+def _hg(env, *args):
+    return tools.run([tools.executable("hg"), *map(str, args)], env)
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _cpu_seconds(pid):
+    """CPU time (user + system) that process ``pid`` has used so far."""
+    with open("/proc/%d/stat" % pid) as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+class _Serve:
+    """``hg serve`` of ``repo`` on 127.0.0.1, stopped on exit."""
+
+    def __init__(self, env, repo, *config):
+        self.pidfile = repo + ".pid"
+        out = _hg(env, "serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p",
+                  "0", "--pid-file", self.pidfile,
+                  *[a for c in config for a in ("--config", c)])
+        port = re.search(r"bound to 127\.0\.0\.1:(\d+)", out).group(1)
+        self.url = "http://127.0.0.1:%s/" % port
+        with open(self.pidfile) as fh:
+            self.pid = int(fh.read())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        os.kill(self.pid, 15)
+        for _ in range(100):
+            if not os.path.exists("/proc/%d" % self.pid):
+                break
+            time.sleep(0.05)
+
+
+class _FileServer:
+    """Python's own file server for ``root`` on 127.0.0.1."""
+
+    def __init__(self, root):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", "--bind",
+             "127.0.0.1", "0"], cwd=root, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        port = re.search(r"port (\d+)", self.proc.stdout.readline()).group(1)
+        self.url = "http://127.0.0.1:%s/" % port
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def measure_bundles(repo, work, core, ours):
+    results = {}
+    for name, spec, config, extended in BUNDLES:
+        path = os.path.join(work, name.replace(" ", "_") + ".hg")
+        args = ["-R", repo, "bundle", "-q", "-a", "-t", spec, path]
+        for item in config:
+            args += ["--config", item]
+        seconds = _timed(lambda: _hg(ours if extended else core, *args))
+        results[name] = {"bytes": os.path.getsize(path),
+                         "seconds": seconds, "path": path}
+    out = os.path.join(work, "bundlegen-out")
+    seconds = _timed(lambda: _hg(
+        ours, "-R", repo, "bundlegen", "--output", out, "--base-url",
+        "http://127.0.0.1/", "--config", "bundlegen.zstd-threads=2",
+        "--config", "bundlegen.zstd-level=19"))
+    results["bundlegen all three"] = {
+        "bytes": sum(os.path.getsize(os.path.join(out, n))
+                     for n in os.listdir(out) if n.endswith(".hg")),
+        "seconds": seconds}
+    return results
+
+
+def measure_clones(repo, work, core, bundles):
+    """Clone times by a stock hg over HTTP, from each bundle and without."""
+    results = {}
+    manifest = os.path.join(repo, ".hg", "clonebundles.manifest")
+    with _FileServer(work) as files:
+        for name in ("core gzip-v2", "core zstd-v2 L19 T2", "ours zstd-max",
+                     "core stream"):
+            with open(manifest, "w") as fh:
+                fh.write("%s%s BUNDLESPEC=%s\n" % (
+                    files.url, os.path.basename(bundles[name]["path"]),
+                    _hg(core, "debugbundle", "--spec",
+                        bundles[name]["path"]).strip()))
+            stream = ("--stream",) if "stream" in name else ()
+            dest = os.path.join(work, "clone")
+            with _Serve(core, repo, "extensions.clonebundles=") as server:
+                seconds = _timed(lambda: _hg(core, "clone", "-U", *stream,
+                                             server.url, dest))
+            out = _hg(core, "verify", "-q", "-R", dest)
+            shutil.rmtree(dest, ignore_errors=True)
+            results["from " + name] = {"seconds": seconds,
+                                       "verify": out == ""}
+        os.unlink(manifest)
+    for name, extra in (("clone --pull", "--pull"),
+                        ("clone --stream", "--stream")):
+        dest = os.path.join(work, "clone")
+        with _Serve(core, repo) as server:
+            seconds = _timed(lambda: _hg(
+                core, "clone", "-U", extra, "--config",
+                "ui.clonebundles=false", server.url, dest))
+        shutil.rmtree(dest, ignore_errors=True)
+        results[name] = {"seconds": seconds}
+    return results
+
+
+def _pull(env, repo, dest, server_config, base):
+    """Bytes received and server CPU seconds for pulling ``repo`` into
+    ``dest`` (a fresh clone of ``base`` revisions, or an empty repo)."""
+    if base:
+        _hg(env, "clone", "-q", "-U", "-r", base, repo, dest)
+    else:
+        _hg(env, "init", dest)
+    with _Serve(env, repo, *server_config) as server:
+        before = _cpu_seconds(server.pid)
+        start = time.perf_counter()
+        out = _hg(env, "pull", "--debug", "-R", dest, server.url)
+        seconds = time.perf_counter() - start
+        cpu = _cpu_seconds(server.pid) - before
+    shutil.rmtree(dest, ignore_errors=True)
+    received = int(_RECEIVED.search(out).group(1))
+    return {"bytes": received, "server_cpu": cpu, "seconds": seconds}
+
+
+def measure_wire(repo, work, core, ours):
+    results = {}
+    # clone -r takes what the source can look up: a node, not a revset.
+    last100 = _hg(core, "log", "-R", repo, "-r", "tip~100", "-T", "{node}")
+    for label, base in (("full pull", None), ("pull of last 100", last100)):
+        for side, env, config in (("core zstd", core, ()),
+                                  ("wirezstd", ours,
+                                   ("extensions.wirezstd=",))):
+            results["%s, %s" % (label, side)] = _pull(
+                env, repo, os.path.join(work, "pulled"), config, base)
+    return results
+
+
+def ratios(bundles, wire):
+    slowest = max(bundles[name]["seconds"] for name in
+                  ("ours zstd-max", "core gzip-v2", "core stream"))
+    ours = bundles["ours zstd-max"]["bytes"]
+    return {
+        "vs_gzip": ours / bundles["core gzip-v2"]["bytes"],
+        "vs_zstd19": ours / bundles["core zstd-v2 L19 T2"]["bytes"],
+        "generate_all": bundles["bundlegen all three"]["seconds"] / slowest,
+        "pull_bytes": wire["full pull, wirezstd"]["bytes"]
+        / wire["full pull, core zstd"]["bytes"],
+        "pull_cpu": wire["full pull, wirezstd"]["server_cpu"]
+        / wire["full pull, core zstd"]["server_cpu"],
+        "pull100_bytes": wire["pull of last 100, wirezstd"]["bytes"]
+        / wire["pull of last 100, core zstd"]["bytes"],
+    }
+
+
+def format_report(source, results, table_ratios):
+    lines = ["repository: %s" % source, "",
+             "%-24s %12s %8s %10s" % ("bundle", "bytes", "vs gzip",
+                                      "build s")]
+    gzip = results["bundles"]["core gzip-v2"]["bytes"]
+    for name, r in results["bundles"].items():
+        lines.append("%-24s %12d %8.3f %10.1f" % (
+            name, r["bytes"], r["bytes"] / gzip, r["seconds"]))
+    lines += ["", "%-28s %8s" % ("clone by stock hg, HTTP", "seconds")]
+    for name, r in results["clones"].items():
+        lines.append("%-28s %8.1f" % (name, r["seconds"]))
+    lines += ["", "%-32s %12s %10s" % ("wire", "bytes", "server cpu")]
+    for name, r in results["wire"].items():
+        lines.append("%-32s %12d %10.2f" % (name, r["bytes"],
+                                            r["server_cpu"]))
+    lines.append("")
+    for label, key, op, target in TARGETS:
+        value = table_ratios[key]
+        met = value <= target if op == "<=" else value >= target
+        lines.append("%-38s %6.3f  target %s %.2f  %s"
+                     % (label, value, op, target, "met" if met else "MISSED"))
+    lines.append("%-38s %6.3f" % ("pull of last 100, bytes ours vs core",
+                                  table_ratios["pull100_bytes"]))
+    return "\n".join(lines)
+
+
+def run(source, workdir):
+    """Measure on a hardlinked clone of ``source`` under ``workdir``;
+    returns ``(results, ratios)``."""
+    hgrc = os.path.join(workdir, "hgrc")
+    with open(hgrc, "w") as fh:
+        fh.write("[extensions]\nwirezstd =\nbundlegen =\nclonebundles =\n")
+    ours = tools.isolated_env(workdir, hgrc)
+    # Core is measured with no extension loaded at all.
+    core = tools.isolated_env(workdir)
+    repo = os.path.join(workdir, "repo")
+    _hg(core, "clone", "-q", "-U", os.path.abspath(source), repo)
+    bundles = measure_bundles(repo, workdir, core, ours)
+    results = {
+        "bundles": bundles,
+        "clones": measure_clones(repo, workdir, core, bundles),
+        "wire": measure_wire(repo, workdir, core, ours),
+    }
+    for r in bundles.values():
+        r.pop("path", None)
+    return results, ratios(bundles, results["wire"])
