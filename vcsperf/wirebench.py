@@ -26,21 +26,11 @@ import time
 
 from . import tools
 
-BUNDLES = (
-    # name, bundle type, extra config, with our extensions
-    ("core gzip-v2", "gzip-v2", (), False),
-    ("core zstd-v2", "zstd-v2", (), False),
-    ("core zstd-v2 L19 T2", "zstd-v2",
-     ("experimental.bundlecomplevel.zstd=19",
-      "experimental.bundlecompthreads.zstd=2"), False),
-    ("ours zstd-max", "zstd-v2",
-     ("experimental.bundlecomplevel.zstd=19",
-      "experimental.bundlecompthreads.zstd=2"), True),
-    ("core stream", "none-v2;stream=v2", (), False),
-)
+#: zstd-max's level, and core's high-level zstd bundle beside it.
+MAX_LEVEL = 19
 TARGETS = (
     ("ours vs core gzip-v2 bytes", "vs_gzip", "<=", 0.55),
-    ("ours vs core zstd L19 bytes", "vs_zstd19", "<=", 0.85),
+    ("ours vs core zstd max-level bytes", "vs_zstd_max", "<=", 0.85),
     ("all formats vs slowest alone, time", "generate_all", "<=", 1.3),
     ("full pull bytes, ours vs core zstd", "pull_bytes", "<=", 0.9),
     ("full pull server CPU, ours vs core", "pull_cpu", "<=", 1.2),
@@ -108,9 +98,23 @@ class _FileServer:
         self.proc.wait()
 
 
-def measure_bundles(repo, work, core, ours):
+def _bundles(level):
+    """(name, bundle type, extra config, with our extensions) of each
+    bundle built alone."""
+    high = ("experimental.bundlecomplevel.zstd=%d" % level,
+            "experimental.bundlecompthreads.zstd=2")
+    return (
+        ("core gzip-v2", "gzip-v2", (), False),
+        ("core zstd-v2", "zstd-v2", (), False),
+        ("core zstd-v2 L%d T2" % level, "zstd-v2", high, False),
+        ("ours zstd-max", "zstd-v2", high, True),
+        ("core stream", "none-v2;stream=v2", (), False),
+    )
+
+
+def measure_bundles(repo, work, core, ours, level):
     results = {}
-    for name, spec, config, extended in BUNDLES:
+    for name, spec, config, extended in _bundles(level):
         path = os.path.join(work, name.replace(" ", "_") + ".hg")
         args = ["-R", repo, "bundle", "-q", "-a", "-t", spec, path]
         for item in config:
@@ -122,7 +126,7 @@ def measure_bundles(repo, work, core, ours):
     seconds = _timed(lambda: _hg(
         ours, "-R", repo, "bundlegen", "--output", out, "--base-url",
         "http://127.0.0.1/", "--config", "bundlegen.zstd-threads=2",
-        "--config", "bundlegen.zstd-level=19"))
+        "--config", "bundlegen.zstd-level=%d" % level))
     results["bundlegen all three"] = {
         "bytes": sum(os.path.getsize(os.path.join(out, n))
                      for n in os.listdir(out) if n.endswith(".hg")),
@@ -130,13 +134,13 @@ def measure_bundles(repo, work, core, ours):
     return results
 
 
-def measure_clones(repo, work, core, bundles):
+def measure_clones(repo, work, core, bundles, level):
     """Clone times by a stock hg over HTTP, from each bundle and without."""
     results = {}
     manifest = os.path.join(repo, ".hg", "clonebundles.manifest")
     with _FileServer(work) as files:
-        for name in ("core gzip-v2", "core zstd-v2 L19 T2", "ours zstd-max",
-                     "core stream"):
+        for name in ("core gzip-v2", "core zstd-v2 L%d T2" % level,
+                     "ours zstd-max", "core stream"):
             with open(manifest, "w") as fh:
                 fh.write("%s%s BUNDLESPEC=%s\n" % (
                     files.url, os.path.basename(bundles[name]["path"]),
@@ -185,7 +189,8 @@ def _pull(env, repo, dest, server_config, base):
 def measure_wire(repo, work, core, ours):
     results = {}
     # clone -r takes what the source can look up: a node, not a revset.
-    last100 = _hg(core, "log", "-R", repo, "-r", "tip~100", "-T", "{node}")
+    last100 = _hg(core, "log", "-R", repo, "-r", "first(last(all(), 101))",
+                  "-T", "{node}")
     for label, base in (("full pull", None), ("pull of last 100", last100)):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,
@@ -195,13 +200,13 @@ def measure_wire(repo, work, core, ours):
     return results
 
 
-def ratios(bundles, wire):
+def ratios(bundles, wire, level):
     slowest = max(bundles[name]["seconds"] for name in
                   ("ours zstd-max", "core gzip-v2", "core stream"))
     ours = bundles["ours zstd-max"]["bytes"]
     return {
         "vs_gzip": ours / bundles["core gzip-v2"]["bytes"],
-        "vs_zstd19": ours / bundles["core zstd-v2 L19 T2"]["bytes"],
+        "vs_zstd_max": ours / bundles["core zstd-v2 L%d T2" % level]["bytes"],
         "generate_all": bundles["bundlegen all three"]["seconds"] / slowest,
         "pull_bytes": wire["full pull, wirezstd"]["bytes"]
         / wire["full pull, core zstd"]["bytes"],
@@ -238,9 +243,10 @@ def format_report(source, results, table_ratios):
     return "\n".join(lines)
 
 
-def run(source, workdir):
-    """Measure on a hardlinked clone of ``source`` under ``workdir``;
-    returns ``(results, ratios)``."""
+def run(source, workdir, level=MAX_LEVEL):
+    """Measure on a hardlinked clone of ``source`` under ``workdir``, with
+    zstd-max and core's high-level zstd at ``level``; returns
+    ``(results, ratios)``."""
     hgrc = os.path.join(workdir, "hgrc")
     with open(hgrc, "w") as fh:
         fh.write("[extensions]\nwirezstd =\nbundlegen =\nclonebundles =\n")
@@ -249,12 +255,12 @@ def run(source, workdir):
     core = tools.isolated_env(workdir)
     repo = os.path.join(workdir, "repo")
     _hg(core, "clone", "-q", "-U", os.path.abspath(source), repo)
-    bundles = measure_bundles(repo, workdir, core, ours)
+    bundles = measure_bundles(repo, workdir, core, ours, level)
     results = {
         "bundles": bundles,
-        "clones": measure_clones(repo, workdir, core, bundles),
+        "clones": measure_clones(repo, workdir, core, bundles, level),
         "wire": measure_wire(repo, workdir, core, ours),
     }
     for r in bundles.values():
         r.pop("path", None)
-    return results, ratios(bundles, results["wire"])
+    return results, ratios(bundles, results["wire"], level)

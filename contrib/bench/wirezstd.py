@@ -20,12 +20,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("repo")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--level", type=int, default=wirebench.MAX_LEVEL,
+                        help="zstd-max level, and core's high-level zstd")
     parser.add_argument("--workdir", help="where the bundles and clones go (default: a "
                         "temporary directory, removed afterwards)")
     args = parser.parse_args()
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
     try:
-        results, ratios = wirebench.run(args.repo, work)
+        results, ratios = wirebench.run(args.repo, work, args.level)
         print(wirebench.format_report(args.repo, results, ratios))
         if args.json:
             with open(args.json, "w") as fh:
