@@ -697,18 +697,20 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
         spec = _find_elsewhere(fullname, path, target)
         if spec is None or spec.origin is None:
             return None             # not found, or a namespace package
-        if not by_name and not self.covers(spec.origin):
+        if not by_name and not (spec.has_location and
+                                self.covers(spec.origin)):
             return None
         loader = spec.loader
-        if isinstance(loader, (importlib.machinery.ExtensionFileLoader,
-                               importlib.machinery.BuiltinImporter)):
+        if loader is importlib.machinery.BuiltinImporter or \
+                isinstance(loader, importlib.machinery.ExtensionFileLoader):
             return None             # compiled code: nothing to rewrite
         if not isinstance(loader, importlib.machinery.SourceFileLoader):
             raise ImportError(
-                "pastbytes: cannot rewrite %s: it is loaded by %s from %s, "
-                "not from a source file (extract it to a directory on "
-                "sys.path, or leave it out of the pastbytes packages and "
-                "paths)" % (fullname, type(loader).__name__, spec.origin),
+                "pastbytes: cannot rewrite %s: %s provides it (%s), not a "
+                "source file; extract it to a directory on sys.path, or "
+                "leave it out of the pastbytes packages and paths"
+                % (fullname, getattr(loader, "__name__",
+                                     type(loader).__name__), spec.origin),
                 name=fullname)
         ours = PastBytesLoader(spec.name, spec.origin, self.rules)
         new = importlib.util.spec_from_file_location(
