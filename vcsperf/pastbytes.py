@@ -524,9 +524,10 @@ class _Rewrite:
 
     def _as_bytes(self, start, end):
         literal = self.text[start:end]
-        if literal.isascii():
-            return "b" + literal
-        return "b" + _NON_ASCII.sub(self._escape, literal)
+        if not literal.isascii():
+            literal = _NON_ASCII.sub(self._escape, literal)
+        # ``if'a'`` is valid; ``ifb'a'`` would be a name.
+        return ("b" if _starts_name(self.text, start) else " b") + literal
 
     def _escape(self, match):
         found = match.group()
