@@ -148,9 +148,9 @@ def uisetup(ui):
         return
     for name, module in extensions.extensions(ui):
         filename = getattr(module, '__file__', None) or ''
-        rewritten = isinstance(
-            getattr(module, '__loader__', None), pastbytes.PastBytesLoader
-        )
+        loader = getattr(module, '__loader__', None)
+        loader = getattr(loader, 'loader', loader)  # demandimport's lazy one
+        rewritten = isinstance(loader, pastbytes.PastBytesLoader)
         wanted = finder.wants_name(module.__name__) or finder.covers(filename)
         if wanted and not rewritten:
             ui.warn(

@@ -701,7 +701,10 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
         if not by_name and not (spec.has_location and
                                 self.covers(spec.origin)):
             return None
-        loader = spec.loader
+        # A lazy loader (Mercurial's demandimport installs one) wraps the
+        # loader that reads the file: replace that one.
+        lazy = isinstance(spec.loader, importlib.util.LazyLoader)
+        loader = spec.loader.loader if lazy else spec.loader
         if loader is importlib.machinery.BuiltinImporter or \
                 isinstance(loader, importlib.machinery.ExtensionFileLoader):
             return None             # compiled code: nothing to rewrite
@@ -714,8 +717,10 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
                                      type(loader).__name__), spec.origin),
                 name=fullname)
         ours = PastBytesLoader(spec.name, spec.origin, self.rules)
+        if lazy:
+            spec.loader.loader = ours
         new = importlib.util.spec_from_file_location(
-            spec.name, spec.origin, loader=ours,
+            spec.name, spec.origin, loader=spec.loader if lazy else ours,
             submodule_search_locations=spec.submodule_search_locations)
         new.cached = ours.cache_path()
         return new
