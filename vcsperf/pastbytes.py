@@ -127,6 +127,7 @@ class Rules:
                 raise ValueError("not a Python name: %r" % name)
         self._scan = re.compile(self._scan_pattern())
         self._after_group = self._after_group_pattern()
+        self._tag = self._make_tag()
 
     def _scan_pattern(self):
         # One search finds, left to right, everything the rewrite looks
@@ -170,6 +171,9 @@ class Rules:
     def tag(self):
         """The pyc optimization tag: changes with the format and the
         rules, and with ``-O``."""
+        return self._tag
+
+    def _make_tag(self):
         tag = "pastbytes%d" % FORMAT_VERSION
         if self.renames != dict(DEFAULT_RENAMES) or self.kwargs_names:
             digest = hashlib.sha1(repr((sorted(self.renames.items()),
@@ -365,19 +369,7 @@ class _Depth:
     def innermost(self, pos):
         """The innermost bracket open at ``pos`` ('' at top level)."""
         pending = 0
-        end = pos
-        for start, stop in reversed(self.opaque):
-            if stop > pos:
-                continue
-            for bracket in reversed(_BRACKETS.findall(self.text, stop, end)):
-                if bracket in ")]}":
-                    pending += 1
-                elif pending:
-                    pending -= 1
-                else:
-                    return bracket
-            end = start
-        for bracket in reversed(_BRACKETS.findall(self.text, 0, end)):
+        for bracket in self._brackets_before(pos):
             if bracket in ")]}":
                 pending += 1
             elif pending:
@@ -385,6 +377,16 @@ class _Depth:
             else:
                 return bracket
         return ""
+
+    def _brackets_before(self, pos):
+        """The brackets of code (not strings or comments) before ``pos``,
+        nearest first."""
+        end = pos
+        for start, stop in reversed(self.opaque):
+            if stop <= pos:
+                yield from reversed(_BRACKETS.findall(self.text, stop, end))
+                end = start
+        yield from reversed(_BRACKETS.findall(self.text, 0, end))
 
 
 class _Rewrite:
@@ -623,15 +625,18 @@ class PastBytesLoader(importlib.machinery.SourceFileLoader):
     def __init__(self, fullname, path, rules=DEFAULT_RULES):
         super().__init__(fullname, path)
         self.rules = rules
+        self._cache_path = False
 
     def cache_path(self):
         """Where the rewritten bytecode is cached, or None when this
         Python caches no bytecode."""
-        try:
-            return importlib.util.cache_from_source(
-                self.path, optimization=self.rules.tag())
-        except NotImplementedError:
-            return None
+        if self._cache_path is False:
+            try:
+                self._cache_path = importlib.util.cache_from_source(
+                    self.path, optimization=self.rules.tag())
+            except NotImplementedError:
+                self._cache_path = None
+        return self._cache_path
 
     def source_to_code(self, data, path, *, _optimize=-1):
         return compile_source(data, path, self.rules, _optimize)
@@ -670,6 +675,7 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
             path = os.path.abspath(os.path.expanduser(os.fsdecode(path)))
             dirs += [path, os.path.realpath(path)]
         self.paths = tuple(sorted(set(os.path.normcase(d) for d in dirs)))
+        self._prefixes = tuple(d + os.sep for d in self.paths)
 
     def wants_name(self, fullname):
         return any(fullname == p or fullname.startswith(p + ".")
@@ -678,16 +684,14 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
     def covers(self, filename):
         """Whether ``filename`` lies under one of the configured
         directories."""
-        name = os.path.normcase(os.path.abspath(filename))
-        return any(name.startswith(d + os.sep) for d in self.paths)
+        return _absolute(filename).startswith(self._prefixes)
 
     def _may_find_under_paths(self, path):
         for entry in (sys.path if path is None else path):
-            entry = os.path.normcase(os.path.abspath(entry or os.curdir))
-            for d in self.paths:
-                if entry == d or entry.startswith(d + os.sep) or \
-                        d.startswith(entry + os.sep):
-                    return True
+            entry = _absolute(entry or os.curdir) + os.sep
+            if entry.startswith(self._prefixes) or \
+                    any(d.startswith(entry) for d in self._prefixes):
+                return True
         return False
 
     def find_spec(self, fullname, path=None, target=None):
@@ -695,7 +699,7 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
         if not by_name and not (self.paths and
                                 self._may_find_under_paths(path)):
             return None
-        spec = _find_elsewhere(fullname, path, target)
+        spec = find_spec_elsewhere(fullname, path, target)
         if spec is None or spec.origin is None:
             return None             # not found, or a namespace package
         if not by_name and not (spec.has_location and
@@ -716,17 +720,26 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
                 % (fullname, getattr(loader, "__name__",
                                      type(loader).__name__), spec.origin),
                 name=fullname)
+        # The spec is the other finder's fresh copy: adapt it in place.
         ours = PastBytesLoader(spec.name, spec.origin, self.rules)
         if lazy:
             spec.loader.loader = ours
-        new = importlib.util.spec_from_file_location(
-            spec.name, spec.origin, loader=spec.loader if lazy else ours,
-            submodule_search_locations=spec.submodule_search_locations)
-        new.cached = ours.cache_path()
-        return new
+        else:
+            spec.loader = ours
+        spec.cached = ours.cache_path()
+        return spec
 
 
-def _find_elsewhere(fullname, path, target):
+def _absolute(path):
+    # Import paths are mostly absolute already; abspath is slow.
+    if not os.path.isabs(path):
+        path = os.path.abspath(path)
+    return os.path.normcase(path)
+
+
+def find_spec_elsewhere(fullname, path=None, target=None):
+    """The spec that the rest of ``sys.meta_path`` finds: what importing
+    finds without pastbytes."""
     for finder in sys.meta_path:
         if isinstance(finder, PastBytesFinder):
             continue

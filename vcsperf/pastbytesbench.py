@@ -23,7 +23,6 @@ run on Python 3.11 anyway), so the ratios here are upper bounds of what a
 whole import sees.
 """
 
-import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -167,8 +166,9 @@ def run(corpus, work, repeat=3):
     hgloader = mercurial_hook_loader(corpus)
     finder = pastbytes.PastBytesFinder(paths=[trees["pastbytes"]])
 
-    def plain_spec(name, path):
-        return importlib.machinery.PathFinder.find_spec(name, path)
+    # What the import system asks sys.meta_path, as it would without a
+    # hook (Mercurial's hook swapped the loader of that spec).
+    plain_spec = pastbytes.find_spec_elsewhere
 
     def hook_spec(name, path):
         spec = plain_spec(name, path)
