@@ -265,8 +265,7 @@ class _FString:
         self.raw = raw
 
     def end(self, quote_at, quote):
-        end = self._literal(quote_at + len(quote), quote, "")
-        return end
+        return self._literal(quote_at + len(quote), quote, "")
 
     def _literal(self, i, quote, closer):
         # Literal text, up to the closing quote (or to ``closer``, the
