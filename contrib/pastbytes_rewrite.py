@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Rewrite Python-2-era sources once, for good: the same rewrite that the
+pastbytes importer applies at import time, written to disk.
+
+    python contrib/pastbytes_rewrite.py [--check] [--kwargs-name opts] PATH...
+
+PATH is a file or a directory (every ``*.py`` below it).  Each changed file
+is replaced by write-then-rename, in its own encoding and with its own
+line endings; a file whose rewrite would not compile is reported and left
+as it is.  The result compiles to the very code the importer compiles, so
+the hook can be dropped without a change in behaviour.  Pass the same
+rules as the importer had (the Mercurial extension uses
+``--kwargs-name opts``).  ``--check`` writes nothing and exits 1 if a file
+would change.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+
+from vcsperf import pastbytes
+
+
+def python_files(paths):
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        yield os.path.join(root, name)
+        else:
+            yield path
+
+
+def rewrite(path, rules):
+    """The rewritten bytes of ``path``, or None if nothing changes."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    text, encoding = pastbytes.decode(data)
+    new = pastbytes.transform(text, rules, encoding)
+    if new == text:
+        return None
+    compile(new, path, "exec", dont_inherit=True)
+    return new.encode(encoding)
+
+
+def replace(path, data):
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
+                               prefix=".pastbytes-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", metavar="PATH")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a file would change")
+    parser.add_argument("--kwargs-name", action="append", default=[],
+                        help="keep str keys for this **kwargs dict name")
+    args = parser.parse_args(argv)
+    rules = pastbytes.Rules(kwargs_names=args.kwargs_name)
+    changed = failed = 0
+    for path in python_files(args.paths):
+        try:
+            data = rewrite(path, rules)
+        except (SyntaxError, UnicodeDecodeError, pastbytes.ScanError) as err:
+            print("%s: not rewritten: %s" % (path, err), file=sys.stderr)
+            failed += 1
+            continue
+        if data is None:
+            continue
+        changed += 1
+        print(("would rewrite %s" if args.check else "rewrote %s") % path)
+        if not args.check:
+            replace(path, data)
+    print("%d file(s) %s, %d failed" % (
+        changed, "to rewrite" if args.check else "rewritten", failed))
+    if failed or (args.check and changed):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
