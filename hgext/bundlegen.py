@@ -381,7 +381,7 @@ def _expire(outdir, days, keep):
 
 
 def _store_holds_data(repo):
-    for root, _dirs, files in os.walk(repo.svfs.base):
+    for root, _dirs, files in os.walk(repo.spath):
         for name in files:
             if (name.endswith((b'.i', b'.d', b'.n'))
                     and os.path.getsize(os.path.join(root, name))):
