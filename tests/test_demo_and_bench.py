@@ -37,6 +37,16 @@ def test_demo_prints_real_figures(env, tmp_path):
     assert set(engines) == {"zlib", "zstd", "zstd-dict"}
     assert all(cells[-1] == "yes" for cells in engines.values())
     assert float(engines["zstd-dict"][1]) < float(engines["zstd"][1])
+    # wirezstd and bundlegen: bundles built, cloned from, pulled.
+    bundles = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^(core gzip-v2|ours zstd-max|bundlegen all three) +(\d+)", out,
+        re.M)}
+    assert bundles["ours zstd-max"] < bundles["core gzip-v2"]
+    assert bundles["bundlegen all three"] > bundles["core gzip-v2"]
+    pulls = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^full pull, (core zstd|wirezstd) +(\d+)", out, re.M)}
+    assert 0 < pulls["wirezstd"] < pulls["core zstd"]
+    assert re.search(r"^from ours zstd-max +\d", out, re.M)
     assert os.listdir(str(scratch)) == []
 
 

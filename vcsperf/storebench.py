@@ -15,7 +15,7 @@ import os
 import subprocess
 import time
 
-from . import chunkread, tools
+from . import benchcli, chunkread, tools
 
 ENGINES = ("zlib", "zstd", "zstd-dict")
 CLASSES = ("changelog", "manifest", "filelog")
@@ -123,11 +123,7 @@ def format_report(source, results, table_ratios):
                  r["log_seconds"], r["verify_seconds"],
                  "yes" if r["verify_ok"] else "NO"))
     lines.append("")
-    for label, key, op, target in TARGETS:
-        value = table_ratios[key]
-        met = value <= target if op == "<=" else value >= target
-        lines.append("%-36s %6.3f  target %s %.2f  %s"
-              % (label, value, op, target, "met" if met else "MISSED"))
+    lines += benchcli.target_lines(TARGETS, table_ratios, width=36)
     return "\n".join(lines)
 
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from . import tools
+from . import benchcli, tools
 
 #: zstd-max's level, and core's high-level zstd bundle beside it.
 MAX_LEVEL = 19
@@ -233,11 +233,7 @@ def format_report(source, results, table_ratios):
         lines.append("%-32s %12d %10.2f" % (name, r["bytes"],
                                             r["server_cpu"]))
     lines.append("")
-    for label, key, op, target in TARGETS:
-        value = table_ratios[key]
-        met = value <= target if op == "<=" else value >= target
-        lines.append("%-38s %6.3f  target %s %.2f  %s"
-                     % (label, value, op, target, "met" if met else "MISSED"))
+    lines += benchcli.target_lines(TARGETS, table_ratios)
     lines.append("%-38s %6.3f" % ("pull of last 100, bytes ours vs core",
                                   table_ratios["pull100_bytes"]))
     return "\n".join(lines)

@@ -7,36 +7,12 @@
 See vcsperf/storebench.py for what is measured and how.
 """
 
-import argparse
-import json
-import shutil
 import sys
-import tempfile
 
-from vcsperf import storebench
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repo")
-    parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--repeat", type=int, default=5,
-                        help="read runs per class (best is kept)")
-    parser.add_argument("--workdir", help="where the copies go (default: a "
-                        "temporary directory, removed afterwards)")
-    args = parser.parse_args()
-    work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
-    try:
-        results, ratios = storebench.run(args.repo, work, args.repeat)
-        print(storebench.format_report(args.repo, results, ratios))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump({"repo": args.repo, "results": results,
-                           "ratios": ratios}, fh, indent=2)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
-
+from vcsperf import benchcli, storebench
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(benchcli.main(__doc__, storebench.run, storebench.format_report, [
+        ("repeat", dict(type=int, default=5,
+                        help="read runs per class (best is kept)")),
+    ]))
