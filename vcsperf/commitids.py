@@ -78,6 +78,14 @@ def find_ids(message):
     return _ID_LINE.findall(message)
 
 
+def replace_id(message, commit_id):
+    """``message`` with the ID of its first ID line replaced."""
+    match = _ID_LINE.search(message)
+    if match is None:
+        return message
+    return message[:match.start(1)] + commit_id + message[match.end(1):]
+
+
 class _Message:
     """A message cut into lines, remembering how to put it back together.
 
