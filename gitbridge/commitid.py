@@ -215,13 +215,14 @@ def _parents_first(commits):
 
 # commitid-map ---------------------------------------------------------------
 
-def read_series(repo_path, revisions):
+def read_series(repo_path, revisions, hidden=False):
     """The commits that ``revisions`` names in a Git repository (a range
-    such as ``main..topic``) or a Mercurial one (a revset), oldest first,
-    as ``vcsperf.commitids.Commit`` without predecessors."""
+    such as ``main..topic``) or a Mercurial one (a revset, which sees
+    obsolete changesets with ``hidden``), oldest first, as
+    ``vcsperf.commitids.Commit`` without predecessors."""
     if os.path.isdir(os.path.join(repo_path, ".hg")):
-        out = _hg(repo_path, "log", "--hidden", "-r", revisions, "-T",
-                  "{node}\\n{desc}\\0")
+        out = _hg(repo_path, *(["--hidden"] if hidden else []), "log", "-r",
+                  revisions, "-T", "{node}\\n{desc}\\0")
     else:
         out = _git(repo_path, "log", "--reverse", "--topo-order", "-z",
                    "--format=%H%n%B", revisions, "--")
@@ -239,7 +240,7 @@ def _hg(repo_path, *args):
         return tools.run([tools.executable("hg"), "-R", repo_path, *args],
                          env)
     except tools.CommandError as err:
-        raise Abort("hg %s failed: %s" % (args[0], err.stderr.strip()))
+        raise Abort("hg failed: %s" % err.stderr.strip())
 
 
 def with_predecessors(repo_path, old, new):
@@ -263,8 +264,10 @@ def with_predecessors(repo_path, old, new):
 def map_ids(old_repo, old_revs, new_repo, new_revs, positional=False):
     """Map the ``new`` series onto the ``old`` one (see
     ``vcsperf.commitids.map_series``), using obsolescence markers when
-    both are the same Mercurial repository."""
-    old = read_series(old_repo, old_revs)
+    both are the same Mercurial repository.  Obsolete changesets count in
+    the old series only."""
+    # The old series is history, obsolete by now in Mercurial.
+    old = read_series(old_repo, old_revs, hidden=True)
     new = read_series(new_repo, new_revs)
     if os.path.isdir(os.path.join(old_repo, ".hg")) and \
             os.path.realpath(old_repo) == os.path.realpath(new_repo):

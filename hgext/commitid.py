@@ -284,13 +284,26 @@ def _rewrite(ui, repo, revs):
         parents = [replacements.get(p.node(), p.node())
                    for p in (ctx.p1(), ctx.p2())]
         new = context.memctx(
-            repo, parents, ctx.description(), ctx.files(), ctx,
-            user=ctx.user(), date=ctx.date(), extra=ctx.extra(),
-            branch=ctx.branch())
+            repo, parents, ctx.description(), ctx.files(),
+            _same_files(ctx), user=ctx.user(), date=ctx.date(),
+            extra=ctx.extra(), branch=ctx.branch())
         replacements[ctx.node()] = new.commit()
         progress.increment()
     progress.complete()
     return replacements
+
+
+def _same_files(ctx):
+    """A memctx file function giving the files as ``ctx`` has them (None
+    for a file it removed)."""
+    def filectxfn(repo, memctx, path):
+        if path not in ctx:
+            return None
+        fctx = ctx[path]
+        return context.memfilectx(
+            repo, memctx, path, fctx.data(), islink=fctx.islink(),
+            isexec=fctx.isexec(), copysource=fctx.copysource())
+    return filectxfn
 
 
 @revsetpredicate(b'commitid(id)', safe=True)

@@ -17,18 +17,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def gitbridge(env):
-    def run(*args, cwd=None, check=True):
-        proc = subprocess.run([tools.executable("gitbridge"),
-                               *map(str, args)], env=env,
-                              cwd=cwd, capture_output=True, text=True)
-        if check:
-            assert proc.returncode == 0, proc.stderr
-        return proc
-    return run
-
-
-@pytest.fixture
 def hooked(git, gitrepo, gitbridge):
     """A Git repository with the hook installed and one commit."""
     gitbridge("install-hook", cwd=gitrepo)

@@ -1,6 +1,7 @@
 """The commitid extension with the real hg: every way of making or
 rewriting a changeset leaves exactly one commit ID, and rewrites keep it."""
 
+import json
 import subprocess
 
 import pytest
@@ -383,3 +384,35 @@ def test_deterministic_ids(hg, hgrc, hgrepo, tmp_path):
             hg("commit", "-Aqm", "Change %d" % i, "-d", "0 0", cwd=repo)
     assert ids(hg, hgrepo) == ids(hg, other)
     assert len(set(ids(hg, hgrepo))) == 3
+
+
+@pytest.mark.slow
+def test_real_history_folded_amended_and_mapped(hg, hgrc, real_hg_repo,
+                                                gitbridge):
+    """The last eight pip releases as a draft series: IDs added in one
+    rewrite, then two folds and an amend; the result maps back."""
+    repo = real_hg_repo
+    hgrc.write_text(EXTENSIONS)
+    hg("phase", "--force", "--draft", "-r", "tip~7::tip", cwd=repo)
+    assert "added commit IDs to 8 changesets (8 rewritten)" in \
+        hg("commitid-add", cwd=repo)
+    old = hg("log", "-r", "draft()", "-T", "{node}\\n", cwd=repo).split()
+    old_ids = ids(hg, repo)
+    hg("update", "-q", "-r", "tip", cwd=repo)
+    actions = ["pick", "fold", "pick", "pick", "roll", "pick", "pick",
+               "pick"]
+    (repo.parent / "rules").write_text("".join(
+        "%s %s\n" % (action, node) for action, node in zip(actions, old)))
+    hg("histedit", "-q", "--commands", repo.parent / "rules", old[0],
+       cwd=repo)
+    hg("commit", "--amend", "-q", "-m", "Last release, reworded", cwd=repo)
+    assert ids(hg, repo) == [old_ids[i] for i in (0, 2, 3, 5, 6, 7)]
+
+    mapping = json.loads(gitbridge(
+        "commitid-map", "--old", repo, " or ".join(old), "--new", repo,
+        "draft()", "--json").stdout)
+    assert [(m["old"], m["how"]) for m in mapping["matches"]] == [
+        (old[i], "obsolescence") for i in (0, 2, 3, 5, 6, 7)]
+    assert mapping["unmatched_old"] == [old[1], old[4]]
+    assert not mapping["conflicts"] and not mapping["duplicate_ids"]
+    hg("verify", "-q", cwd=repo)
