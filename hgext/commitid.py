@@ -87,8 +87,8 @@ SOURCE_EXTRAS = (b'amend_source', b'rebase_source', b'histedit_source',
                  b'intermediate-source', b'source')
 
 # Mercurial 7.1 moved scmutil.cleanupnodes to cmdutil.cleanup_nodes.
-_cleanup_nodes = getattr(cmdutil, 'cleanup_nodes', None) or getattr(
-    scmutil, 'cleanupnodes', None)
+_cleanup_nodes = getattr(cmdutil, 'cleanup_nodes', None) or \
+    scmutil.cleanupnodes
 
 
 def _text(data):
