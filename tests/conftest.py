@@ -171,3 +171,17 @@ def real_hg_repo(real_hg_repo_cached, hg, tmp_path):
     dest = tmp_path / "real"
     hg("clone", "-q", "-U", real_hg_repo_cached, dest)
     return dest
+
+
+@pytest.fixture
+def gitbridge(env):
+    """Runs the installed ``gitbridge`` console script; returns the
+    CompletedProcess (checked for success unless ``check=False``)."""
+    def run(*args, cwd=None, check=True):
+        proc = subprocess.run([tools.executable("gitbridge"),
+                               *map(str, args)], env=env, cwd=cwd,
+                              capture_output=True, text=True)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+    return run

@@ -1,0 +1,330 @@
+# commitid.py - commit IDs that survive history rewriting
+#
+# This software may be used and distributed according to the terms of the
+# GNU General Public License version 2 or any later version.
+"""give every changeset a commit ID that survives history rewriting
+
+Code review needs to know that a changeset which was amended, rebased,
+reordered or folded is still the same change.  This extension ends each new
+changeset's message with a line::
+
+  MozReview-Commit-ID: 4Aq2kO7Vx9d
+
+(the format of Mozilla's MozReview: 32 random bits above 32 bits of
+seconds since 2000, in base62), and every rewrite keeps it.  Enable it::
+
+  [extensions]
+  commitid =
+
+The line is added where every changeset is created, so ``commit``,
+``commit --amend``, ``rebase`` (also in memory), ``graft``, ``histedit``,
+``absorb``, ``split``, ``uncommit``, ``shelve``/``unshelve`` and ``import``
+all produce exactly one ID:
+
+- a message that has an ID keeps it;
+- a rewrite whose new message lacks the ID (``commit --amend -m``,
+  ``histedit`` mess with the line deleted) gets the ID of the changeset it
+  rewrites back;
+- a fold keeps the first changeset's ID and drops the others, as
+  ``histedit roll`` keeps the first message;
+- ``split`` gives the ID to the first part and new IDs to the others;
+- the line joins a last paragraph of ``Key: value`` lines, or else starts
+  a paragraph of its own.
+
+Merges, empty messages and ``fixup!``/``squash!``/``amend!`` messages get
+no ID, nor do changesets that ``hg convert`` and ``hg import --exact``
+write, as those reproduce changesets as they were.  To give a changeset a different ID, write another
+``MozReview-Commit-ID:`` line yourself.
+
+``hg commitid-add`` gives every draft changeset that has no ID one, in one
+rewrite (with obsolescence markers when evolution is enabled, else with a
+backup bundle).  ``{commitid}`` shows a changeset's ID in templates and
+``commitid(ID)`` finds changesets by ID in revsets::
+
+  $ hg log -r "commitid(4Aq2kO7Vx9d)" -T "{node|short} {commitid}\\n"
+
+For reproducible tests, ``commitid.deterministic`` derives IDs from the
+changeset's parents, author, date, files and message instead of drawing
+them at random; never use it for real work::
+
+  [commitid]
+  deterministic = yes
+"""
+
+import contextlib
+
+from mercurial.i18n import _
+from mercurial import (
+    cmdutil,
+    context,
+    extensions,
+    localrepo,
+    node as nodemod,
+    registrar,
+    revsetlang,
+    rewriteutil,
+    scmutil,
+)
+from mercurial.utils import stringutil
+
+from vcsperf import commitids
+
+testedwith = b'6.9 7.0 7.2'
+minimumhgversion = b'6.9'
+
+cmdtable = {}
+command = registrar.command(cmdtable)
+configtable = {}
+configitem = registrar.configitem(configtable)
+revsetpredicate = registrar.revsetpredicate()
+templatekeyword = registrar.templatekeyword()
+
+configitem(b'commitid', b'deterministic', default=False)
+
+#: Extras in which rewrites name the changesets they replace or copy.
+SOURCE_EXTRAS = (b'amend_source', b'rebase_source', b'histedit_source',
+                 b'absorb_source', b'unamend_source', b'fix_source',
+                 b'intermediate-source', b'source')
+
+# Mercurial 7.1 moved scmutil.cleanupnodes to cmdutil.cleanup_nodes.
+_cleanup_nodes = getattr(cmdutil, 'cleanup_nodes', None) or \
+    scmutil.cleanupnodes
+
+
+def _text(data):
+    return data.decode('utf-8', 'surrogateescape')
+
+
+def _bytes(text):
+    return text.encode('utf-8', 'surrogateescape')
+
+
+def commit_id(description):
+    """The commit ID (bytes) in a description, or None."""
+    found = commitids.find_id(_text(description))
+    return found.encode('ascii') if found else None
+
+
+def reposetup(ui, repo):
+    if not repo.local():
+        return
+
+    class commitidrepo(repo.__class__):
+        @localrepo.unfilteredmethod
+        def commitctx(self, ctx, *args, **kwargs):
+            if not getattr(self, '_commitid_suspended', False):
+                _give_id(self, ctx)
+            return super().commitctx(ctx, *args, **kwargs)
+
+    repo.__class__ = commitidrepo
+
+
+def extsetup(ui):
+    extensions.wrapfunction(cmdutil, 'tryimportone', _tryimportone)
+    extensions.afterloaded(b'split', _wrapsplit)
+    extensions.afterloaded(b'convert', _wrapconvert)
+
+
+def _give_id(repo, ctx):
+    """Rewrite the message of ``ctx``, about to be committed, so it has
+    exactly one ID (unless a skip rule says it gets none)."""
+    text = _text(ctx.description())
+    new = commitids.ensure_id(text, lambda: _make_id(repo, ctx),
+                              parents=_parent_count(ctx))
+    split_ids = getattr(repo, '_commitid_split', None)
+    if split_ids is not None:
+        found = commitids.find_id(new)
+        if found in split_ids:
+            new = commitids.replace_id(new, _make_id(repo, ctx, inherit=False))
+        split_ids.add(commitids.find_id(new))
+    if new != text:
+        ctx._text = _bytes(new)
+
+
+def _parent_count(ctx):
+    # Some contexts list a null second parent, some leave it out.
+    return len([p for p in ctx.parents() if p.rev() != nodemod.nullrev])
+
+
+def _make_id(repo, ctx, inherit=True):
+    if inherit:
+        inherited = _inherited_id(repo, ctx.extra())
+        if inherited:
+            return inherited
+    if repo.ui.configbool(b'commitid', b'deterministic'):
+        seed = b'\0'.join(
+            [p.node() for p in ctx.parents()]
+            + [ctx.user(), b'%d %d' % ctx.date(), ctx.description()]
+            + sorted(ctx.files()))
+        return commitids.derived_id(seed)
+    return commitids.new_id()
+
+
+def _inherited_id(repo, extra):
+    """The ID of the changeset this one rewrites, as its extras name it."""
+    unfiltered = repo.unfiltered()
+    for key in SOURCE_EXTRAS:
+        for source in extra.get(key, b'').split(b','):
+            try:
+                node = nodemod.bin(source)
+            except ValueError:
+                continue
+            if node and unfiltered.changelog.hasnode(node):
+                found = commitids.find_id(_text(unfiltered[node].description()))
+                if found:
+                    return found
+    return None
+
+
+@contextlib.contextmanager
+def _repo_state(repo, name, value):
+    """Set ``name`` on the unfiltered repository (where ``commitctx`` runs)
+    for the duration of an operation."""
+    unfiltered = repo.unfiltered()
+    setattr(unfiltered, name, value)
+    try:
+        yield
+    finally:
+        delattr(unfiltered, name)
+
+
+def _tryimportone(orig, ui, repo, patchdata, parents, opts, *args, **kwargs):
+    # --exact promises the patch's own node, which an added line would change.
+    if not opts.get(b'exact'):
+        return orig(ui, repo, patchdata, parents, opts, *args, **kwargs)
+    with _repo_state(repo, '_commitid_suspended', True):
+        return orig(ui, repo, patchdata, parents, opts, *args, **kwargs)
+
+
+def _wrapconvert(loaded):
+    if loaded:
+        from hgext.convert import hg as convert_hg
+        extensions.wrapfunction(convert_hg.mercurial_sink, 'putcommit',
+                                _putcommit)
+
+
+def _putcommit(orig, sink, *args, **kwargs):
+    # A conversion reproduces each changeset's message as it was.
+    with _repo_state(sink.repo, '_commitid_suspended', True):
+        return orig(sink, *args, **kwargs)
+
+
+def _wrapsplit(loaded):
+    if loaded:
+        split = extensions.find(b'split')
+        extensions.wrapfunction(split, 'dosplit', _dosplit)
+
+
+def _dosplit(orig, ui, repo, *args, **kwargs):
+    # Every part starts from the split changeset's message; only the first
+    # part to be committed keeps its ID.
+    with _repo_state(repo, '_commitid_split', set()):
+        return orig(ui, repo, *args, **kwargs)
+
+
+@command(
+    b'commitid-add',
+    [(b'r', b'rev', [], _(b'changesets to give IDs to (default: drafts)'),
+      _(b'REV'))],
+    _(b'[-r REV]...'),
+    helpcategory=command.CATEGORY_CHANGE_MANAGEMENT,
+)
+def commitid_add(ui, repo, **opts):
+    """give every draft changeset without a commit ID one
+
+    All non-public, non-obsolete changesets that lack an ID get one
+    (merges, empty and ``fixup!`` messages excepted), in one transaction.
+    Their descendants are rewritten too, as they must move onto the new
+    parents.  Nothing but the messages changes: files and manifests stay.
+
+    With evolution enabled the old changesets become obsolete; without it
+    they are stripped and saved in a backup bundle first.
+
+    Returns 0 on success, 1 if no changeset needed an ID.
+    """
+    with repo.wlock(), repo.lock():
+        cmdutil.checkunfinished(repo)
+        revs = scmutil.revrange(
+            repo, opts.get('rev') or [b'not public() and not obsolete()'])
+        needing = [rev for rev in revs if _lacks_id(repo[rev])]
+        if not needing:
+            ui.status(_(b'no changeset needs a commit ID\n'))
+            return 1
+        rewrite = sorted(repo.revs(b'(%ld):: and not obsolete()', needing))
+        rewriteutil.precheck(repo, rewrite, b'commitid-add')
+        with repo.transaction(b'commitid-add'):
+            replacements = _rewrite(ui, repo, rewrite)
+            wdir_parent = repo.dirstate.p1()
+            if wdir_parent in replacements:
+                with repo.dirstate.changing_parents(repo):
+                    repo.setparents(replacements[wdir_parent])
+            _cleanup_nodes(repo, {old: [new] for old, new in
+                                  replacements.items()},
+                           b'commitid-add', fixphase=True)
+    ui.status(_(b'added commit IDs to %d changesets (%d rewritten)\n')
+              % (len(needing), len(rewrite)))
+    return 0
+
+
+def _lacks_id(ctx):
+    text = _text(ctx.description())
+    return commitids.ensure_id(text, commitids.new_id,
+                               parents=_parent_count(ctx)) != text
+
+
+def _rewrite(ui, repo, revs):
+    """Commit each of ``revs`` (ascending, so parents come first) again
+    with the same content on its rewritten parents; ``commitctx`` adds the
+    IDs.  Returns {old node: new node}."""
+    replacements = {}
+    progress = ui.makeprogress(_(b'rewriting'), unit=_(b'changesets'),
+                               total=len(revs))
+    for rev in revs:
+        ctx = repo[rev]
+        parents = [replacements.get(p.node(), p.node())
+                   for p in (ctx.p1(), ctx.p2())]
+        new = context.memctx(
+            repo, parents, ctx.description(), ctx.files(),
+            _same_files(ctx), user=ctx.user(), date=ctx.date(),
+            extra=ctx.extra(), branch=ctx.branch())
+        replacements[ctx.node()] = new.commit()
+        progress.increment()
+    progress.complete()
+    return replacements
+
+
+def _same_files(ctx):
+    """A memctx file function giving the files as ``ctx`` has them (None
+    for a file it removed)."""
+    def filectxfn(repo, memctx, path):
+        if path not in ctx:
+            return None
+        fctx = ctx[path]
+        return context.memfilectx(
+            repo, memctx, path, fctx.data(), islink=fctx.islink(),
+            isexec=fctx.isexec(), copysource=fctx.copysource())
+    return filectxfn
+
+
+@revsetpredicate(b'commitid(id)', safe=True)
+def commitid_revset(repo, subset, x):
+    """Changesets whose commit ID is ``id``.  ``re:`` matches the ID with a
+    regular expression: ``commitid('re:.')`` is every changeset with one.
+    """
+    args = revsetlang.getargs(x, 1, 1, _(b'commitid takes one argument'))
+    pattern = revsetlang.getstring(args[0],
+                                   _(b'commitid requires a string'))
+    kind, pattern, matcher = stringutil.stringmatcher(pattern)
+    changelog = repo.changelog
+
+    def matches(rev):
+        found = commit_id(changelog.changelogrevision(rev).description)
+        return found is not None and matcher(found)
+
+    return subset.filter(matches, condrepr=(b'<commitid %r>', pattern))
+
+
+@templatekeyword(b'commitid', requires={b'ctx'})
+def commitid_keyword(context, mapping):
+    """String. The changeset's commit ID (MozReview-Commit-ID), or empty."""
+    return commit_id(context.resource(mapping, b'ctx').description()) or b''

@@ -1,0 +1,341 @@
+"""Commit IDs that survive history rewriting: the rules both Mercurial and
+Git follow, in one module that imports neither.
+
+A commit ID is a ``MozReview-Commit-ID: <id>`` line in the commit message.
+A rewrite (amend, rebase, histedit, graft, ...) keeps the message and so the
+ID, which lets code review recognise "the same change" after the commit's
+hash has changed.
+
+- Generation: ``new_id`` (random, for real use) and ``derived_id``
+  (a hash of a seed, for reproducible tests).
+- Parsing: ``find_id`` / ``find_ids``.
+- Placement and skip rules: ``ensure_id``.
+- Mapping a new series of commits onto a previous one: ``map_series``.
+
+Messages are ``str``.  Adapters holding bytes decode them with
+``utf-8``/``surrogateescape``, which gives back the same bytes for any input.
+"""
+
+import collections
+import os
+import re
+import time
+
+TRAILER = "MozReview-Commit-ID"
+#: 2000-01-01T00:00:00Z, the origin of the ID's time component.
+EPOCH = 946684800
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+#: 64 bits need at most 11 base62 digits; IDs are padded to that width.
+ID_LENGTH = 11
+
+# One pattern serves both the search in a whole message (MULTILINE: ``^``
+# and ``$`` stop at "\n" only) and the test of one line.
+_ID_LINE = re.compile(
+    r"^%s: ([0-9A-Za-z]+)[ \t\r]*$" % re.escape(TRAILER), re.MULTILINE)
+# ``Key: value`` as git interpret-trailers and MozReview recognise it: a
+# token without spaces, a colon, a space, then something.
+_TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*: \S")
+_AUTOSQUASH = re.compile(r"(fixup|squash|amend)! ")
+# Blank means ASCII white space only, as both Git and Mercurial strip it:
+# str.strip() would also eat characters such as "\x1c" that they keep.
+_WHITESPACE = " \t\r\n\f\v"
+
+
+def _base62(number):
+    digits = []
+    while number:
+        number, digit = divmod(number, 62)
+        digits.append(ALPHABET[digit])
+    return "".join(reversed(digits)).rjust(ID_LENGTH, ALPHABET[0])
+
+
+def new_id(now=None):
+    """A fresh ID: 32 bits from the operating system's CSPRNG above 32
+    bits of seconds since 2000-01-01 UTC (``now`` in Unix seconds, default
+    the current time), in base62, 11 characters."""
+    seconds = int(time.time() if now is None else now) - EPOCH
+    random_bits = int.from_bytes(os.urandom(4), "big")
+    return _base62((random_bits << 32) | (seconds & 0xFFFFFFFF))
+
+
+def derived_id(seed):
+    """A reproducible ID: the first 64 bits of the SHA-256 of ``seed``
+    (bytes).  For tests; commits with equal seeds get equal IDs."""
+    # Imported here: the Git hook imports this module for every commit and
+    # needs no hashlib (with its OpenSSL start-up) unless IDs are derived.
+    import hashlib
+    return _base62(int.from_bytes(hashlib.sha256(seed).digest()[:8], "big"))
+
+
+def find_id(message):
+    """The ID of the first ``MozReview-Commit-ID:`` line, or None."""
+    match = _ID_LINE.search(message)
+    return match.group(1) if match else None
+
+
+def find_ids(message):
+    """Every ID line's ID, in order (more than one after a fold)."""
+    return _ID_LINE.findall(message)
+
+
+def replace_id(message, commit_id):
+    """``message`` with the ID of its first ID line replaced."""
+    match = _ID_LINE.search(message)
+    if match is None:
+        return message
+    return message[:match.start(1)] + commit_id + message[match.end(1):]
+
+
+class _Message:
+    """A message cut into lines, remembering how to put it back together.
+
+    ``lines`` hold no "\\n" (a CRLF line keeps its "\\r").  With a comment
+    prefix (Git's ``core.commentChar``), everything from the scissors line
+    on is ``tail``, which Git cuts off and placement leaves alone.
+    """
+
+    def __init__(self, text, comment):
+        self.final_newline = text.endswith("\n")
+        lines = text.split("\n")
+        if self.final_newline:
+            lines.pop()
+        self.crlf = bool(lines) and lines[0].endswith("\r") and (
+            len(lines) > 1 or self.final_newline)
+        self.comment = comment
+        self.tail = []
+        if comment:
+            scissors = "%s ------------------------ >8 " \
+                "------------------------" % comment
+            for index, line in enumerate(lines):
+                if line.rstrip("\r") == scissors:
+                    lines, self.tail = lines[:index], lines[index:]
+                    break
+        self.lines = lines
+
+    def is_comment(self, line):
+        return bool(self.comment) and line.startswith(self.comment)
+
+    def is_content(self, line):
+        return bool(line.strip(_WHITESPACE)) and not self.is_comment(line)
+
+    def content_indexes(self):
+        return [i for i, line in enumerate(self.lines) if self.is_content(line)]
+
+    def text(self, lines):
+        joined = "\n".join(lines + self.tail)
+        return joined + "\n" if self.final_newline else joined
+
+    def eol_line(self, line):
+        return line + "\r" if self.crlf else line
+
+
+def skip_reason(message, parents=1, comment=None):
+    """Why this commit gets no ID (``"merge"``, ``"empty"``, ``"autosquash"``
+    for ``fixup!``/``squash!``/``amend!`` messages), or None."""
+    return _skip_reason(_Message(message, comment), parents)
+
+
+def _skip_reason(msg, parents):
+    if parents > 1:
+        return "merge"
+    content = msg.content_indexes()
+    if not content:
+        return "empty"
+    if _AUTOSQUASH.match(msg.lines[content[0]]):
+        return "autosquash"
+    return None
+
+
+def ensure_id(message, make_id, parents=1, comment=None):
+    """``message`` with exactly one ID line, unless a skip rule applies.
+
+    A message with one ID is returned as it is.  A message without one
+    gets ``make_id()`` (called only then): trailing blank lines are dropped,
+    and the line joins the last paragraph when that is a trailer block
+    (``Key: value`` lines, not the subject's paragraph), or else starts a
+    paragraph of its own.  A message with several IDs (after a fold) keeps
+    the first: in a fold or squash the first message is the changeset the
+    others were folded into, which is also the one ``histedit roll`` keeps.
+    Its line moves to where a new ID would go.
+
+    ``comment`` is Git's comment prefix: comment lines are not content, and
+    the ID goes before them and before a scissors line.
+    """
+    msg = _Message(message, comment)
+    if _skip_reason(msg, parents):
+        return message
+    ids = [i for i, line in enumerate(msg.lines)
+           if not msg.is_comment(line) and _ID_LINE.match(line)]
+    if len(ids) == 1:
+        return message
+    if ids:
+        commit_id = _ID_LINE.match(msg.lines[ids[0]]).group(1)
+        lines = [line for i, line in enumerate(msg.lines) if i not in ids]
+    else:
+        commit_id = make_id()
+        lines = msg.lines
+    id_line = msg.eol_line("%s: %s" % (TRAILER, commit_id))
+    content = [i for i, line in enumerate(lines) if msg.is_content(line)]
+    if not content:
+        return msg.text([id_line])
+    last = content[-1]
+    body, rest = lines[:last + 1], lines[last + 1:]
+    if not _ends_in_trailers(msg, body):
+        body.append(msg.eol_line(""))
+    # Blank lines after the content go; comment lines stay after the ID.
+    rest = [line for line in rest if msg.is_comment(line)]
+    return msg.text(body + [id_line] + rest)
+
+
+def _ends_in_trailers(msg, body):
+    """Whether the last paragraph of ``body`` is a trailer block: every
+    line ``Key: value`` or an indented continuation, and not the first
+    paragraph (a subject such as "Bug: crash" is no trailer)."""
+    paragraph = []
+    start = len(body)
+    while start and body[start - 1].strip(_WHITESPACE):
+        start -= 1
+        if not msg.is_comment(body[start]):
+            paragraph.append(body[start])
+    paragraph.reverse()
+    if not any(msg.is_content(line) for line in body[:start]):
+        return False
+    for index, line in enumerate(paragraph):
+        if _TRAILER_LINE.match(line):
+            continue
+        if index and line[:1] in " \t":
+            continue
+        return False
+    return True
+
+
+# Mapping ------------------------------------------------------------------
+
+class Commit(collections.namedtuple(
+        "Commit", "node commit_id predecessors")):
+    """One commit of a series.
+
+    ``node`` is its hash (any unique string), ``commit_id`` its parsed ID
+    or None, ``predecessors`` the nodes it replaces by obsolescence,
+    directly or not (empty where there is no such data, as in Git).
+    """
+
+    def __new__(cls, node, commit_id=None, predecessors=()):
+        return super().__new__(cls, node, commit_id, frozenset(predecessors))
+
+
+class Match(collections.namedtuple("Match", "new old how")):
+    """``new`` matched ``old`` (None when it is a new change) by ``how``:
+    ``"node"``, ``"obsolescence"``, ``"commit-id"``, ``"position"`` or
+    None."""
+
+
+class Conflict(collections.namedtuple("Conflict", "new old taken_by how")):
+    """``new`` would have matched ``old`` by ``how``, but ``old`` already
+    belongs to ``taken_by``; ``new`` is left unmatched instead."""
+
+
+class Mapping(collections.namedtuple(
+        "Mapping", "matches unmatched_old conflicts duplicate_ids")):
+    """The result of ``map_series``.
+
+    - ``matches``: one ``Match`` per new commit, in the new series' order;
+    - ``unmatched_old``: old commits no new commit took (dropped, folded,
+      or their ID lost);
+    - ``conflicts``: every ``Conflict``, so no new commit is ever attached
+      to an old commit that another new commit already has;
+    - ``duplicate_ids``: ``{id: [node, ...]}`` for IDs that more than one
+      commit carries, old and new series each counted on its own.
+    """
+
+    def successors(self, old):
+        """New commits that list ``old`` as a predecessor (a fold's
+        result, or a split's parts)."""
+        return [match.new for match in self.matches
+                if old.node in match.new.predecessors]
+
+
+def map_series(old, new, positional=False):
+    """Match each commit of the ``new`` series to one of the ``old``
+    series, in this order of evidence:
+
+    1. the same node;
+    2. obsolescence: an old commit the new one replaces (when several,
+       the one with the same ID first, as after a fold that kept it);
+    3. the same commit ID;
+    4. with ``positional``, and only for new commits without an ID: the
+       old commit at the same index.
+
+    Each old commit goes to at most one new commit; a new commit that
+    finds its old commit taken gets a ``Conflict`` and stays unmatched.
+    """
+    taken = {}
+    found = {}
+    conflicts = []
+
+    def claim(commit, candidates, how):
+        candidates = list(candidates)
+        for old_commit in candidates:
+            if old_commit.node not in taken:
+                taken[old_commit.node] = commit
+                found[commit.node] = Match(commit, old_commit, how)
+                return
+        if candidates:
+            conflicts.append(Conflict(commit, candidates[0],
+                                      taken[candidates[0].node], how))
+
+    def unmatched():
+        return [c for c in new if c.node not in found]
+
+    old_by_node = {commit.node: commit for commit in old}
+    for commit in new:
+        if commit.node in old_by_node:
+            claim(commit, [old_by_node[commit.node]], "node")
+    # A successor that kept its predecessor's ID has the better claim on
+    # it (the first part of a split, the result of a fold), so those go
+    # first.
+    for same_id in (True, False):
+        for commit in unmatched():
+            claim(commit, [o for o in old if o.node in commit.predecessors
+                           and _same_id(commit, o) == same_id],
+                  "obsolescence")
+    old_by_id = collections.defaultdict(list)
+    for commit in old:
+        if commit.commit_id:
+            old_by_id[commit.commit_id].append(commit)
+    for commit in unmatched():
+        if commit.commit_id:
+            claim(commit, old_by_id[commit.commit_id], "commit-id")
+    if positional:
+        # A commit that lost a claim to another is known to be something
+        # else's successor: its position says nothing.
+        stuck = {conflict.new.node for conflict in conflicts}
+        for index, commit in enumerate(new):
+            if (commit.node not in found and commit.commit_id is None
+                    and commit.node not in stuck and index < len(old)):
+                claim(commit, [old[index]], "position")
+    # The conflicts that stand: a commit matched later on was not hurt.
+    conflicts = [c for c in conflicts if c.new.node not in found]
+    return Mapping(
+        matches=[found.get(c.node, Match(c, None, None)) for c in new],
+        unmatched_old=[c for c in old if c.node not in taken],
+        conflicts=conflicts,
+        duplicate_ids=_duplicate_ids(old, new))
+
+
+def _same_id(new_commit, old_commit):
+    return new_commit.commit_id is not None and \
+        new_commit.commit_id == old_commit.commit_id
+
+
+def _duplicate_ids(*series):
+    duplicates = {}
+    for commits in series:
+        nodes = collections.defaultdict(list)
+        for commit in commits:
+            if commit.commit_id:
+                nodes[commit.commit_id].append(commit.node)
+        for commit_id, owners in nodes.items():
+            if len(owners) > 1:
+                duplicates.setdefault(commit_id, []).extend(owners)
+    return duplicates
