@@ -32,7 +32,7 @@ Server configuration::
   wirezstd =
 
   [wirezstd]
-  level = 9                   # responses above small-response
+  level = 7                   # responses above small-response
   threads = 0                 # zstd worker threads per response
   long-distance = yes         # long-distance matching, 2^27 window
   small-response = 256k       # up to this size: one shot ...
@@ -40,9 +40,10 @@ Server configuration::
   ssh = yes                   # compress over SSH when the peer can
 
 The defaults were measured on full pulls of real repositories (see
-BENCHMARKS.md): level 9 with long-distance matching sends 0.63 to 0.92 of
-core zstd's bytes for about 2.5 times its compression time, which is a
-small part of what a server spends building a pull.
+BENCHMARKS.md): level 7 with long-distance matching sends 0.63 to 0.93 of
+core zstd's bytes for about twice its compression time, a small part of
+what a server spends building a pull; level 9 saves 1% more bytes for 30%
+more compression time.
 
 Clients only need the extension enabled.  ``server.compressionengines``
 still decides what a server offers, in order (engine name ``wirezstd``).
@@ -93,7 +94,7 @@ _OPT_SMALL = b'small-response'
 _OPT_SMALL_LEVEL = b'small-response-level'
 
 DEFAULT_OPTIONS = {
-    _OPT_LEVEL: 9,
+    _OPT_LEVEL: 7,
     _OPT_THREADS: 0,
     _OPT_LONG: True,
     _OPT_SMALL: 256 * 1024,
