@@ -8,7 +8,9 @@ Each feature module contributes its subcommands through
 import argparse
 import sys
 
-FEATURE_MODULES = ()
+from gitbridge import checkout
+
+FEATURE_MODULES = (checkout,)
 
 
 def build_parser():

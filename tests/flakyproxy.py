@@ -8,11 +8,12 @@ request and what was done to it.
 """
 
 import http.client
-import http.server
 import socket
 import threading
 import time
 import urllib.parse
+
+from vcsperf.gitserve import QuietHandler, QuietServer
 
 #: Request headers not passed on: the proxy opens its own connection.
 _HOP_HEADERS = {"connection", "keep-alive", "host", "proxy-connection",
@@ -20,7 +21,8 @@ _HOP_HEADERS = {"connection", "keep-alive", "host", "proxy-connection",
 
 
 class Fault:
-    """What to do to the next request whose path contains ``match``:
+    """What to do to the next request that contains ``match`` in its
+    method, path or body (``"cmd=getbundle"``, ``"command=fetch"``):
     ``cut`` sends the status, the headers and that many body bytes, then
     drops the connection; ``status`` answers with that HTTP code;
     ``stall`` waits that many seconds, then drops the connection.
@@ -52,7 +54,7 @@ class FlakyProxy:
         class Handler(_Handler):
             owner = proxy
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
         self.url = "http://127.0.0.1:%d%s" % (self._server.server_port,
                                               parts.path or "/")
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -70,10 +72,10 @@ class FlakyProxy:
         with self._lock:
             self.faults.extend(faults)
 
-    def fault_for(self, path):
+    def fault_for(self, request):
         with self._lock:
             for fault in self.faults:
-                if fault.match in path:
+                if fault.match in request:
                     if fault.times is not None:
                         fault.times -= 1
                         if fault.times == 0:
@@ -90,20 +92,8 @@ class FlakyProxy:
         return [entry for entry in self.log if entry[2] != "passed"]
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # clients drop connections the proxy cut or stalled: not news
-        pass
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(QuietHandler):
     owner = None
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         self._proxy()
@@ -113,7 +103,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _proxy(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        fault = self.owner.fault_for(self.path)
+        fault = self.owner.fault_for("%s %s\n%s" % (
+            self.command, self.path, (body or b"").decode("latin-1")))
         if fault is not None and fault.stall is not None:
             self.owner.record(self.command, self.path, repr(fault))
             time.sleep(fault.stall)
