@@ -73,7 +73,7 @@ class GitError(Exception):
     def __init__(self, args, returncode, stderr):
         super().__init__("git %s failed (%d): %s"
                          % (" ".join(args[:2]), returncode,
-                            stderr.strip().splitlines()[-1:] or ""))
+                            (stderr.strip().splitlines() or [""])[-1]))
         self.stderr = stderr
 
 
@@ -156,6 +156,10 @@ def main(args):
     except Abort as abort:
         run.timer.facts["result"] = "error"
         return _report_abort(abort)
+    except GitError as failure:
+        run.timer.facts["result"] = "error"
+        return _report_abort(Abort(str(failure), hint="the last line of "
+                                   "git's message is shown"))
     except BaseException:
         run.timer.facts["result"] = "error"
         raise
@@ -433,7 +437,18 @@ class Run:
         partial = os.path.join(sharebase, ".url-%s.cloning-%d"
                                % (self.url_key, os.getpid()))
         self.fetch_new(partial)
-        head = refs.get("HEAD") or self.revision
+        # the remote's HEAD, unless an --upstream seed lacks it
+        objects = Repo(partial).object_store
+        candidates = [refs.get("HEAD"), self.revision] + sorted(
+            sha for name, sha in refs.items() if name.startswith("refs/"))
+        head = next((sha for sha in candidates
+                     if sha and len(sha) == 40 and sha.encode() in objects),
+                    None)
+        if head is None:
+            pooling.discard(partial)
+            raise Abort("%s shares no commit with %s"
+                        % (self.request.upstream, self.request.url),
+                        hint="check --upstream")
         root = git("rev-list", "--first-parent", "--max-parents=0", head,
                    cwd=partial).split()[-1]
         store = os.path.join(sharebase, root + STORE_SUFFIX)
