@@ -9,11 +9,10 @@ request and what was done to it.
 
 import http.client
 import socket
-import threading
 import time
 import urllib.parse
 
-from vcsperf.gitserve import QuietHandler, QuietServer
+from vcsperf.gitserve import LocalServer, QuietHandler
 
 #: Request headers not passed on: the proxy opens its own connection.
 _HOP_HEADERS = {"connection", "keep-alive", "host", "proxy-connection",
@@ -42,31 +41,12 @@ class Fault:
         return "<%s on %s>" % (kind, self.match)
 
 
-class FlakyProxy:
+class FlakyProxy(LocalServer):
     def __init__(self, upstream):
         parts = urllib.parse.urlsplit(upstream)
+        super().__init__(_Handler, parts.path or "/")
         self.upstream = (parts.hostname, parts.port)
         self.faults = []
-        self.log = []
-        self._lock = threading.Lock()
-        proxy = self
-
-        class Handler(_Handler):
-            owner = proxy
-
-        self._server = QuietServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d%s" % (self._server.server_port,
-                                              parts.path or "/")
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._server.shutdown()
-        self._server.server_close()
 
     def add(self, *faults):
         with self._lock:
@@ -93,8 +73,6 @@ class FlakyProxy:
 
 
 class _Handler(QuietHandler):
-    owner = None
-
     def do_GET(self):
         self._proxy()
 
@@ -103,15 +81,15 @@ class _Handler(QuietHandler):
     def _proxy(self):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        fault = self.owner.fault_for("%s %s\n%s" % (
+        fault = self.server_owner.fault_for("%s %s\n%s" % (
             self.command, self.path, (body or b"").decode("latin-1")))
         if fault is not None and fault.stall is not None:
-            self.owner.record(self.command, self.path, repr(fault))
+            self.server_owner.record(self.command, self.path, repr(fault))
             time.sleep(fault.stall)
             self._drop()
             return
         if fault is not None and fault.status:
-            self.owner.record(self.command, self.path, repr(fault))
+            self.server_owner.record(self.command, self.path, repr(fault))
             payload = b"proxy fault\n"
             self.send_response(fault.status)
             self.send_header("Content-Type", "text/plain")
@@ -127,17 +105,17 @@ class _Handler(QuietHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         if fault is not None and fault.cut is not None:
-            self.owner.record(self.command, self.path, repr(fault))
+            self.server_owner.record(self.command, self.path, repr(fault))
             self.wfile.write(payload[:fault.cut])
             self.wfile.flush()
             self._drop()
             return
-        self.owner.record(self.command, self.path, "passed")
+        self.server_owner.record(self.command, self.path, "passed")
         if self.command != "HEAD":
             self.wfile.write(payload)
 
     def _forward(self, body):
-        conn = http.client.HTTPConnection(*self.owner.upstream, timeout=60)
+        conn = http.client.HTTPConnection(*self.server_owner.upstream, timeout=60)
         try:
             headers = {name: value for name, value in self.headers.items()
                        if name.lower() not in _HOP_HEADERS}

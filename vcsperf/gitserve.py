@@ -14,23 +14,17 @@ import urllib.parse
 from vcsperf import tools
 
 
-class GitServer:
-    """``with GitServer(root) as server:`` serves every repository under
-    ``root`` at ``server.url + NAME``; ``log`` lists ``(method, path,
-    status)`` of each request, in order."""
+class LocalServer:
+    """An HTTP server on 127.0.0.1, on a port the kernel picks, serving
+    from a thread while used as a context manager.  ``handler`` is a
+    QuietHandler subclass; its ``server_owner`` is this object."""
 
-    def __init__(self, root, log_path=None):
-        self.root = os.fspath(root)
+    def __init__(self, handler, path="/"):
         self.log = []
-        self.log_path = log_path
         self._lock = threading.Lock()
-        owner = self
-
-        class Handler(_Handler):
-            server_owner = owner
-
-        self._server = QuietServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d/" % self._server.server_port
+        handler = type("Handler", (handler,), {"server_owner": self})
+        self._server = QuietServer(("127.0.0.1", 0), handler)
+        self.url = "http://127.0.0.1:%d%s" % (self._server.server_port, path)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         daemon=True)
 
@@ -41,6 +35,17 @@ class GitServer:
     def __exit__(self, *exc):
         self._server.shutdown()
         self._server.server_close()
+
+
+class GitServer(LocalServer):
+    """``with GitServer(root) as server:`` serves every repository under
+    ``root`` at ``server.url + NAME``; ``log`` lists ``(method, path,
+    status)`` of each request, in order."""
+
+    def __init__(self, root, log_path=None):
+        super().__init__(_Handler)
+        self.root = os.fspath(root)
+        self.log_path = log_path
 
     def record(self, method, path, status):
         with self._lock:
@@ -77,8 +82,6 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
 
 class _Handler(QuietHandler):
-    server_owner = None
-
     def do_GET(self):
         self._backend()
 
