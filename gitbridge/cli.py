@@ -8,9 +8,9 @@ Each feature module contributes its subcommands through
 import argparse
 import sys
 
-from gitbridge import commitid
+from gitbridge import checkout, commitid
 
-FEATURE_MODULES = (commitid,)
+FEATURE_MODULES = (checkout, commitid)
 
 
 def build_parser():

@@ -1,0 +1,341 @@
+#!/usr/bin/env python3
+"""Pooled checkouts benchmark: plain ``hg clone`` / ``git clone`` beside
+``hg robustcheckout`` and ``gitbridge checkout`` (alternates and worktree
+layouts), against servers on 127.0.0.1, in one run.
+
+    python contrib/bench/sharepool.py --hg REPO --git BARE.git [--jobs 8]
+
+For each side it measures wall time and disk (hardlinked files counted
+once) of: a first checkout into an empty pool, a second checkout of
+another revision into a new directory, and ``--jobs`` concurrent checkouts
+of different revisions into one empty pool (with the number of clones the
+server saw).  The core command does the same work without a pool.
+``--dulwich`` adds dulwich's clone and checkout beside git's, which is how
+gitbridge chose the git binary for both.
+
+The repositories are cloned (hardlinked) into the work directory first and
+served from there; the originals are only read.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from vcsperf import pooling, tools
+from vcsperf.gitserve import GitServer
+
+
+def timed(args, env, cwd=None):
+    start = time.monotonic()
+    subprocess.run(args, env=env, cwd=cwd, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return time.monotonic() - start
+
+
+def timed_concurrently(commands, env):
+    start = time.monotonic()
+    procs = [subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for args in commands]
+    for proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode:
+            raise RuntimeError("%s failed: %s" % (proc.args, err.decode()))
+    return time.monotonic() - start
+
+
+def spread(nodes, count):
+    """``count`` revisions spread over the newest tenth of history."""
+    newest = nodes[:max(count, len(nodes) // 10)]
+    return [newest[i * len(newest) // count] for i in range(count)]
+
+
+# Mercurial -------------------------------------------------------------------
+
+def bench_hg(repo, work, jobs):
+    hg = tools.executable("hg")
+    home = os.path.join(work, "hg-home")
+    os.makedirs(home)
+    hgrc = os.path.join(home, "hgrc")
+    with open(hgrc, "w") as fh:
+        fh.write("[extensions]\nsharepool =\n[sharepool]\ndisk-report = "
+                 "false\n")
+    env = tools.isolated_env(home, hgrc)
+    served = os.path.join(work, "hg-served")
+    tools.run([hg, "clone", "-q", "-U", repo, served], env)
+    log = os.path.join(work, "hg-access.log")
+    out = tools.run([hg, "serve", "-R", served, "-d", "-a", "127.0.0.1",
+                     "-p", "0", "--pid-file", os.path.join(work, "hg.pid"),
+                     "--accesslog", log], env)
+    url = "http://127.0.0.1:%s/" % re.search(r":(\d+)\)", out).group(1)
+    try:
+        nodes = tools.run([hg, "log", "-R", served, "-T", "{node}\n"],
+                          env).split()
+        tip, other = nodes[0], nodes[len(nodes) // 50]
+        d = lambda *names: os.path.join(work, "hg", *names)  # noqa: E731
+        os.makedirs(d())
+        core = {
+            "first": timed([hg, "clone", "-q", "-u", tip, url, d("plain1")],
+                           env),
+            "second": timed([hg, "clone", "-q", "-u", other, url,
+                             d("plain2")], env),
+        }
+        core_disk = pooling.disk_usage(d("plain1"))
+        robust = [hg, "robustcheckout", "--sharebase"]
+        ours = {
+            "first": timed(robust + [d("pool"), "-r", tip, url, d("co1")],
+                           env),
+            "second": timed(robust + [d("pool"), "-r", other, url, d("co2")],
+                            env),
+        }
+        first_disk = pooling.disk_usage(d("pool"), d("co1"))
+        second_disk = pooling.disk_usage(d("co2"))
+        before = _hg_clones(log)
+        revs = spread(nodes, jobs)
+        ours["concurrent"] = timed_concurrently(
+            [robust + [d("pool8"), "-r", rev, url, d("job%d" % n)]
+             for n, rev in enumerate(revs)], env)
+        clones = _hg_clones(log) - before
+        concurrent_disk = pooling.disk_usage(
+            d("pool8"), *[d("job%d" % n) for n in range(jobs)])
+        core["concurrent"] = timed_concurrently(
+            [[hg, "clone", "-q", "-u", rev, url, d("plainjob%d" % n)]
+             for n, rev in enumerate(revs)], env)
+        core_concurrent_disk = pooling.disk_usage(
+            *[d("plainjob%d" % n) for n in range(jobs)])
+    finally:
+        os.kill(int(open(os.path.join(work, "hg.pid")).read()), 15)
+    return {
+        "changesets": len(nodes),
+        "rows": [
+            ("first checkout (empty pool)", core["first"], ours["first"]),
+            ("second checkout, other revision, new dir", core["second"],
+             ours["second"]),
+            ("%d concurrent checkouts (empty pool)" % jobs,
+             core["concurrent"], ours["concurrent"]),
+        ],
+        "disk": [
+            ("first checkout", core_disk, first_disk),
+            ("second checkout (added)", pooling.disk_usage(d("plain2")),
+             second_disk),
+            ("%d concurrent checkouts" % jobs, core_concurrent_disk,
+             concurrent_disk),
+        ],
+        "clones_seen_by_server": clones,
+        "one_store_plus_working_copies": _one_store_plus(
+            d("pool8"), [d("job%d" % n) for n in range(jobs)]),
+    }
+
+
+def _hg_clones(log):
+    with open(log) as fh:
+        return sum("cmd=getbundle" in line or "cmd=stream_out" in line
+                   for line in fh)
+
+
+def _one_store_plus(pool, checkouts):
+    """Disk of one store plus each working copy without its metadata: the
+    floor a pool can reach."""
+    stores = [os.path.join(pool, name) for name in os.listdir(pool)
+              if re.match(r"^[0-9a-f]{40}(\.git)?$", name)]
+    working = 0
+    for checkout in checkouts:
+        for entry in os.scandir(checkout):
+            if entry.name not in (".hg", ".git"):
+                working += pooling.disk_usage(entry.path)
+    return pooling.disk_usage(*stores) + working
+
+
+# Git -------------------------------------------------------------------------
+
+def bench_git(repo, work, jobs, with_dulwich):
+    git = tools.executable("git")
+    gitbridge = tools.executable("gitbridge")
+    home = os.path.join(work, "git-home")
+    os.makedirs(home)
+    env = tools.isolated_env(home)
+    with open(os.path.join(home, ".gitconfig"), "w") as fh:
+        fh.write("[sharepool]\n\tdisk-report = false\n")
+    root = os.path.join(work, "git-served")
+    os.makedirs(root)
+    tools.run([git, "clone", "-q", "--bare", "--local", repo,
+               os.path.join(root, "repo.git")], env)
+    commits = tools.run([git, "-C", os.path.join(root, "repo.git"),
+                         "rev-list", "--first-parent", "HEAD"], env).split()
+    tip, other = commits[0], commits[len(commits) // 50]
+    d = lambda *names: os.path.join(work, "git", *names)  # noqa: E731
+    os.makedirs(d())
+    rows, disk = [], []
+    with GitServer(root) as server:
+        url = server.url + "repo.git"
+        core = {"first": timed([git, "clone", "-q", "--no-checkout", url,
+                                d("plain1")], env)
+                + timed([git, "-C", d("plain1"), "checkout", "-q", tip], env)}
+        core["second"] = timed([git, "clone", "-q", "--no-checkout", url,
+                                d("plain2")], env) + timed(
+            [git, "-C", d("plain2"), "checkout", "-q", other], env)
+        results = {}
+        for layout in ("alternates", "worktree"):
+            base = [gitbridge, "checkout", "--layout", layout, "--sharebase"]
+            pool = d("pool-" + layout)
+            first = timed(base + [pool, "-r", tip, url, d(layout + "1")],
+                          env)
+            second = timed(base + [pool, "-r", other, url, d(layout + "2")],
+                           env)
+            results[layout] = (first, second,
+                               pooling.disk_usage(pool, d(layout + "1")),
+                               pooling.disk_usage(d(layout + "2")))
+        before = len(server.fetches())
+        revs = spread(commits, jobs)
+        concurrent = timed_concurrently(
+            [[gitbridge, "checkout", "--sharebase", d("pool8"), "-r", rev,
+              url, d("job%d" % n)] for n, rev in enumerate(revs)], env)
+        clones = len(server.fetches()) - before
+        concurrent_disk = pooling.disk_usage(
+            d("pool8"), *[d("job%d" % n) for n in range(jobs)])
+        core["concurrent"] = timed_concurrently(
+            [["sh", "-c", "git clone -q --no-checkout %s %s && "
+              "git -C %s checkout -q %s" % (url, d("plainjob%d" % n),
+                                            d("plainjob%d" % n), rev)]
+             for n, rev in enumerate(revs)], env)
+        core_concurrent_disk = pooling.disk_usage(
+            *[d("plainjob%d" % n) for n in range(jobs)])
+        dulwich = bench_dulwich(url, tip, d(), env) if with_dulwich else None
+    alt, wt = results["alternates"], results["worktree"]
+    rows = [
+        ("first checkout (empty pool)", core["first"], alt[0], wt[0]),
+        ("second checkout, other revision, new dir", core["second"], alt[1],
+         wt[1]),
+        ("%d concurrent checkouts (empty pool)" % jobs, core["concurrent"],
+         concurrent, None),
+    ]
+    disk = [
+        ("first checkout", pooling.disk_usage(d("plain1")), alt[2], wt[2]),
+        ("second checkout (added)", pooling.disk_usage(d("plain2")), alt[3],
+         wt[3]),
+        ("%d concurrent checkouts" % jobs, core_concurrent_disk,
+         concurrent_disk, None),
+    ]
+    return {"commits": len(commits), "rows": rows, "disk": disk,
+            "clones_seen_by_server": clones, "dulwich": dulwich,
+            "one_store_plus_working_copies": _one_store_plus(
+                d("pool8"), [d("job%d" % n) for n in range(jobs)])}
+
+
+def bench_dulwich(url, tip, where, env):
+    """dulwich's clone and checkout beside git's, same server and commit."""
+    git = tools.executable("git")
+    code = ("import sys; from dulwich import porcelain; "
+            "porcelain.clone(sys.argv[1], sys.argv[2], bare=True, "
+            "errstream=open('/dev/null', 'wb'))")
+    dulwich_clone = timed([sys.executable, "-c", code, url,
+                           os.path.join(where, "dulwich.git")], env)
+    git_clone = timed([git, "clone", "-q", "--bare", url,
+                       os.path.join(where, "gitbare.git")], env)
+    checkout = ("import sys; from dulwich.repo import Repo; "
+                "from dulwich.index import build_index_from_tree; "
+                "r = Repo.init(sys.argv[2], mkdir=True); "
+                "src = Repo(sys.argv[1]); "
+                "build_index_from_tree(r.path, r.index_path(), "
+                "src.object_store, src[sys.argv[3].encode()].tree)")
+    dulwich_checkout = timed([sys.executable, "-c", checkout,
+                              os.path.join(where, "gitbare.git"),
+                              os.path.join(where, "dulwich-wc"), tip], env)
+    tools.run([git, "init", "-q", os.path.join(where, "git-wc")], env)
+    with open(os.path.join(where, "git-wc", ".git", "objects", "info",
+                           "alternates"), "w") as fh:
+        fh.write(os.path.join(where, "gitbare.git", "objects") + "\n")
+    git_checkout = timed([git, "-C", os.path.join(where, "git-wc"),
+                          "checkout", "-q", tip], env)
+    return [("bare clone over HTTP", git_clone, dulwich_clone),
+            ("check out the tip from a local store", git_checkout,
+             dulwich_checkout)]
+
+
+# Report ----------------------------------------------------------------------
+
+def ratio(base, value):
+    return "%.2fx" % (base / value) if value else "-"
+
+
+def format_report(hg_result, git_result, jobs):
+    mb = lambda n: "%.1f MB" % (n / 2 ** 20)  # noqa: E731
+    lines = []
+    if hg_result:
+        lines += [
+            "## Mercurial (%d changesets)" % hg_result["changesets"], "",
+            "| wall time | hg clone (core) | hg robustcheckout | speed-up |",
+            "| --- | --- | --- | --- |"]
+        lines += ["| %s | %.2f s | %.2f s | %s |" % (name, core, ours,
+                                                     ratio(core, ours))
+                  for name, core, ours in hg_result["rows"]]
+        lines += ["", "| disk | hg clone (core) | hg robustcheckout | "
+                  "fraction |", "| --- | --- | --- | --- |"]
+        lines += ["| %s | %s | %s | %.2f |" % (name, mb(core), mb(ours),
+                                               ours / core)
+                  for name, core, ours in hg_result["disk"]]
+        lines += ["", "clones the server saw for the %d concurrent "
+                  "checkouts: %d; one store plus %d working copies: %s"
+                  % (jobs, hg_result["clones_seen_by_server"], jobs,
+                     mb(hg_result["one_store_plus_working_copies"])), ""]
+    if git_result:
+        lines += [
+            "## Git (%d first-parent commits)" % git_result["commits"], "",
+            "| wall time | git clone + checkout (core) | gitbridge "
+            "alternates | gitbridge worktree | speed-up (alternates) |",
+            "| --- | --- | --- | --- | --- |"]
+        for name, core, alt, wt in git_result["rows"]:
+            lines.append("| %s | %.2f s | %.2f s | %s | %s |" % (
+                name, core, alt, "%.2f s" % wt if wt is not None else "-",
+                ratio(core, alt)))
+        lines += ["", "| disk | git clone (core) | gitbridge alternates | "
+                  "gitbridge worktree | fraction (alternates) |",
+                  "| --- | --- | --- | --- | --- |"]
+        for name, core, alt, wt in git_result["disk"]:
+            lines.append("| %s | %s | %s | %s | %.2f |" % (
+                name, mb(core), mb(alt), mb(wt) if wt is not None else "-",
+                alt / core))
+        lines += ["", "clones the server saw for the %d concurrent "
+                  "checkouts: %d; one store plus %d working copies: %s"
+                  % (jobs, git_result["clones_seen_by_server"], jobs,
+                     mb(git_result["one_store_plus_working_copies"]))]
+        if git_result["dulwich"]:
+            lines += ["", "| operation | git | dulwich | dulwich / git |",
+                      "| --- | --- | --- | --- |"]
+            lines += ["| %s | %.2f s | %.2f s | %.1fx |" % (
+                name, g, dw, dw / g) for name, g, dw in git_result["dulwich"]]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hg", help="Mercurial repository to serve")
+    parser.add_argument("--git", help="bare Git repository to serve")
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--dulwich", action="store_true",
+                        help="also time dulwich's clone and checkout")
+    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--workdir", help="where everything goes (default: "
+                        "a temporary directory, removed afterwards)")
+    args = parser.parse_args()
+    work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-sharepool-")
+    try:
+        hg_result = bench_hg(args.hg, work, args.jobs) if args.hg else None
+        git_result = (bench_git(args.git, work, args.jobs, args.dulwich)
+                      if args.git else None)
+        print(format_report(hg_result, git_result, args.jobs))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"hg": hg_result, "git": git_result}, fh, indent=2)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,832 @@
+"""``gitbridge checkout``: robustcheckout for Git.
+
+``gitbridge checkout URL DEST -r SHA`` (or ``-b BRANCH``) keeps one bare
+repository per project in a pool directory, named by the project's root
+commit (``<pool>/<root sha>.git``), and makes DEST a working tree whose
+objects come from it, so a machine clones a project once and each later
+checkout fetches what is missing, or nothing.  It has the options and the
+guarantees of ``hg robustcheckout`` (see ``hg help sharepool``): the same
+steps, each timed (resolve, store, pull, share, purge, update, verify,
+disk), the same recoveries printed in parentheses, retries with backoff
+and jitter, one process fetching a store while the others wait for it, and
+locks taken over only from dead owners (``vcsperf.pooling``).
+
+Where Git differs:
+
+- A Git server cannot be asked for its root commit.  The first checkout of
+  a URL learns it (from a store that already has one of the URL's branch
+  tips, or else by cloning) and records it in ``<pool>/urls/``.
+- Two layouts (``--layout``): ``alternates`` (default) makes DEST a repository
+  of its own whose ``objects/info/alternates`` names the store's objects;
+  ``worktree`` makes DEST a ``git worktree`` of the store.  The store keeps
+  a ref per alternates checkout (``refs/checkouts/``) so ``git gc`` in the
+  store never drops a commit a checkout stands on.
+- A sparse profile is a file in the repository holding Git's sparse
+  patterns (non-cone mode).
+- Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
+  ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
+  ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
+  ``sharepool.timings``, ``sharepool.layout``.
+
+Network and working-tree work runs the ``git`` binary: fetching and
+indexing packs, and writing thousands of files, are C in Git and Python
+in dulwich (measured in contrib/bench/sharepool.py).  Reading refs and
+objects in the pool (which store has a commit, the root of a history, a
+sparse profile) is small work done in-process with dulwich.
+"""
+
+import argparse
+import contextlib
+import hashlib
+import os
+import re
+import subprocess
+import sys
+
+from dulwich.errors import NotGitRepository
+from dulwich.repo import Repo
+
+from vcsperf import pooling
+
+LAYOUTS = ("alternates", "worktree")
+STORE_SUFFIX = ".git"
+_STORE_NAME = re.compile(r"^[0-9a-f]{40}\.git$")
+#: git's answers to network trouble a retry may cure.
+_TRANSIENT = re.compile(
+    r"remote end hung up unexpectedly|early EOF|RPC failed|"
+    r"returned error: 5\d\d|HTTP 5\d\d|error: 5\d\d|"
+    r"Connection reset|Connection refused|Failed to connect|timed out|"
+    r"Operation too slow|transfer closed|unexpected disconnect|"
+    r"index-pack failed|invalid index-pack output|SSL|GnuTLS|"
+    r"Could not resolve host|Empty reply from server", re.I)
+
+
+class Abort(Exception):
+    """A one-line error for the user, with an optional hint."""
+
+    def __init__(self, message, hint=None):
+        super().__init__(message)
+        self.hint = hint
+
+
+class GitError(Exception):
+    def __init__(self, args, returncode, stderr):
+        super().__init__("git %s failed (%d): %s"
+                         % (" ".join(args[:2]), returncode,
+                            (stderr.strip().splitlines() or [""])[-1]))
+        self.stderr = stderr
+
+
+class _Restart(Exception):
+    """Damage found: say ``problem``, delete ``discard``, start over."""
+
+    def __init__(self, problem, discard):
+        super().__init__(problem)
+        self.problem = problem
+        self.discard = discard
+
+
+def git(*args, cwd=None, input=None, env=None):
+    """Run git; its stdout, or GitError with its stderr."""
+    proc = subprocess.run(["git", *args], cwd=cwd, input=input,
+                          capture_output=True, text=True,
+                          env=dict(env or os.environ, GIT_TERMINAL_PROMPT="0",
+                                   LC_ALL="C"))
+    if proc.returncode != 0:
+        raise GitError(args, proc.returncode, proc.stderr)
+    return proc.stdout
+
+
+def git_config(cwd=None):
+    """``share.pool`` and the ``sharepool.*`` settings from git config."""
+    try:
+        out = git("config", "-z", "--get-regexp", r"^(share\.pool|sharepool\.)",
+                  cwd=cwd)
+    except GitError:
+        return {}
+    pairs = (item.split("\n", 1) for item in out.split("\0") if item)
+    return {key: value for key, value in pairs}
+
+
+# The command ---------------------------------------------------------------
+
+def add_commands(subparsers):
+    parser = subparsers.add_parser(
+        "checkout", help="check out a revision into DEST from a pool of "
+        "shared stores (robustcheckout for Git)",
+        description=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("url")
+    parser.add_argument("dest")
+    parser.add_argument("--upstream", help="URL to clone the store from "
+                        "first (e.g. a mirror)")
+    parser.add_argument("-r", "--revision", help="commit to check out: 12 to "
+                        "40 hex digits")
+    parser.add_argument("-b", "--branch", help="branch or tag to check out "
+                        "(resolved on the remote)")
+    parser.add_argument("--purge", action="store_true",
+                        help="remove untracked and ignored files")
+    parser.add_argument("--sharebase", help="directory of the pooled stores "
+                        "(default: git config share.pool)")
+    parser.add_argument("--networkattempts", type=int, help="network "
+                        "attempts before giving up (default: "
+                        "sharepool.network-attempts, 3)")
+    parser.add_argument("--sparseprofile", help="file in the repository "
+                        "with sparse-checkout patterns")
+    parser.add_argument("-U", "--noupdate", action="store_true",
+                        help="do not update the working tree")
+    parser.add_argument("--layout", choices=LAYOUTS, help="how DEST shares "
+                        "the store (default: sharepool.layout, alternates)")
+    parser.add_argument("--timings", action="store_true",
+                        help="print a JSON line of per-step timings")
+    parser.set_defaults(func=main)
+
+
+def main(args):
+    """The ``gitbridge checkout`` handler: 0, or 255 after ``abort:``."""
+    try:
+        request = Request(args, git_config())
+        run = Run(request)
+    except Abort as abort:
+        return _report_abort(abort)
+    try:
+        run.checkout()
+        run.timer.facts["result"] = "ok"
+        return 0
+    except Abort as abort:
+        run.timer.facts["result"] = "error"
+        return _report_abort(abort)
+    except GitError as failure:
+        run.timer.facts["result"] = "error"
+        return _report_abort(Abort(str(failure), hint="the last line of "
+                                   "git's message is shown"))
+    except BaseException:
+        run.timer.facts["result"] = "error"
+        raise
+    finally:
+        run.timer.facts["network_failures"] = run.attempts.failures
+        if request.timings:
+            print(run.timer.json_line("checkout"), flush=True)
+
+
+def _report_abort(abort):
+    sys.stdout.flush()
+    print("abort: %s" % abort, file=sys.stderr)
+    if abort.hint:
+        print("(%s)" % abort.hint, file=sys.stderr)
+    return 255
+
+
+class Request:
+    """The command's arguments and settings, checked."""
+
+    def __init__(self, args, config):
+        self.revision = (args.revision or "").lower() or None
+        self.branch = args.branch
+        if bool(self.revision) == bool(self.branch):
+            raise Abort("specify exactly one of --revision or --branch",
+                        hint="-r SHA checks out exactly that commit; -b NAME "
+                        "whatever the server names so now")
+        if self.revision and not re.match(r"^[0-9a-f]{12,40}$",
+                                          self.revision):
+            raise Abort("--revision must be a SHA-1 fragment 12-40 "
+                        "characters long",
+                        hint="use -b for branch and tag names")
+        sharebase = args.sharebase or config.get("share.pool")
+        if not sharebase:
+            raise Abort("share base directory not defined; refusing to "
+                        "operate", hint="set git config share.pool or pass "
+                        "--sharebase")
+        self.sharebase = os.path.realpath(os.path.expanduser(sharebase))
+        self.url = args.url
+        self.upstream = args.upstream
+        self.dest = os.path.abspath(args.dest)
+        self.purge = args.purge
+        self.noupdate = args.noupdate
+        self.sparseprofile = args.sparseprofile
+        self.layout = args.layout or config.get("sharepool.layout",
+                                                 "alternates")
+        if self.layout not in LAYOUTS:
+            raise Abort("unknown layout %r" % self.layout,
+                        hint="sharepool.layout is one of %s"
+                        % ", ".join(LAYOUTS))
+        number = _config_number(config)
+        self.attempts = args.networkattempts or int(number(
+            "network-attempts", pooling.DEFAULT_ATTEMPTS))
+        if self.attempts < 1:
+            raise Abort("--networkattempts must be at least 1")
+        self.backoff = number("retry-backoff", pooling.DEFAULT_BACKOFF)
+        self.jitter = (number("retry-jitter-min", pooling.DEFAULT_JITTER[0]),
+                       number("retry-jitter-max", pooling.DEFAULT_JITTER[1]))
+        self.lock_timeout = number("lock-timeout", 3600)
+        self.http_timeout = int(number("http-timeout", 600))
+        self.timings = args.timings or config.get(
+            "sharepool.timings", "").lower() in ("true", "yes", "on", "1")
+
+    @property
+    def wanted(self):
+        return self.revision or self.branch
+
+
+def _config_number(config):
+    def number(name, default):
+        value = config.get("sharepool." + name)
+        if value is None:
+            return default
+        try:
+            return float(value)
+        except ValueError:
+            raise Abort("sharepool.%s is not a number: %r" % (name, value))
+    return number
+
+
+# The steps -------------------------------------------------------------------
+
+class Run:
+    """One checkout: the steps in order, sharing the network attempts, the
+    timer and what was learnt (refs, root, store, commit)."""
+
+    MAX_RESTARTS = 2
+
+    def __init__(self, request):
+        self.request = request
+        self.timer = pooling.StepTimer()
+        self.attempts = pooling.NetworkAttempts(
+            request.attempts, backoff=request.backoff, jitter=request.jitter)
+        self.timer.facts.update(cloned=False, pulled=False, restarts=0,
+                                network_failures=0,
+                                layout=request.layout)
+        self.revision = request.revision
+        self.url_key = hashlib.sha256(request.url.encode()).hexdigest()[:20]
+        self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
+                               GIT_HTTP_LOW_SPEED_TIME=str(
+                                   request.http_timeout))
+
+    def say(self, message):
+        print(message, flush=True)
+
+    def warn(self, message):
+        sys.stdout.flush()
+        print(message, file=sys.stderr, flush=True)
+
+    def checkout(self):
+        request = self.request
+        self.say("ensuring %s@%s is available at %s"
+                 % (request.url, request.wanted, request.dest))
+        checkouts = os.path.join(request.sharebase, "checkouts")
+        os.makedirs(checkouts, exist_ok=True)
+        key = hashlib.sha256(request.dest.encode()).hexdigest()[:20]
+        with self.lock(os.path.join(checkouts, key),
+                       "checkout %s" % request.dest):
+            self._checkout_with_restarts()
+
+    def _checkout_with_restarts(self):
+        for restart in range(self.MAX_RESTARTS + 1):
+            try:
+                return self._checkout_once()
+            except _Restart as damage:
+                self.warn("(%s)" % damage.problem)
+                pooling.discard(damage.discard)
+                if restart == self.MAX_RESTARTS:
+                    raise Abort("giving up after %d attempts to repair the "
+                                "store and checkout" % (restart + 1),
+                                hint="see the messages above")
+                self.timer.facts["restarts"] += 1
+                self.warn("(attempting checkout from beginning)")
+
+    def _checkout_once(self):
+        step = self.timer.step
+        with step("resolve"):
+            refs = self.resolve()
+        with step("store"):
+            store = self.ensure_store(refs)
+        self.timer.facts["store"] = store
+        with step("pull"):
+            commit = self.pull(store)
+        self.timer.facts["node"] = commit
+        with step("share"):
+            existed = self.ensure_share(store, commit)
+        self.fresh_dest = not existed
+        if self.request.noupdate:
+            self.say("(skipping update since -U specified)")
+        else:
+            if self.request.purge and existed:
+                with step("purge"):
+                    self.purge()
+            with step("update"):
+                self.update(store, commit)
+            with step("verify"):
+                self.verify(commit)
+        with step("disk"):
+            self.report_disk(store)
+
+    # resolve -----------------------------------------------------------
+
+    def resolve(self):
+        """The remote's refs; a branch becomes the commit it names now."""
+        refs = self.network(lambda: self.ls_remote(self.request.url))
+        if self.request.branch:
+            name = self.request.branch
+            for ref in ("refs/heads/" + name, "refs/tags/%s^{}" % name,
+                        "refs/tags/" + name, name):
+                if ref in refs:
+                    self.revision = refs[ref]
+                    break
+            else:
+                raise Abort("%s not found on %s: no such branch or tag"
+                            % (name, self.request.url),
+                            hint="check the name, and that it was pushed "
+                            "there")
+            self.warn("(remote resolved %s to %s; result is not "
+                      "deterministic)" % (name, self.revision))
+        else:
+            for ref in ("refs/heads/", "refs/tags/"):
+                named = refs.get(ref + self.revision)
+                if named and not named.startswith(self.revision):
+                    raise _ambiguous(self.revision, "names %s on %s"
+                                     % (named, self.request.url))
+        return refs
+
+    def ls_remote(self, url):
+        out = git("ls-remote", url, env=self.remote_env)
+        refs = {}
+        for line in out.splitlines():
+            sha, _, name = line.partition("\t")
+            refs[name] = sha
+        if not refs:
+            raise Abort("unable to resolve root revision from clone source "
+                        "%s: it has no refs" % url,
+                        hint="is the repository empty?")
+        return refs
+
+    def network(self, operation):
+        def report(reason, failed, limit, delay):
+            self.warn(reason)
+            self.warn("(retrying after network failure on attempt %d of %d)"
+                      % (failed, limit))
+            self.warn("(waiting %.2fs before retry)" % delay)
+
+        try:
+            return self.attempts.call(operation, _transient, report)
+        except pooling.GaveUp as gaveup:
+            raise Abort("reached maximum number of network attempts; giving "
+                        "up (%d attempts; last failure: %s)"
+                        % (gaveup.attempts, gaveup.reason),
+                        hint="raise --networkattempts, or check the server")
+
+    # ensure store ------------------------------------------------------------
+
+    def ensure_store(self, refs):
+        """The path of a healthy store for the URL, cloned if needed."""
+        sharebase = self.request.sharebase
+        os.makedirs(os.path.join(sharebase, "urls"), exist_ok=True)
+        root = self.known_root(refs)
+        cloned = False
+        if root is None:
+            with self.lock(os.path.join(sharebase, ".url-%s" % self.url_key),
+                           "pool entry for %s" % self.request.url):
+                root = self.known_root(refs)
+                if root is None:
+                    root = self.clone_unknown(refs)
+                    cloned = True
+        store = os.path.join(sharebase, root + STORE_SUFFIX)
+        with self.store_lock(store):
+            self.repair_store(store)
+            if not os.path.exists(store):
+                self.clone(store)
+            elif not cloned:
+                self.say("(sharing from existing pooled repository %s)"
+                         % os.path.basename(store))
+        return store
+
+    def known_root(self, refs):
+        """The root recorded for the URL, or that of a store holding one of
+        its branch tips; None when the pool has not seen the project."""
+        mapping = os.path.join(self.request.sharebase, "urls", self.url_key)
+        try:
+            with open(mapping) as fh:
+                root = fh.read().strip()
+            if os.path.isdir(os.path.join(self.request.sharebase,
+                                          root + STORE_SUFFIX)):
+                return root
+        except FileNotFoundError:
+            pass
+        tips = {sha.encode() for name, sha in refs.items()
+                if name.startswith("refs/heads/")}
+        for name in sorted(os.listdir(self.request.sharebase)):
+            if not _STORE_NAME.match(name):
+                continue
+            try:
+                objects = Repo(os.path.join(self.request.sharebase,
+                                            name)).object_store
+            except NotGitRepository:
+                continue
+            if any(tip in objects for tip in tips):
+                self.remember_root(name[:-len(STORE_SUFFIX)])
+                return name[:-len(STORE_SUFFIX)]
+        return None
+
+    def remember_root(self, root):
+        path = os.path.join(self.request.sharebase, "urls", self.url_key)
+        _write_atomically(path, root + "\n")
+
+    def clone_unknown(self, refs):
+        """Clone a URL the pool does not know yet: its root names the
+        store."""
+        sharebase = self.request.sharebase
+        partial = os.path.join(sharebase, ".url-%s.cloning-%d"
+                               % (self.url_key, os.getpid()))
+        self.fetch_new(partial)
+        # the remote's HEAD, unless an --upstream seed lacks it
+        objects = Repo(partial).object_store
+        candidates = [refs.get("HEAD"), self.revision] + sorted(
+            sha for name, sha in refs.items() if name.startswith("refs/"))
+        head = next((sha for sha in candidates
+                     if sha and len(sha) == 40 and sha.encode() in objects),
+                    None)
+        if head is None:
+            pooling.discard(partial)
+            raise Abort("%s shares no commit with %s"
+                        % (self.request.upstream, self.request.url),
+                        hint="check --upstream")
+        root = git("rev-list", "--first-parent", "--max-parents=0", head,
+                   cwd=partial).split()[-1]
+        store = os.path.join(sharebase, root + STORE_SUFFIX)
+        with self.store_lock(store):
+            self.repair_store(store)
+            if os.path.exists(store):
+                pooling.discard(partial)
+            else:
+                os.rename(partial, store)
+        self.remember_root(root)
+        return root
+
+    def clone(self, store):
+        sharebase, name = os.path.split(store)
+        partial = os.path.join(sharebase, ".%s.cloning-%d" % (name,
+                                                              os.getpid()))
+        self.fetch_new(partial)
+        os.rename(partial, store)
+
+    def fetch_new(self, partial):
+        """A new bare store at ``partial`` with all of the URL's (or the
+        upstream's) branches and tags."""
+        source = self.request.upstream or self.request.url
+        self.say("(cloning %s into new pooled repository)" % source)
+
+        def attempt():
+            pooling.discard(partial)
+            git("init", "-q", "--bare", partial)
+            git("config", "gc.auto", "0", cwd=partial)
+            self.fetch(partial, source)
+
+        self.network(attempt)
+        self.timer.facts["cloned"] = True
+
+    def fetch(self, store, url):
+        key = hashlib.sha256(url.encode()).hexdigest()[:20]
+        git("fetch", "--quiet", "--no-write-fetch-head", url,
+            "+refs/heads/*:refs/pool/%s/heads/*" % key,
+            "+refs/tags/*:refs/pool/%s/tags/*" % key,
+            cwd=store, env=self.remote_env)
+
+    @contextlib.contextmanager
+    def lock(self, path, what):
+        def waiting(owner):
+            host, _, pid = owner.rpartition(":")
+            self.warn("waiting for lock on %s held by process %r on host %r"
+                      % (what, pid, host))
+
+        lock = pooling.PidLock(path + ".lock", self.request.lock_timeout,
+                               waiting)
+        try:
+            lock.acquire()
+        except pooling.LockTimeout as timeout:
+            raise Abort(str(timeout), hint="raise sharepool.lock-timeout")
+        try:
+            yield lock
+        finally:
+            lock.release()
+
+    def store_lock(self, store):
+        return self.lock(store, "pooled store %s" % os.path.basename(store))
+
+    def repair_store(self, store):
+        """Under the store's lock: remove what killed runs left (half
+        clones, git's own lock files, temporary packs); delete a store that
+        is not a repository."""
+        sharebase, name = os.path.split(store)
+        for leftover in pooling.discarded_leftovers(sharebase, name):
+            self.warn("(removing %s, left by an interrupted clone or "
+                      "removal)" % leftover)
+            pooling.discard(leftover)
+        if not os.path.exists(store):
+            return
+        try:
+            Repo(store)
+        except NotGitRepository:
+            self.warn("(%s is not a git repository; deleting shared store)"
+                      % store)
+            pooling.discard(store)
+            return
+        stale = _stale_git_files(store)
+        if stale:
+            self.warn("(removing %d lock and temporary files left by an "
+                      "interrupted git process)" % len(stale))
+            for path in stale:
+                os.unlink(path)
+
+    # pull --------------------------------------------------------------------
+
+    def pull(self, store):
+        """The full sha of the wanted commit, fetched into the store if it
+        lacks it; one process fetches a store at a time."""
+        commit = self.local_commit(store)
+        if commit:
+            return commit
+        with self.store_lock(store):
+            commit = self.local_commit(store)
+            if commit:
+                self.say("(%s was fetched by another process while we "
+                         "waited; not pulling)" % self.revision)
+                return commit
+            self.say("(pulling to obtain %s)" % self.request.wanted)
+            try:
+                self.network(lambda: self.fetch(store, self.request.url))
+            except GitError as failure:
+                raise _Restart("fetch failed: %s; deleting shared store"
+                               % failure.stderr.strip(), store)
+            self.timer.facts["pulled"] = True
+        commit = self.local_commit(store)
+        if commit is None:
+            raise Abort("revision %s not found on %s"
+                        % (self.revision, self.request.url),
+                        hint="check the revision, and that it was pushed "
+                        "to a branch or tag there")
+        return commit
+
+    def local_commit(self, store):
+        try:
+            return git("rev-parse", "--verify", "--quiet",
+                       self.revision + "^{commit}", cwd=store).strip()
+        except GitError as failure:
+            if "ambiguous" in failure.stderr:
+                raise _ambiguous(self.revision, "matches several objects")
+            return None
+
+    # share ---------------------------------------------------------------------
+
+    def ensure_share(self, store, commit):
+        """DEST sharing ``store`` in the request's layout; whether it
+        already did."""
+        dest = self.request.dest
+        problem = self.share_problem(store)
+        if problem:
+            self.warn("(%s; deleting destination)" % problem)
+            pooling.discard(dest)
+        if os.path.lexists(os.path.join(dest, ".git")):
+            self.say("(existing repository shared store: %s)" % store)
+            self.check_sparse_unchanged()
+            return True
+        if os.path.isdir(dest) and os.listdir(dest):
+            raise Abort("destination %s exists but no .git" % dest,
+                        hint="remove it, or choose another destination")
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if self.request.layout == "worktree":
+            with self.store_lock(store):
+                git("worktree", "prune", cwd=store)
+                git("worktree", "add", "--quiet", "--detach", "--no-checkout",
+                    dest, commit, cwd=store)
+        else:
+            # no template: hook samples would cost every checkout 100 KB
+            git("init", "--quiet", "--template=", dest)
+            _write_atomically(os.path.join(dest, ".git", "objects", "info",
+                                           "alternates"),
+                              os.path.join(store, "objects") + "\n")
+        return False
+
+    def share_problem(self, store):
+        """Why DEST must be deleted before it shares ``store``, or None."""
+        dotgit = os.path.join(self.request.dest, ".git")
+        if not os.path.lexists(dotgit):
+            return None
+        shared = _shared_store(dotgit)
+        if shared is None:
+            return "destination is not shared"
+        if not os.path.isdir(shared):
+            return "shared store %s does not exist" % shared
+        if not _STORE_NAME.match(os.path.basename(shared)):
+            return "shared store %s does not belong to pooled storage" % (
+                shared)
+        if os.path.realpath(shared) != os.path.realpath(store):
+            return "destination shares %s, an unrelated repository" % shared
+        layout = "worktree" if os.path.isfile(dotgit) else "alternates"
+        if layout != self.request.layout:
+            return "destination uses the %s layout, not %s" % (
+                layout, self.request.layout)
+        try:
+            stale = git("rev-parse", "--git-path", "index.lock",
+                        cwd=self.request.dest).strip()
+            if _head_missing(self.request.dest):
+                return "working tree's commit is not in the store"
+        except GitError as failure:
+            return "destination is not a usable checkout: %s" % (
+                failure.stderr.strip().splitlines() or ["?"])[-1]
+        # DEST's lock is ours: an index lock is a killed checkout's
+        stale = os.path.join(self.request.dest, stale)
+        if os.path.exists(stale):
+            self.warn("(removing %s, left by an interrupted checkout)"
+                      % stale)
+            os.unlink(stale)
+        return None
+
+    def check_sparse_unchanged(self):
+        sparse = _is_sparse(self.request.dest)
+        if self.request.sparseprofile and not sparse:
+            raise Abort("cannot enable sparse profile on existing "
+                        "non-sparse checkout",
+                        hint="use a separate working directory to use "
+                        "sparse")
+        if sparse and not self.request.sparseprofile:
+            raise Abort("cannot use non-sparse checkout on existing sparse "
+                        "checkout",
+                        hint="use a separate working directory to use "
+                        "sparse")
+
+    # purge, update, verify, disk ---------------------------------------------------
+
+    def purge(self):
+        self.say("(purging working directory)")
+        out = git("clean", "-ffdx", cwd=self.request.dest)
+        self.say("(purged %d files)" % len(out.splitlines()))
+
+    def update(self, store, commit):
+        dest = self.request.dest
+        if self.request.sparseprofile:
+            self.set_sparse_profile(store, commit)
+        try:
+            git("checkout", "--quiet", "--force", "--detach", commit,
+                cwd=dest)
+        except GitError as failure:
+            # a fresh checkout failing means the store is damaged
+            damaged = store if self.fresh_dest else dest
+            raise _Restart("checkout failed: %s; deleting %s"
+                           % (failure.stderr.strip(), damaged), damaged)
+        if self.request.layout == "alternates":
+            with self.store_lock(store):
+                git("update-ref", "refs/checkouts/%s" % hashlib.sha256(
+                    dest.encode()).hexdigest()[:20], commit, cwd=store)
+        self.say("updated to %s" % commit)
+
+    def set_sparse_profile(self, store, commit):
+        profile = self.request.sparseprofile
+        patterns = _blob_at(store, commit, profile)
+        if patterns is None:
+            raise Abort("sparse profile %s does not exist at revision %s"
+                        % (profile, commit),
+                        hint="check the path; it is relative to the "
+                        "repository root")
+        current = git("rev-parse", "--git-path", "info/sparse-checkout",
+                      cwd=self.request.dest).strip()
+        path = os.path.join(self.request.dest, current)
+        try:
+            with open(path) as fh:
+                if fh.read() == patterns:
+                    self.say("(sparse profile %s already set)" % profile)
+                    return
+        except FileNotFoundError:
+            pass
+        self.say("(setting sparse config to profile %s)" % profile)
+        git("config", "extensions.worktreeConfig", "true",
+            cwd=self.request.dest)
+        git("config", "--worktree", "core.sparseCheckout", "true",
+            cwd=self.request.dest)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_atomically(path, patterns)
+
+    def verify(self, commit):
+        dest = self.request.dest
+        head = git("rev-parse", "HEAD", cwd=dest).strip()
+        if head != commit:
+            problem = "working directory parent is %s, not %s" % (head,
+                                                                  commit)
+        else:
+            untracked = ("--untracked-files=all", "--ignored") \
+                if self.request.purge else ("--untracked-files=no",)
+            dirty = git("status", "--porcelain", *untracked,
+                        cwd=dest).splitlines()
+            problem = dirty and ("working directory not clean after update: "
+                                 "%d entries" % len(dirty))
+        if problem:
+            raise _Restart(problem + "; deleting destination", dest)
+        self.say("(verified: working directory is %s and clean)"
+                 % commit[:12])
+
+    def report_disk(self, store):
+        sizes = (pooling.disk_usage(store),
+                 pooling.disk_usage(self.request.dest),
+                 pooling.free_space(self.request.sharebase))
+        self.timer.facts.update(zip(("store_bytes", "checkout_bytes",
+                                     "free_bytes"), sizes))
+        self.say("(disk: pooled store %s, checkout %s, %s free)"
+                 % tuple(pooling.format_bytes(n) for n in sizes))
+
+
+# Helpers ---------------------------------------------------------------------
+
+def _transient(exc):
+    if isinstance(exc, GitError):
+        match = _TRANSIENT.search(exc.stderr)
+        if match:
+            lines = [line for line in exc.stderr.strip().splitlines()
+                     if match.group(0) in line]
+            return lines[0].strip() if lines else match.group(0)
+        return None
+    return pooling.transient_socket_error(exc)
+
+
+def _ambiguous(revision, detail):
+    return Abort("--revision argument is ambiguous: %s %s"
+                 % (revision, detail),
+                 hint="give more of the commit (up to 40 hex digits)")
+
+
+def _shared_store(dotgit):
+    """The store a checkout's ``.git`` shares, or None when it shares
+    none."""
+    if os.path.isfile(dotgit):
+        with open(dotgit) as fh:
+            text = fh.read()
+        if not text.startswith("gitdir: "):
+            return None
+        worktree_dir = os.path.normpath(os.path.join(
+            os.path.dirname(dotgit), text[len("gitdir: "):].strip()))
+        return os.path.dirname(os.path.dirname(worktree_dir))
+    try:
+        with open(os.path.join(dotgit, "objects", "info", "alternates")) as fh:
+            objects = fh.read().strip()
+    except FileNotFoundError:
+        return None
+    return os.path.dirname(objects) if objects else None
+
+
+def _stale_git_files(store):
+    """Git's ``*.lock`` files and temporary packs under the store: under
+    the store's lock no live git process writes there, so they are
+    leftovers of killed ones."""
+    stale = []
+    for top in ("refs", "objects/pack"):
+        for dirpath, _dirs, files in os.walk(os.path.join(store, top)):
+            stale.extend(os.path.join(dirpath, name) for name in files
+                         if name.endswith(".lock")
+                         or name.startswith(("tmp_", ".tmp-")))
+    stale.extend(os.path.join(store, name)
+                 for name in ("packed-refs.lock", "config.lock", "HEAD.lock",
+                              "shallow.lock")
+                 if os.path.exists(os.path.join(store, name)))
+    return stale
+
+
+def _blob_at(store, commit, path):
+    """The text of ``path`` at ``commit`` in the store (dulwich), or None."""
+    repo = Repo(store)
+    tree = repo[repo[commit.encode()].tree]
+    try:
+        _mode, sha = tree.lookup_path(repo.object_store.__getitem__,
+                                      path.encode())
+    except KeyError:
+        return None
+    blob = repo[sha]
+    return blob.data.decode() if blob.type_name == b"blob" else None
+
+
+def _head_missing(dest):
+    """True when DEST is detached at a commit its objects lack (an unborn
+    branch, in a checkout never updated, is not missing)."""
+    try:
+        git("symbolic-ref", "--quiet", "HEAD", cwd=dest)
+        return False
+    except GitError:
+        pass
+    try:
+        git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", cwd=dest)
+        return False
+    except GitError:
+        return True
+
+
+def _is_sparse(dest):
+    try:
+        return git("config", "--get", "core.sparseCheckout",
+                   cwd=dest).strip() == "true"
+    except GitError:
+        return False
+
+
+def _write_atomically(path, text):
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,399 @@
+"""gitbridge checkout, the Git counterpart of hg robustcheckout, against a
+real smart-HTTP Git server (git http-backend) on 127.0.0.1."""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from flakyproxy import Fault, FlakyProxy
+from vcsperf import history, pooling, tools
+from vcsperf.gitserve import GitServer
+
+
+@pytest.fixture
+def gitbridge(env, home):
+    """Runs ``gitbridge`` with fast retries configured in git config."""
+    binary = tools.executable("gitbridge")
+    gitconfig = home / ".gitconfig"
+    gitconfig.write_text("[sharepool]\n\tretry-backoff = 0.05\n"
+                         "\tretry-jitter-min = 0\n\tretry-jitter-max = 0.05\n"
+                         "\thttp-timeout = 20\n")
+
+    def run(*args, check=True):
+        proc = subprocess.run([binary, *map(str, args)], env=env,
+                              capture_output=True, text=True)
+        if check and proc.returncode != 0:
+            raise AssertionError("gitbridge failed:\n%s%s"
+                                 % (proc.stdout, proc.stderr))
+        return proc
+
+    run.binary = binary
+    return run
+
+
+def commit(git, work, files, message):
+    for name, text in files.items():
+        path = os.path.join(work, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(text)
+    git("-C", work, "add", "-A")
+    git("-C", work, "commit", "-q", "-m", message)
+    git("-C", work, "push", "-q", "origin", "HEAD:main")
+    return git("-C", work, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def served(git, tmp_path):
+    """A bare repository behind git http-backend, and a clone to push
+    from; ``served.commits`` lists its commits, oldest first."""
+    repos = tmp_path / "repos"
+    git("init", "-q", "--bare", "-b", "main", repos / "project.git")
+    work = tmp_path / "work"
+    git("clone", "-q", repos / "project.git", work)
+    commits = []
+    for n in range(3):
+        files = {"src/module%d.py" % i: "x = %d\n" % (n * i) for i in range(8)}
+        files["docs/readme.txt"] = "release %d\n" % n
+        files["profiles/docs.sparse"] = "/docs/\n"
+        commits.append(commit(git, work, files, "release %d" % n))
+    with GitServer(repos) as server:
+        server.repo_url = server.url + "project.git"
+        server.commits = commits
+        server.work = work
+        yield server
+
+
+def head(git, dest):
+    return git("-C", dest, "rev-parse", "HEAD").strip()
+
+
+def timings(proc):
+    (line,) = [line for line in proc.stdout.splitlines()
+               if line.startswith('{"checkout"')]
+    return json.loads(line)["checkout"]
+
+
+def abort_line(proc):
+    assert proc.returncode == 255, proc.stderr
+    aborts = [line for line in proc.stderr.splitlines()
+              if line.startswith("abort: ")]
+    assert len(aborts) == 1, proc.stderr
+    return aborts[0]
+
+
+def store_of(tmp_path, served):
+    return tmp_path / "pool" / (served.commits[0] + ".git")
+
+
+@pytest.mark.parametrize("layout", ["alternates", "worktree"])
+def test_ci_jobs_share_one_store_and_fetch_only_what_is_missing(
+        git, gitbridge, served, tmp_path, layout):
+    pool = tmp_path / "pool"
+    first, middle, tip = served.commits
+    one = gitbridge("checkout", "--sharebase", pool, "--layout", layout,
+                    "-r", middle[:12], served.repo_url, tmp_path / "job1",
+                    "--timings")
+    assert timings(one)["cloned"] and timings(one)["node"] == middle
+    assert head(git, tmp_path / "job1") == middle
+    assert len(served.fetches()) == 1
+
+    two = gitbridge("checkout", "--sharebase", pool, "--layout", layout,
+                    "-b", "main", served.repo_url, tmp_path / "job2")
+    assert "(sharing from existing pooled repository %s.git)" % first \
+        in two.stdout
+    assert head(git, tmp_path / "job2") == tip
+    assert len(served.fetches()) == 1
+
+    pushed = commit(git, served.work, {"src/new.py": "new\n"}, "release 3")
+    (tmp_path / "job1" / "build-output.o").write_text("stale\n")
+    three = gitbridge("checkout", "--sharebase", pool, "--layout", layout,
+                      "-r", pushed, "--purge", served.repo_url,
+                      tmp_path / "job1", "--timings")
+    assert timings(three)["pulled"] and "purge" in timings(three)["steps"]
+    assert not (tmp_path / "job1" / "build-output.o").exists()
+    assert head(git, tmp_path / "job1") == pushed
+    assert git("-C", tmp_path / "job1", "status", "--porcelain",
+               "--ignored") == ""
+    assert len(served.fetches()) == 2
+    assert set(os.listdir(pool)) == {first + ".git", "checkouts", "urls"}
+    git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
+    if layout == "alternates":
+        # gc in the store keeps what the checkouts stand on
+        git("-C", store_of(tmp_path, served), "gc", "--prune=now", "-q")
+        git("-C", tmp_path / "job1", "fsck", "--no-progress")
+
+
+def test_bad_input_aborts_with_one_line(git, gitbridge, served, tmp_path):
+    pool = tmp_path / "pool"
+    cases = [
+        (["-r", "123456789abc"], "abort: revision 123456789abc not found on "
+                                 + served.repo_url),
+        (["-b", "no-such"], "abort: no-such not found on %s: no such branch "
+                            "or tag" % served.repo_url),
+        (["-r", "12345"], "abort: --revision must be a SHA-1 fragment 12-40 "
+                          "characters long"),
+        (["-b", "main", "--sparseprofile", "missing.sparse"],
+         "abort: sparse profile missing.sparse does not exist at revision "
+         + served.commits[-1]),
+    ]
+    for args, expected in cases:
+        proc = gitbridge("checkout", "--sharebase", pool, *args,
+                         served.repo_url, tmp_path / "co", check=False)
+        assert abort_line(proc) == expected
+        assert proc.stderr.strip().splitlines()[-1].startswith("(")
+
+
+def test_ambiguous_short_hash_aborts(git, gitbridge, served, tmp_path):
+    """A branch named like the 12-digit prefix of another commit."""
+    first, middle, tip = served.commits
+    git("-C", served.work, "push", "-q", "origin", "%s:refs/heads/%s"
+        % (first, tip[:12]))
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
+                     tip[:12], served.repo_url, tmp_path / "co", check=False)
+    assert abort_line(proc).startswith(
+        "abort: --revision argument is ambiguous: %s names %s"
+        % (tip[:12], first))
+
+
+def test_sparse_profile(git, gitbridge, served, tmp_path):
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", "--sparseprofile", "profiles/docs.sparse",
+                     served.repo_url, tmp_path / "co")
+    assert "(setting sparse config to profile profiles/docs.sparse)" \
+        in proc.stdout
+    assert sorted(os.listdir(tmp_path / "co")) == [".git", "docs"]
+
+
+def _dead_pid():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
+
+
+def _stale_store_locks(git, gitbridge, served, tmp_path):
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
+              served.commits[0], served.repo_url, tmp_path / "co")
+    store = store_of(tmp_path, served)
+    key = hashlib.sha256(served.repo_url.encode()).hexdigest()[:20]
+    (store / "refs" / "pool" / key / "heads" / "main.lock").write_text("")
+    (store / "objects" / "pack" / "tmp_pack_killed").write_text("")
+    owner = pooling.owner_identity().rpartition(":")[0]
+    os.symlink("%s:%d" % (owner, _dead_pid()), str(store) + ".lock")
+    # make the next run fetch
+    commit(git, served.work, {"late.txt": "late\n"}, "late")
+    served.commits.append(git("-C", served.work, "rev-parse",
+                              "HEAD").strip())
+
+
+def _not_shared(git, gitbridge, served, tmp_path):
+    git("clone", "-q", served.repo_url, tmp_path / "co")
+
+
+def _dangling(git, gitbridge, served, tmp_path):
+    gitbridge("checkout", "--sharebase", tmp_path / "oldpool", "-r",
+              served.commits[0], served.repo_url, tmp_path / "co")
+    shutil.rmtree(tmp_path / "oldpool")
+
+
+def _unrelated(git, gitbridge, served, tmp_path):
+    other = tmp_path / "pool" / ("0" * 40 + ".git")
+    git("init", "-q", "--bare", other)
+    git("init", "-q", tmp_path / "co")
+    (tmp_path / "co/.git/objects/info/alternates").write_text(
+        str(other / "objects") + "\n")
+
+
+def _interrupted_checkout(git, gitbridge, served, tmp_path):
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
+              served.commits[0], served.repo_url, tmp_path / "co")
+    (tmp_path / "co" / ".git" / "index.lock").write_text("")
+
+
+RECOVERIES = {
+    "stale store locks": (_stale_store_locks, "(removing 2 lock and "
+                          "temporary files left by an interrupted git "
+                          "process)"),
+    "not a share": (_not_shared, "(destination is not shared; deleting "
+                                 "destination)"),
+    "dangling share": (_dangling, "does not exist; deleting destination)"),
+    "unrelated repository": (_unrelated, "an unrelated repository; deleting "
+                                         "destination)"),
+    "interrupted checkout": (_interrupted_checkout, "index.lock, left by an "
+                                                    "interrupted checkout)"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(RECOVERIES))
+def test_recovers_and_says_what_it_does(git, gitbridge, served, tmp_path,
+                                        damage):
+    make, message = RECOVERIES[damage]
+    make(git, gitbridge, served, tmp_path)
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
+                     served.commits[-1], served.repo_url, tmp_path / "co")
+    assert message in proc.stderr, proc.stderr
+    assert head(git, tmp_path / "co") == served.commits[-1]
+    assert git("-C", tmp_path / "co", "status", "--porcelain") == ""
+    git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
+
+
+@pytest.mark.parametrize("faults, failures", [
+    ([Fault("command=fetch", cut=300)], {1}),
+    ([Fault("info/refs", status=503)], {1}),
+    # curl sometimes resends a request whose connection went silent, by
+    # itself: two stalls make one or two failures
+    ([Fault("command=fetch", stall=3, times=2)], {1, 2}),
+])
+def test_retries_through_a_misbehaving_server(git, gitbridge, served,
+                                              tmp_path, faults, failures):
+    git("config", "--global", "sharepool.http-timeout", "1")
+    expected = sum(fault.times for fault in faults)
+    with FlakyProxy(served.url) as proxy:
+        proxy.add(*faults)
+        proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                         "main", proxy.url + "project.git", tmp_path / "co",
+                         "--timings")
+    assert len(proxy.applied()) == expected
+    assert timings(proc)["network_failures"] in failures
+    assert "(retrying after network failure on attempt 1 of 3)" \
+        in proc.stderr
+    assert head(git, tmp_path / "co") == served.commits[-1]
+
+
+def test_gives_up_after_the_network_attempts(gitbridge, served, tmp_path):
+    with FlakyProxy(served.url) as proxy:
+        proxy.add(Fault("/", status=500, times=None))
+        proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                         "main", "--networkattempts", "2",
+                         proxy.url + "project.git", tmp_path / "co",
+                         check=False)
+    assert abort_line(proc).startswith(
+        "abort: reached maximum number of network attempts; giving up "
+        "(2 attempts; last failure: ")
+
+
+# Real history: the 57 pip releases as a Git repository ------------------------
+
+@pytest.fixture(scope="session")
+def real_git_repo(real_hg_repo_cached):
+    """The pip release history as a bare Git repository, cached beside the
+    Mercurial one (same release table)."""
+    key = os.path.basename(real_hg_repo_cached).rsplit("-", 1)[-1]
+    cache = history.default_cache_dir()
+    final = os.path.join(cache, "pip-releases-git-%s.git" % key)
+    if not os.path.isdir(final):
+        with tempfile.TemporaryDirectory(dir=cache) as scratch:
+            env = tools.isolated_env(scratch)
+            work = os.path.join(scratch, "work")
+            history.write_git(history.pip_releases(cache), work,
+                              git=tools.executable("git"), env=env)
+            bare = os.path.join(scratch, "bare.git")
+            tools.run(["git", "clone", "-q", "--bare", work, bare], env)
+            # packed, as a server's repository is: serving thousands of
+            # loose objects makes every clone compress them all again
+            tools.run(["git", "-C", bare, "repack", "-a", "-d", "-q"], env)
+            try:
+                os.rename(bare, final)
+            except OSError:
+                if not os.path.isdir(final):
+                    raise
+    return final
+
+
+@pytest.fixture
+def real_served(real_git_repo, tmp_path):
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    os.symlink(real_git_repo, repos / "pip.git")
+    with GitServer(repos) as server:
+        server.repo_url = server.url + "pip.git"
+        yield server
+
+
+@pytest.mark.slow
+def test_eight_concurrent_checkouts_clone_once(git, gitbridge, real_served,
+                                               real_git_repo, tmp_path):
+    commits = git("-C", real_git_repo, "rev-list", "main").split()
+    jobs = [subprocess.Popen(
+        [gitbridge.binary, "checkout", "--sharebase", str(tmp_path / "pool"),
+         "-r", commits[n * 5], real_served.repo_url,
+         str(tmp_path / ("job%d" % n))],
+        env=git.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for n in range(8)]
+    results = [(job.wait(), *job.communicate()) for job in jobs]
+    for n, (code, out, err) in enumerate(results):
+        assert code == 0, err
+        assert head(git, tmp_path / ("job%d" % n)) == commits[n * 5]
+        assert git("-C", tmp_path / ("job%d" % n), "status",
+                   "--porcelain") == ""
+    assert len(real_served.fetches()) == 1
+    outputs = "".join(out + err for _, out, err in results)
+    assert outputs.count("(cloning ") == 1
+    assert "waiting for lock on pool entry for " in outputs
+
+
+@pytest.mark.slow
+def test_kill_at_random_moments_then_rerun_succeeds(
+        git, gitbridge, real_served, real_git_repo, tmp_path):
+    """21 checkouts of real history (clone, fetch or update), each killed
+    with SIGKILL at a seeded random moment: the next run finishes and the
+    store passes git fsck."""
+    commits = git("-C", real_git_repo, "rev-list", "main").split()[::-1]
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    store = pool / (commits[0] + ".git")
+    # a store that saw only the first 21 releases, copied in for each
+    # "pull" round (the URL's root is known from the first round on)
+    old_store = tmp_path / "old-store.git"
+    key = hashlib.sha256(real_served.repo_url.encode()).hexdigest()[:20]
+    git("init", "-q", "--bare", old_store)
+    git("-C", old_store, "fetch", "-q", real_git_repo,
+        "%s:refs/pool/%s/heads/main" % (commits[20], key))
+    rng = random.Random(20240605)
+
+    def prepare(kind):
+        if kind != "update":
+            subprocess.run(["rm", "-rf", str(store), str(dest)], check=True)
+        if kind == "pull":
+            shutil.copytree(old_store, store, symlinks=True)
+        return rng.choice(commits[25:] if kind != "update" else commits)
+
+    def command(commit):
+        return [gitbridge.binary, "checkout", "--sharebase", str(pool),
+                "--purge", "-r", commit, real_served.repo_url, str(dest)]
+
+    durations = {}
+    for kind in ("clone", "pull", "update"):
+        commit_ = prepare(kind)
+        start = time.monotonic()
+        warmup = subprocess.run(command(commit_), env=git.env,
+                                capture_output=True, text=True)
+        assert warmup.returncode == 0, (kind, warmup.stderr)
+        durations[kind] = time.monotonic() - start
+
+    killed = 0
+    for round_ in range(21):
+        kind = ("clone", "pull", "update")[round_ % 3]
+        commit_ = prepare(kind)
+        victim = subprocess.Popen(command(commit_), env=git.env,
+                                  start_new_session=True,
+                                  stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.02, durations[kind]))
+        # the whole process group: git children die with their parent
+        os.killpg(victim.pid, signal.SIGKILL)
+        killed += victim.wait() == -signal.SIGKILL
+        rerun = subprocess.run(command(commit_), env=git.env,
+                               capture_output=True, text=True)
+        assert rerun.returncode == 0, (round_, kind, rerun.stderr)
+        assert head(git, dest) == commit_
+        assert git("-C", dest, "status", "--porcelain") == ""
+        git("-C", store, "fsck", "--no-progress")
+    assert killed >= 15

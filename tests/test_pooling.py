@@ -1,0 +1,135 @@
+"""vcsperf.pooling, the VCS-neutral half of pooled checkouts: the lock that
+belongs to a live process, network attempts with backoff and jitter, disk
+accounting."""
+
+import multiprocessing
+import os
+import random
+import subprocess
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from vcsperf import pooling
+
+
+def _dead_pid():
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _host():
+    return pooling.owner_identity().rpartition(":")[0]
+
+
+def test_lock_of_a_dead_process_is_taken_over(tmp_path):
+    path = str(tmp_path / "store.lock")
+    os.symlink("%s:%d" % (_host(), _dead_pid()), path)
+    told = []
+    with pooling.PidLock(path, timeout=5, waiting=told.append):
+        assert os.readlink(path) == pooling.owner_identity()
+    assert not os.path.lexists(path)
+    assert told == []  # nothing to wait for: the owner is gone
+
+
+@pytest.mark.parametrize("owner", ["live", "other host"])
+def test_lock_of_a_live_or_unknown_owner_is_waited_for(tmp_path, owner):
+    path = str(tmp_path / "store.lock")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        host = _host() if owner == "live" else "elsewhere.example/1"
+        os.symlink("%s:%d" % (host, sleeper.pid), path)
+        told = []
+        with pytest.raises(pooling.LockTimeout):
+            pooling.PidLock(path, timeout=0.5, waiting=told.append).acquire()
+        assert told == ["%s:%d" % (host, sleeper.pid)]
+        assert os.readlink(path) == "%s:%d" % (host, sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _count_under_lock(lock_path, counter_path, rounds):
+    for _ in range(rounds):
+        with pooling.PidLock(lock_path):
+            with open(counter_path) as fh:
+                value = int(fh.read())
+            with open(counter_path, "w") as fh:
+                fh.write(str(value + 1))
+
+
+def test_lock_excludes_concurrent_processes(tmp_path):
+    lock_path, counter = str(tmp_path / "c.lock"), str(tmp_path / "count")
+    with open(counter, "w") as fh:
+        fh.write("0")
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_count_under_lock,
+                               args=(lock_path, counter, 25))
+               for _ in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert open(counter).read() == "150"
+
+
+def test_attempts_retry_transient_failures_then_give_up():
+    slept, reports = [], []
+    attempts = pooling.NetworkAttempts(3, sleep=slept.append,
+                                       rng=random.Random(3))
+    calls = iter([ConnectionResetError("reset"), TimeoutError("slow"), "ok"])
+
+    def operation():
+        result = next(calls)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    assert attempts.call(operation, pooling.transient_socket_error,
+                         lambda *args: reports.append(args)) == "ok"
+    assert [report[1:3] for report in reports] == [(1, 3), (2, 3)]
+    assert len(slept) == 2 and slept[1] > slept[0] - 4
+
+    with pytest.raises(pooling.GaveUp) as gaveup:
+        attempts.call(lambda: (_ for _ in ()).throw(ConnectionRefusedError()),
+                      pooling.transient_socket_error, lambda *args: None)
+    assert gaveup.value.attempts == 3
+    with pytest.raises(ValueError):  # not transient: through at once
+        pooling.NetworkAttempts(3).call(
+            lambda: int("x"), pooling.transient_socket_error, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(failures=st.integers(1, 12), low=st.floats(0, 10),
+       spread=st.floats(0, 10), backoff=st.floats(0, 5),
+       seed=st.integers(0, 2 ** 32))
+def test_delay_is_exponential_plus_bounded_jitter(failures, low, spread,
+                                                  backoff, seed):
+    attempts = pooling.NetworkAttempts(3, backoff=backoff,
+                                       jitter=(low, low + spread),
+                                       rng=random.Random(seed))
+    base = (2 ** failures - 1) * backoff
+    assert base + low <= attempts.delay(failures) <= base + low + spread + 1e-9
+
+
+def test_disk_usage_counts_hardlinked_files_once(tmp_path):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "data").write_bytes(b"x" * 100000)
+    (tmp_path / "checkout").mkdir()
+    os.link(tmp_path / "store" / "data", tmp_path / "checkout" / "data")
+    os.symlink("/nonexistent", tmp_path / "checkout" / "link")
+    one = pooling.disk_usage(tmp_path / "store")
+    both = pooling.disk_usage(tmp_path / "store", tmp_path / "checkout")
+    assert one >= 100000
+    assert both - one < 8192  # directory and symlink, not the data again
+
+
+def test_discard_renames_before_deleting(tmp_path):
+    entry = tmp_path / "entry"
+    (entry / "sub").mkdir(parents=True)
+    (entry / "sub" / "file").write_text("data")
+    pooling.discard(entry)
+    assert not entry.exists()
+    assert os.listdir(tmp_path) == []
+    pooling.discard(entry)  # already gone: nothing to do

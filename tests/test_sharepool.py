@@ -1,0 +1,551 @@
+"""hg robustcheckout (the sharepool extension) against real ``hg serve``
+servers on 127.0.0.1: the CI story, every recovery, a misbehaving proxy
+driving the retries, kill -9 at random moments, concurrent checkouts into
+one pool, and the aborts for bad input."""
+
+import json
+import os
+import pathlib
+import random
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import Commands, Server
+from flakyproxy import Fault, FlakyProxy
+from vcsperf import pooling, tools
+
+SPARSE_PROFILE = "profiles/docs.sparse"
+
+
+HGRC = ("[extensions]\nsharepool =\nsparse =\nshare =\n"
+        "[sharepool]\nretry-backoff = 0.05\nretry-jitter-min = 0\n"
+        "retry-jitter-max = 0.05\n"
+        "[http]\ntimeout = 2\n")
+
+
+@pytest.fixture
+def hgrc(hgrc):
+    with open(hgrc, "a") as fh:
+        fh.write(HGRC)
+    return hgrc
+
+
+def commit_files(hg, repo, files, message):
+    for name, text in files.items():
+        path = os.path.join(repo, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(text)
+    hg("commit", "-q", "-A", "-m", message, cwd=repo)
+    return hg("log", "-r", ".", "-T", "{node}", cwd=repo)
+
+
+class Repo(type(pathlib.Path())):
+    """A repository's path that knows its nodes, oldest first."""
+
+    nodes = ()
+
+
+def make_source(hg, path):
+    """A small repository with a sparse profile: three changesets."""
+    repo = Repo(path)
+    hg("init", repo)
+    nodes = []
+    for n in range(3):
+        files = {"src/module%d.py" % i: "x = %d\n" % (n * i) for i in range(8)}
+        files["docs/readme.txt"] = "release %d\n" % n
+        files[SPARSE_PROFILE] = "[include]\ndocs/\n"
+        nodes.append(commit_files(hg, repo, files, "release %d" % n))
+    repo.nodes = nodes
+    return repo
+
+
+def serve(hgserve, repo, log):
+    server = hgserve(repo, "--accesslog", log)
+    server.log = log
+    return server
+
+
+@pytest.fixture(scope="module")
+def module_hgserve(tmp_path_factory):
+    """hgserve for the module's shared, read-only source repository (hg
+    serve takes a second to stop: one server serves most tests)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / "hgrc").write_text(HGRC)
+    hg = Commands(tools.executable("hg"),
+                  tools.isolated_env(str(home), str(home / "hgrc")))
+    servers = []
+
+    def start(repo, *extra):
+        pidfile = home / ("hgserve-%d.pid" % len(servers))
+        out = hg("serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p", "0",
+                 "--pid-file", pidfile, *extra)
+        port = re.search(r"bound to 127\.0\.0\.1:(\d+)", out).group(1)
+        servers.append(Server("http://127.0.0.1:%s/" % port, pidfile))
+        return servers[-1]
+
+    start.hg = hg
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def source(module_hgserve, tmp_path_factory):
+    """The shared source repository; tests must not change it."""
+    return make_source(module_hgserve.hg,
+                       tmp_path_factory.mktemp("shared") / "source")
+
+
+@pytest.fixture(scope="module")
+def served(source, module_hgserve):
+    return serve(module_hgserve, source, source.parent / "access.log")
+
+
+@pytest.fixture
+def own_source(hg, tmp_path):
+    """A source repository of the test's own, that it may change."""
+    return make_source(hg, tmp_path / "source")
+
+
+@pytest.fixture
+def own_served(own_source, hgserve, tmp_path):
+    return serve(hgserve, own_source, tmp_path / "access.log")
+
+
+def network_clones(log):
+    """Requests that transfer history (stream or changegroup)."""
+    lines = open(log).read().splitlines()
+    return [line for line in lines
+            if "cmd=getbundle" in line or "cmd=stream_out" in line]
+
+
+def checkout(hg, url, dest, *args, pool=None, check=True):
+    pool = pool or os.path.join(os.path.dirname(dest), "pool")
+    proc = hg.proc("robustcheckout", "--sharebase", pool, *args, url, dest)
+    if check and proc.returncode != 0:
+        raise AssertionError("robustcheckout failed:\n%s%s"
+                             % (proc.stdout, proc.stderr))
+    return proc
+
+
+def timings(proc):
+    (line,) = [line for line in proc.stdout.splitlines()
+               if line.startswith('{"robustcheckout"')]
+    return json.loads(line)["robustcheckout"]
+
+
+def parent(hg, dest):
+    return hg("log", "-r", ".", "-T", "{node}", cwd=dest)
+
+
+def abort_line(proc):
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    aborts = [line for line in lines if line.startswith("abort: ")]
+    assert len(aborts) == 1, proc.stderr
+    return aborts[0]
+
+
+# The user's story ---------------------------------------------------------
+
+def test_ci_jobs_share_one_store_and_fetch_only_what_is_missing(
+        hg, own_source, own_served, tmp_path):
+    """Three CI jobs on one machine: the first clones the pool store, the
+    second checks out another revision with no network transfer, and after
+    a push the first job's directory is reused, purged and pulled."""
+    source, served = own_source, own_served
+    root, middle, tip = source.nodes
+    first = checkout(hg, served.url, tmp_path / "job1", "-r", middle[:12],
+                     "--timings")
+    facts = timings(first)
+    assert facts["cloned"] and facts["node"] == middle
+    assert facts["result"] == "ok"
+    assert set(facts["steps"]) == {"resolve", "store", "pull", "share",
+                                   "update", "verify", "disk"}
+    assert parent(hg, tmp_path / "job1") == middle
+    assert len(network_clones(served.log)) == 1
+    assert "(disk: pooled store" in first.stdout
+
+    second = checkout(hg, served.url, tmp_path / "job2", "-b", "default")
+    assert "(sharing from existing pooled repository %s)" % root \
+        in second.stdout
+    assert parent(hg, tmp_path / "job2") == tip
+    assert len(network_clones(served.log)) == 1
+
+    pushed = commit_files(hg, source, {"src/new.py": "new\n"}, "release 3")
+    (tmp_path / "job1" / "build-output.o").write_text("stale\n")
+    third = checkout(hg, served.url, tmp_path / "job1", "-r", pushed,
+                     "--purge", "--timings")
+    assert "(pulling to obtain %s)" % pushed in third.stdout
+    assert timings(third)["pulled"]
+    assert "purge" in timings(third)["steps"]
+    assert not (tmp_path / "job1" / "build-output.o").exists()
+    assert parent(hg, tmp_path / "job1") == pushed
+    assert hg("status", "-mardui", cwd=tmp_path / "job1") == ""
+    assert len(network_clones(served.log)) == 2
+
+    assert os.listdir(tmp_path / "pool") == [root]
+    for job in ("job1", "job2"):
+        shared = (tmp_path / job / ".hg" / "sharedpath").read_text()
+        assert shared == str(tmp_path / "pool" / root / ".hg")
+    hg("verify", "-q", cwd=tmp_path / "pool" / root)
+
+
+def test_help_lists_behaviours_and_settings(hg):
+    page = hg("help", "sharepool")
+    for text in ("share.pool", "revision 0", "stream clone", "clone bundles",
+                 "abandoned transaction", "--purge", "--timings",
+                 "sharepool.network-attempts", "sharepool.retry-backoff",
+                 "sharepool.retry-jitter-min", "sharepool.lock-timeout",
+                 "owner is gone", "hg status"):
+        assert text in page, text
+    options = hg("help", "robustcheckout")
+    for option in ("--upstream", "--revision", "--branch", "--purge",
+                   "--sharebase", "--networkattempts", "--sparseprofile",
+                   "--noupdate", "--timings"):
+        assert option in options, option
+
+
+def test_sparse_profile_and_noupdate(hg, source, served, tmp_path):
+    sparse = checkout(hg, served.url, tmp_path / "sparse", "-b", "default",
+                      "--sparseprofile", SPARSE_PROFILE)
+    assert "(setting sparse config to profile %s)" % SPARSE_PROFILE \
+        in sparse.stdout
+    assert sorted(os.listdir(tmp_path / "sparse")) == [".hg", "docs"]
+    again = checkout(hg, served.url, tmp_path / "sparse", "-r",
+                     source.nodes[0], "--sparseprofile", SPARSE_PROFILE)
+    assert "already set" in again.stdout
+    assert parent(hg, tmp_path / "sparse") == source.nodes[0]
+
+    bare = checkout(hg, served.url, tmp_path / "bare", "-U", "-b", "default")
+    assert "(skipping update since -U specified)" in bare.stdout
+    assert os.listdir(tmp_path / "bare") == [".hg"]
+    refused = checkout(hg, served.url, tmp_path / "bare", "-b", "default",
+                       "--sparseprofile", SPARSE_PROFILE, check=False)
+    assert abort_line(refused) == ("abort: cannot enable sparse profile on "
+                                   "existing non-sparse checkout")
+
+
+# Bad input -------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, expected", [
+    (["-r", "123456789abc"], r"abort: 123456789abc not found on "
+                             r"http://127\.0\.0\.1:\d+/: unknown revision"),
+    (["-b", "no-such-branch"], r"abort: no-such-branch not found on "),
+    (["-r", "12345"], r"abort: --revision must be a SHA-1 fragment 12-40 "
+                      r"characters long$"),
+    ([], r"abort: specify exactly one of --revision or --branch$"),
+    (["-b", "default", "--sparseprofile", "missing.sparse"],
+     r"abort: sparse profile missing\.sparse does not exist at revision "
+     r"[0-9a-f]{40}$"),
+])
+def test_bad_input_aborts_with_one_line(hg, served, tmp_path, args,
+                                        expected):
+    proc = checkout(hg, served.url, tmp_path / "co", *args, check=False)
+    assert re.match(expected, abort_line(proc)), proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("(")  # the hint
+
+
+def test_ambiguous_short_hash_aborts(hg, own_source, own_served, tmp_path):
+    """A 12-digit prefix that is also a bookmark pointing elsewhere names
+    two revisions: robustcheckout refuses to guess, whether the store has
+    the revision yet or not."""
+    source, served = own_source, own_served
+    root, middle, tip = source.nodes
+    hg("bookmark", "-r", root, tip[:12], cwd=source)
+    for attempt in ("empty pool", "warm pool"):
+        proc = checkout(hg, served.url, tmp_path / "co", "-r", tip[:12],
+                        check=False)
+        assert abort_line(proc).startswith(
+            "abort: --revision argument is ambiguous: %s" % tip[:12]), attempt
+        checkout(hg, served.url, tmp_path / "co", "-r", tip)
+
+
+def test_no_pool_configured(hg, served, tmp_path):
+    proc = hg.proc("robustcheckout", "-b", "default", served.url,
+                   tmp_path / "co")
+    assert abort_line(proc) == ("abort: share base directory not defined; "
+                                "refusing to operate")
+    assert "share.pool" in proc.stderr
+
+
+# Recovery ------------------------------------------------------------------
+
+KILL_HOOK = """
+import os, signal
+def die(ui, repo, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _store(tmp_path, source):
+    return tmp_path / "pool" / source.nodes[0]
+
+
+def _abandoned_transaction(hg, source, served, tmp_path):
+    """A pull into the store killed inside its transaction: a journal and a
+    store lock whose owner is dead."""
+    hg("clone", "-q", "-U", "-r", source.nodes[0], source,
+       _store(tmp_path, source))
+    hook = tmp_path / "killhook.py"
+    hook.write_text(KILL_HOOK)
+    proc = hg.proc("pull", "-r", source.nodes[1], "--config",
+                   "hooks.pretxnclose.die=python:%s:die" % hook, served.url,
+                   cwd=_store(tmp_path, source))
+    assert proc.returncode == -signal.SIGKILL
+    assert (_store(tmp_path, source) / ".hg/store/journal").exists()
+    assert (_store(tmp_path, source) / ".hg/store/lock").is_symlink()
+
+
+def _unrecoverable_transaction(hg, source, served, tmp_path):
+    _abandoned_transaction(hg, source, served, tmp_path)
+    journal = _store(tmp_path, source) / ".hg/store/journal"
+    journal.unlink()
+    journal.mkdir()  # unreadable: hg recover fails
+
+
+def _corrupt_store(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    revlog = _store(tmp_path, source) / ".hg/store/data/docs/readme.txt.i"
+    data = bytearray(revlog.read_bytes())
+    data[-3:] = b"!!!"
+    revlog.write_bytes(bytes(data))
+    hg("update", "-q", "null", cwd=tmp_path / "co")
+
+
+def _missing_requirements(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    requires = _store(tmp_path, source) / ".hg/store/requires"
+    kept = [r for r in requires.read_text().splitlines() if r != "fncache"]
+    requires.write_text("\n".join(kept) + "\n")
+
+
+def _dangling_share(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0],
+             pool=tmp_path / "oldpool")
+    subprocess.run(["rm", "-rf", str(tmp_path / "oldpool")], check=True)
+
+
+def _unpooled_share(hg, source, served, tmp_path):
+    hg("share", "-q", source, tmp_path / "co")
+
+
+def _not_a_share(hg, source, served, tmp_path):
+    hg("clone", "-q", served.url, tmp_path / "co")
+
+
+def _unrelated_share(hg, source, served, tmp_path):
+    other = tmp_path / "other"
+    hg("init", other)
+    root = commit_files(hg, other, {"a": "unrelated\n"}, "other root")
+    hg("clone", "-q", "-U", other, tmp_path / "pool" / root)
+    hg("share", "-q", tmp_path / "pool" / root, tmp_path / "co")
+
+
+def _stale_working_directory_lock(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    os.symlink("%s:%d" % (_lock_host(), dead.pid),
+               tmp_path / "co" / ".hg" / "wlock")
+
+
+def _lock_host():
+    return pooling.owner_identity().rpartition(":")[0]
+
+
+RECOVERIES = {
+    "abandoned transaction": (_abandoned_transaction,
+                              "(abandoned transaction found; trying to "
+                              "recover)"),
+    "unrecoverable transaction": (_unrecoverable_transaction,
+                                  "(could not recover repo state; deleting "
+                                  "shared store)"),
+    "corrupt store": (_corrupt_store, "(repo corruption: "),
+    "missing requirements": (_missing_requirements,
+                             "(shared store missing requirements: fncache; "
+                             "deleting shared store)"),
+    "dangling share": (_dangling_share, "does not exist; deleting "
+                                        "destination)"),
+    "non-pooled share": (_unpooled_share, "does not belong to pooled "
+                                          "storage; deleting destination)"),
+    "not a share": (_not_a_share, "(destination is not shared; deleting "
+                                  "destination)"),
+    "unrelated repository": (_unrelated_share, "an unrelated repository; "
+                                               "deleting destination)"),
+    "stale wlock": (_stale_working_directory_lock, None),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(RECOVERIES))
+def test_recovers_and_says_what_it_does(hg, source, served, tmp_path,
+                                        damage):
+    make, message = RECOVERIES[damage]
+    make(hg, source, served, tmp_path)
+    proc = checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[2])
+    if message:
+        assert message in proc.stderr, proc.stderr
+    assert parent(hg, tmp_path / "co") == source.nodes[2]
+    assert hg("status", cwd=tmp_path / "co") == ""
+    hg("verify", "-q", cwd=_store(tmp_path, source))
+    assert not (tmp_path / "co" / ".hg" / "wlock").exists()
+
+
+def test_leaves_a_directory_that_is_not_a_checkout_alone(hg, served,
+                                                         tmp_path):
+    dest = tmp_path / "co"
+    dest.mkdir()
+    (dest / "precious.txt").write_text("keep me\n")
+    proc = checkout(hg, served.url, dest, "-b", "default", check=False)
+    assert abort_line(proc).startswith("abort: destination ")
+    assert (dest / "precious.txt").read_text() == "keep me\n"
+
+
+# A misbehaving server -------------------------------------------------------
+
+@pytest.mark.parametrize("faults, applied, failures", [
+    ([Fault("cmd=getbundle", cut=100)], 1, 1),
+    ([Fault("cmd=capabilities", status=503), Fault("cmd=batch", status=502)],
+     2, 2),
+    ([Fault("cmd=capabilities", cut=10)], 1, 1),
+    # Mercurial's keepalive handler resends once, by itself, a request
+    # whose reused connection went silent: two stalls make one failure.
+    ([Fault("cmd=getbundle", stall=2, times=2)], 2, 1),
+])
+def test_retries_through_a_misbehaving_server(hg, source, served, tmp_path,
+                                              faults, applied, failures):
+    with FlakyProxy(served.url) as proxy:
+        proxy.add(*faults)
+        proc = checkout(hg, proxy.url, tmp_path / "co", "-b", "default",
+                        "--timings", "--config", "http.timeout=1")
+    assert len(proxy.applied()) == applied
+    assert timings(proc)["network_failures"] == failures
+    assert proc.stderr.count("(retrying after network failure on "
+                             "attempt") == failures
+    assert parent(hg, tmp_path / "co") == source.nodes[2]
+    hg("verify", "-q", cwd=_store(tmp_path, source))
+
+
+def test_gives_up_after_the_network_attempts(hg, served, tmp_path):
+    with FlakyProxy(served.url) as proxy:
+        proxy.add(Fault("cmd=", status=500, times=None))
+        proc = checkout(hg, proxy.url, tmp_path / "co", "-b", "default",
+                        "--networkattempts", "2", check=False)
+    assert abort_line(proc).startswith(
+        "abort: reached maximum number of network attempts; giving up "
+        "(2 attempts; last failure: HTTP error 500")
+    assert len(proxy.applied()) == 2
+    assert not (tmp_path / "pool").exists() or not [
+        name for name in os.listdir(tmp_path / "pool")
+        if not name.endswith(".lock")]
+
+
+def test_backoff_grows_and_is_jittered():
+    attempts = pooling.NetworkAttempts(5, rng=random.Random(1))
+    for failures in range(1, 5):
+        delay = attempts.delay(failures)
+        base = (2 ** failures - 1) * 1.5
+        assert base + 1.0 <= delay <= base + 5.0
+
+
+# kill -9 at random moments ---------------------------------------------------
+
+@pytest.mark.slow
+def test_kill_at_random_moments_then_rerun_succeeds(
+        hg, real_hg_repo, hgserve, tmp_path):
+    """21 robustcheckouts of real history (a clone, a pull or an update),
+    each killed with SIGKILL at a seeded random moment: the next run always
+    finishes the checkout, and the store always passes hg verify."""
+    server = hgserve(real_hg_repo)
+    nodes = hg("log", "-T", "{node}\n", cwd=real_hg_repo).split()[::-1]
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    store = pool / nodes[0]
+    old_store = tmp_path / "old-store"
+    hg("clone", "-q", "-U", "-r", nodes[20], real_hg_repo, old_store)
+    rng = random.Random(20240605)
+
+    def prepare(kind):
+        """The starting state of a round, and the revision it asks for."""
+        if kind != "update":
+            subprocess.run(["rm", "-rf", str(pool), str(dest)], check=True)
+        if kind == "pull":
+            hg("clone", "-q", "-U", old_store, store)
+        return rng.choice(nodes[25:] if kind != "update" else nodes)
+
+    def command(node):
+        return [hg.binary, "robustcheckout", "--sharebase", str(pool),
+                "--purge", "-r", node, server.url, str(dest)]
+
+    durations = {}
+    for kind in ("clone", "pull", "update"):
+        node = prepare(kind)
+        start = time.monotonic()
+        subprocess.run(command(node), env=hg.env, check=True,
+                       capture_output=True)
+        durations[kind] = time.monotonic() - start
+
+    killed = 0
+    for round_ in range(21):
+        kind = ("clone", "pull", "update")[round_ % 3]
+        node = prepare(kind)
+        victim = subprocess.Popen(command(node), env=hg.env,
+                                  stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, durations[kind]))
+        victim.send_signal(signal.SIGKILL)
+        killed += victim.wait() == -signal.SIGKILL
+        rerun = subprocess.run(command(node), env=hg.env,
+                               capture_output=True, text=True)
+        assert rerun.returncode == 0, (round_, kind, rerun.stderr)
+        # the full node with no "+": that revision, nothing modified
+        assert hg("id", "--debug", "-i", cwd=dest).strip() == node
+        hg("verify", "-q", cwd=store)
+        assert os.listdir(pool) == [nodes[0]], (round_, os.listdir(pool))
+    assert killed >= 15  # the signal really came before the end
+
+
+# Many processes, one pool ----------------------------------------------------
+
+@pytest.mark.slow
+def test_eight_concurrent_checkouts_clone_once(hg, real_hg_repo, hgserve,
+                                               tmp_path):
+    log = tmp_path / "access.log"
+    server = hgserve(real_hg_repo, "--accesslog", log)
+    nodes = hg("log", "-T", "{node}\n", cwd=real_hg_repo).split()
+    jobs = [subprocess.Popen(
+        [hg.binary, "robustcheckout", "--sharebase", str(tmp_path / "pool"),
+         "-r", nodes[n * 5], server.url, str(tmp_path / ("job%d" % n))],
+        env=hg.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True) for n in range(8)]
+    results = [(job.wait(), *job.communicate()) for job in jobs]
+    for n, (code, out, err) in enumerate(results):
+        assert code == 0, err
+        assert parent(hg, tmp_path / ("job%d" % n)) == nodes[n * 5]
+    assert len(network_clones(log)) == 1
+    outputs = "".join(out + err for _, out, err in results)
+    assert outputs.count("(cloning ") == 1
+    assert "waiting for lock on pooled store %s" % nodes[-1] in outputs
+    assert outputs.count("(sharing from existing pooled repository") == 7
+    hg("verify", "-q", cwd=tmp_path / "pool" / nodes[-1])
+
+
+# Real history -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_real_history_checkouts_match_the_repository(hg, real_hg_repo,
+                                                     hgserve, tmp_path):
+    server = hgserve(real_hg_repo)
+    nodes = hg("log", "-T", "{node}\n", cwd=real_hg_repo).split()
+    for node in (nodes[-1], nodes[len(nodes) // 2], nodes[0]):
+        checkout(hg, server.url, tmp_path / "co", "-r", node[:12], "--purge")
+        expected = hg("files", "-r", node, cwd=real_hg_repo)
+        assert hg("files", cwd=tmp_path / "co") == expected
+        some = expected.split()[len(expected.split()) // 3]
+        assert (tmp_path / "co" / some).read_bytes() == hg(
+            "cat", "-r", node, some, cwd=real_hg_repo).encode()
+        assert parent(hg, tmp_path / "co") == node

@@ -1,0 +1,125 @@
+"""Serve Git repositories over smart HTTP on 127.0.0.1, the way a real
+server does: each request runs ``git http-backend`` (the CGI program Git
+ships for Apache and nginx).  Used by the tests and the benchmarks as the
+Git counterpart of ``hg serve``; every request is appended to ``log`` so a
+caller can count fetches.
+"""
+
+import http.server
+import os
+import subprocess
+import threading
+import urllib.parse
+
+from vcsperf import tools
+
+
+class LocalServer:
+    """An HTTP server on 127.0.0.1, on a port the kernel picks, serving
+    from a thread while used as a context manager.  ``handler`` is a
+    QuietHandler subclass; its ``server_owner`` is this object."""
+
+    def __init__(self, handler, path="/"):
+        self.log = []
+        self._lock = threading.Lock()
+        handler = type("Handler", (handler,), {"server_owner": self})
+        self._server = QuietServer(("127.0.0.1", 0), handler)
+        self.url = "http://127.0.0.1:%d%s" % (self._server.server_port, path)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class GitServer(LocalServer):
+    """``with GitServer(root) as server:`` serves every repository under
+    ``root`` at ``server.url + NAME``; ``log`` lists ``(method, path,
+    status)`` of each request, in order."""
+
+    def __init__(self, root, log_path=None):
+        super().__init__(_Handler)
+        self.root = os.fspath(root)
+        self.log_path = log_path
+
+    def record(self, method, path, status):
+        with self._lock:
+            self.log.append((method, path, status))
+            if self.log_path:
+                with open(self.log_path, "a") as fh:
+                    fh.write("%s %s %s\n" % (method, path, status))
+
+    def fetches(self):
+        """Requests that sent history: upload-pack POSTs that carried a
+        pack (protocol v2 also POSTs for ls-refs, which are not counted)."""
+        return [entry for entry in self.log
+                if entry[0] == "POST" and entry[1].endswith("git-upload-pack")
+                and entry[2].endswith(" pack")]
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    """A threaded server that does not print a traceback when a client
+    drops its connection (tests kill clients and cut responses)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive, and no access lines on stderr."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+
+class _Handler(QuietHandler):
+    def do_GET(self):
+        self._backend()
+
+    do_POST = do_GET
+
+    def _backend(self):
+        owner = self.server_owner
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        env = dict(tools.isolated_env(owner.root),
+                   GIT_PROJECT_ROOT=owner.root, GIT_HTTP_EXPORT_ALL="1",
+                   PATH_INFO=urllib.parse.unquote(path), QUERY_STRING=query,
+                   REQUEST_METHOD=self.command, REMOTE_ADDR="127.0.0.1",
+                   CONTENT_TYPE=self.headers.get("Content-Type", ""),
+                   CONTENT_LENGTH=str(len(body)))
+        if self.headers.get("Content-Encoding"):
+            env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
+        if self.headers.get("Git-Protocol"):
+            env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+        proc = subprocess.run([tools.executable("git"), "http-backend"],
+                              input=body, env=env, capture_output=True)
+        head, _, payload = proc.stdout.partition(b"\r\n\r\n")
+        status = "200 OK"
+        headers = []
+        for line in head.decode("latin-1").split("\r\n"):
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = value.strip()
+            elif name:
+                headers.append((name, value.strip()))
+        code, _, reason = status.partition(" ")
+        self.send_response(int(code), reason)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+        sent_pack = b"packfile\n" in payload[:4096] or b"PACK" in payload[:4096]
+        owner.record(self.command, path,
+                     status + (" pack" if sent_pack else ""))

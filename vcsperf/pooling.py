@@ -1,0 +1,337 @@
+"""Pooled checkouts without a version control system: network retries with
+backoff and jitter, a lock that belongs to a live process, per-step timings
+and disk accounting.  Shared by the Mercurial extension ``sharepool`` and
+``gitbridge checkout``; imports neither Mercurial nor dulwich.
+"""
+
+import errno
+import json
+import os
+import random
+import shutil
+import socket
+import time
+
+#: robustcheckout's figures: the n-th retry waits (2^n - 1) * 1.5 s plus a
+#: random 1 to 5 s, so a fleet that failed together does not retry together.
+DEFAULT_ATTEMPTS = 3
+DEFAULT_BACKOFF = 1.5
+DEFAULT_JITTER = (1.0, 5.0)
+
+
+class GaveUp(Exception):
+    """The last allowed network attempt failed; ``reason`` says how."""
+
+    def __init__(self, reason, attempts):
+        super().__init__("%s (after %d attempts)" % (reason, attempts))
+        self.reason = reason
+        self.attempts = attempts
+
+
+class NetworkAttempts:
+    """The network attempts one checkout may make, shared by all its network
+    operations (as robustcheckout counts them).
+
+    ``call(operation, transient, report)`` runs ``operation()``.  When it
+    raises, ``transient(exc)`` returns a one-line reason if the failure is
+    worth retrying (a cut stream, a 5xx, a reset or timed-out socket), or
+    None to let the exception through.  A retry first calls
+    ``report(reason, failed, limit, delay)`` and sleeps ``delay`` seconds;
+    the attempt that reaches ``limit`` failures raises ``GaveUp``.
+    """
+
+    def __init__(self, limit=DEFAULT_ATTEMPTS, backoff=DEFAULT_BACKOFF,
+                 jitter=DEFAULT_JITTER, sleep=time.sleep, rng=None):
+        if limit < 1:
+            raise ValueError("at least one network attempt is needed")
+        self.limit = limit
+        self.backoff = backoff
+        self.jitter = jitter
+        self.failures = 0
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def delay(self, failures):
+        """Seconds to wait after the ``failures``-th failure."""
+        low, high = self.jitter
+        return (2 ** failures - 1) * self.backoff + self._rng.uniform(low, high)
+
+    def call(self, operation, transient, report):
+        while True:
+            try:
+                return operation()
+            except Exception as exc:
+                reason = transient(exc)
+                if reason is None:
+                    raise
+                self.failures += 1
+                if self.failures >= self.limit:
+                    raise GaveUp(reason, self.failures) from exc
+                wait = self.delay(self.failures)
+                report(reason, self.failures, self.limit, wait)
+                self._sleep(wait)
+
+
+def transient_socket_error(exc):
+    """A reason when ``exc`` is a network failure of the socket layer that a
+    retry may cure (timeouts, resets, refused connections), else None."""
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timed out: %s" % exc
+    if isinstance(exc, ConnectionError):
+        return "connection error: %s" % exc
+    if isinstance(exc, OSError) and exc.errno in (
+            errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED,
+            errno.ETIMEDOUT, errno.EPIPE, errno.EHOSTUNREACH,
+            errno.ENETUNREACH):
+        return "socket error: %s" % exc
+    return None
+
+
+# Locks -------------------------------------------------------------------
+
+def owner_identity():
+    """``host:pid`` as Mercurial's lock writes it: the host part carries the
+    Linux pid namespace, so a process in another container on the same host
+    is never mistaken for a dead one."""
+    host = socket.gethostname()
+    try:
+        host += "/%x" % os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pass
+    return "%s:%d" % (host, os.getpid())
+
+
+def owner_is_gone(identity):
+    """True when the lock owner ``identity`` (``host:pid``) is known to be
+    dead: it ran on this host (and pid namespace) and its pid is free.  An
+    owner on another host, or an unreadable identity, is presumed alive."""
+    host, _, pid = identity.rpartition(":")
+    if host != owner_identity().rpartition(":")[0] or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class LockTimeout(Exception):
+    def __init__(self, path, owner, waited):
+        super().__init__("timed out after %d s waiting for lock %s held by %s"
+                         % (waited, path, owner))
+        self.path = path
+        self.owner = owner
+
+
+class PidLock:
+    """An exclusive lock on ``path`` held by a live process.
+
+    The lock is a symlink whose target is the owner's ``host:pid``, as
+    Mercurial's locks are, so creating it is atomic and reading it needs no
+    open file.  A lock whose owner is gone (see ``owner_is_gone``) is taken
+    over; taking over goes through a second lock, ``path.takeover``, so two
+    waiters never both remove the stale lock and both think they own it.
+
+    ``waiting(owner)`` is called once when the lock is busy, so the caller
+    can say what it waits for; ``timeout`` is in seconds (None: forever).
+    """
+
+    poll = 0.2
+
+    def __init__(self, path, timeout=None, waiting=None):
+        self.path = path
+        self.timeout = timeout
+        self.waiting = waiting
+        self.held = False
+
+    def acquire(self):
+        start = time.monotonic()
+        told = False
+        while not self._try():
+            owner = self._owner()
+            if owner is None:
+                continue
+            if owner_is_gone(owner) and self._take_over(owner):
+                return self
+            waited = time.monotonic() - start
+            if self.timeout is not None and waited >= self.timeout:
+                raise LockTimeout(self.path, owner, waited)
+            if not told and self.waiting:
+                self.waiting(owner)
+                told = True
+            time.sleep(self.poll)
+        return self
+
+    def release(self):
+        if self.held:
+            self.held = False
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def _try(self):
+        try:
+            os.symlink(owner_identity(), self.path)
+        except FileExistsError:
+            return False
+        self.held = True
+        return True
+
+    def _owner(self):
+        try:
+            return os.readlink(self.path)
+        except FileNotFoundError:
+            return None
+
+    def _take_over(self, stale):
+        guard = PidLock(self.path + ".takeover")
+        if not guard._try():
+            if not owner_is_gone(guard._owner() or ""):
+                return False
+            # The previous taker died mid-takeover; its guard is stale too.
+            try:
+                os.unlink(guard.path)
+            except FileNotFoundError:
+                pass
+            return False
+        try:
+            if self._owner() != stale:
+                return False
+            os.unlink(self.path)
+            return self._try()
+        finally:
+            guard.release()
+
+
+# Timings -----------------------------------------------------------------
+
+class StepTimer:
+    """Wall time of each named step of one run, for the JSON timings line.
+
+    ``with timer.step("pull"):`` adds the step's seconds (a step that runs
+    twice, after a restart, adds up); ``facts`` holds anything else worth
+    reporting (what was cloned, the node, the outcome).
+    """
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._start = clock()
+        self.steps = {}
+        self.facts = {}
+
+    def step(self, name):
+        return _Step(self, name)
+
+    def record(self, name, seconds):
+        self.steps[name] = self.steps.get(name, 0.0) + seconds
+
+    def as_dict(self):
+        return dict(self.facts,
+                    steps={name: round(secs, 3)
+                           for name, secs in self.steps.items()},
+                    total=round(self._clock() - self._start, 3))
+
+    def json_line(self, command):
+        return json.dumps({command: self.as_dict()}, sort_keys=True)
+
+
+class _Step:
+    def __init__(self, timer, name):
+        self.timer = timer
+        self.name = name
+
+    def __enter__(self):
+        self.start = self.timer._clock()
+        return self
+
+    def __exit__(self, *exc):
+        self.timer.record(self.name, self.timer._clock() - self.start)
+
+
+# Disk --------------------------------------------------------------------
+
+def disk_usage(*roots):
+    """Bytes allocated on disk under ``roots``, each inode counted once, so
+    files hardlinked between a pool and its checkouts count once, and
+    symlinks are not followed."""
+    seen = set()
+    total = 0
+    stack = [os.fsdecode(root) for root in roots if os.path.lexists(root)]
+    while stack:
+        path = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except NotADirectoryError:
+            entries = []
+            st = os.lstat(path)
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total
+
+
+def free_space(path):
+    """Bytes free to an unprivileged user on the filesystem of ``path``."""
+    st = os.statvfs(os.fsdecode(path))
+    return st.f_bavail * st.f_frsize
+
+
+def format_bytes(count):
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            break
+        count /= 1024.0
+    return "%d bytes" % count if unit == "bytes" else "%.1f %s" % (count,
+                                                                   unit)
+
+
+# Removal -----------------------------------------------------------------
+
+def discard(path):
+    """Remove the tree ``path`` so that no reader ever sees half of it: it
+    is first renamed to a hidden sibling (one atomic step), then deleted.
+    Files that another process still has open stay readable to it."""
+    path = os.fsdecode(path)
+    parent, name = os.path.split(os.path.abspath(path))
+    trash = os.path.join(parent, ".%s.discarded-%d-%d"
+                         % (name, os.getpid(), time.monotonic_ns()))
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def discarded_leftovers(parent, name):
+    """Hidden trees that ``discard`` or a killed clone left in ``parent``
+    for the entry ``name``."""
+    parent, name = os.fsdecode(parent), os.fsdecode(name)
+    prefix = ".%s." % name
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(parent, entry) for entry in names
+            if entry.startswith(prefix)]
