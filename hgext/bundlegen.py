@@ -49,9 +49,9 @@ Formats:
 
 ``zstd-max``
   ``zstd-v2`` at ``bundlegen.zstd-level`` (default 19) with
-  ``bundlegen.zstd-threads`` threads and, with the ``wirezstd`` extension
-  enabled, long-distance matching.  The window stays at 2^27 bytes, so
-  every Mercurial with zstd applies it.
+  ``bundlegen.zstd-threads`` threads and long-distance matching (from the
+  ``wirezstd`` extension, which bundlegen loads to build it).  The window
+  stays at 2^27 bytes, so every Mercurial with zstd applies it.
 ``zstd``
   ``zstd-v2`` at core's default level.
 ``gzip``

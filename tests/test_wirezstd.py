@@ -4,7 +4,6 @@ stand-in), on the real-content repository; cut responses; bundles that a
 stock Mercurial applies."""
 
 import os
-import struct
 
 import pytest
 import zstandard
