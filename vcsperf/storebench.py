@@ -28,10 +28,6 @@ TARGETS = (
 )
 
 
-def hg(args, env, cwd=None):
-    return tools.run([tools.executable("hg")] + args, env, cwd=cwd)
-
-
 def store_bytes(repo):
     sizes = dict.fromkeys(CLASSES + ("dictionaries",), 0)
     store = os.path.join(repo, ".hg", "store")
@@ -62,21 +58,21 @@ def best_of(runs, fn):
 
 def prepare(source, dest, engine, env):
     start = time.perf_counter()
-    hg(["clone", "-q", "-U", source, dest], env)
-    hg(["debugupgraderepo", "--run", "--no-backup", "-q", "--config",
-        "format.revlog-compression=%s" % engine], env, cwd=dest)
+    tools.hg(["clone", "-q", "-U", source, dest], env)
+    tools.hg(["debugupgraderepo", "--run", "--no-backup", "-q", "--config",
+              "format.revlog-compression=%s" % engine], env, cwd=dest)
     if engine == "zstd-dict":
-        hg(["zstd-train"], env, cwd=dest)
-        hg(["zstd-recompress"], env, cwd=dest)
+        tools.hg(["zstd-train"], env, cwd=dest)
+        tools.hg(["zstd-recompress"], env, cwd=dest)
     return time.perf_counter() - start
 
 
 def measure(repo, env, repeat):
-    reads = json.loads(hg(["--config", "extensions.chunkread=%s"
-                           % chunkread.__file__,
-                           "bench-chunkread", "--repeat", str(repeat)], env,
-                          cwd=repo))
-    log = best_of(3, lambda: hg(["log", "-T", "{desc}\n"], env, cwd=repo))
+    reads = json.loads(tools.hg(["--config", "extensions.chunkread=%s"
+                                 % chunkread.__file__, "bench-chunkread",
+                                 "--repeat", repeat], env, cwd=repo))
+    log = best_of(3, lambda: tools.hg(["log", "-T", "{desc}\n"], env,
+                                      cwd=repo))
     start = time.perf_counter()
     verify = subprocess.run([tools.executable("hg"), "verify", "-q"],
                             env=env, cwd=repo, capture_output=True)

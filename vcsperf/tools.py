@@ -51,3 +51,9 @@ def run(args, env, cwd=None, check=True):
     if check and proc.returncode != 0:
         raise CommandError(proc.returncode, args, proc.stdout, proc.stderr)
     return proc.stdout
+
+
+def hg(args, env, cwd=None):
+    """Run this installation's ``hg`` with ``args`` (anything, made str);
+    returns its stdout, raises ``CommandError`` on failure."""
+    return run([executable("hg"), *map(str, args)], env, cwd=cwd)

@@ -38,10 +38,6 @@ TARGETS = (
 _RECEIVED = re.compile(r"received (\d+) bytes in responses")
 
 
-def _hg(env, *args):
-    return tools.run([tools.executable("hg"), *map(str, args)], env)
-
-
 def _timed(fn):
     start = time.perf_counter()
     fn()
@@ -60,9 +56,9 @@ class _Serve:
 
     def __init__(self, env, repo, *config):
         self.pidfile = repo + ".pid"
-        out = _hg(env, "serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p",
-                  "0", "--pid-file", self.pidfile,
-                  *[a for c in config for a in ("--config", c)])
+        out = tools.hg(["serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p",
+                        "0", "--pid-file", self.pidfile,
+                        *[a for c in config for a in ("--config", c)]], env)
         port = re.search(r"bound to 127\.0\.0\.1:(\d+)", out).group(1)
         self.url = "http://127.0.0.1:%s/" % port
         with open(self.pidfile) as fh:
@@ -119,14 +115,14 @@ def measure_bundles(repo, work, core, ours, level):
         args = ["-R", repo, "bundle", "-q", "-a", "-t", spec, path]
         for item in config:
             args += ["--config", item]
-        seconds = _timed(lambda: _hg(ours if extended else core, *args))
+        seconds = _timed(lambda: tools.hg(args, ours if extended else core))
         results[name] = {"bytes": os.path.getsize(path),
                          "seconds": seconds, "path": path}
     out = os.path.join(work, "bundlegen-out")
-    seconds = _timed(lambda: _hg(
-        ours, "-R", repo, "bundlegen", "--output", out, "--base-url",
+    seconds = _timed(lambda: tools.hg([
+        "-R", repo, "bundlegen", "--output", out, "--base-url",
         "http://127.0.0.1/", "--config", "bundlegen.zstd-threads=2",
-        "--config", "bundlegen.zstd-level=%d" % level))
+        "--config", "bundlegen.zstd-level=%d" % level], ours))
     results["bundlegen all three"] = {
         "bytes": sum(os.path.getsize(os.path.join(out, n))
                      for n in os.listdir(out) if n.endswith(".hg")),
@@ -144,14 +140,14 @@ def measure_clones(repo, work, core, bundles, level):
             with open(manifest, "w") as fh:
                 fh.write("%s%s BUNDLESPEC=%s\n" % (
                     files.url, os.path.basename(bundles[name]["path"]),
-                    _hg(core, "debugbundle", "--spec",
-                        bundles[name]["path"]).strip()))
+                    tools.hg(["debugbundle", "--spec", bundles[name]["path"]],
+                             core).strip()))
             stream = ("--stream",) if "stream" in name else ()
             dest = os.path.join(work, "clone")
             with _Serve(core, repo, "extensions.clonebundles=") as server:
-                seconds = _timed(lambda: _hg(core, "clone", "-U", *stream,
-                                             server.url, dest))
-            out = _hg(core, "verify", "-q", "-R", dest)
+                seconds = _timed(lambda: tools.hg(
+                    ["clone", "-U", *stream, server.url, dest], core))
+            out = tools.hg(["verify", "-q", "-R", dest], core)
             shutil.rmtree(dest, ignore_errors=True)
             results["from " + name] = {"seconds": seconds,
                                        "verify": out == ""}
@@ -160,9 +156,9 @@ def measure_clones(repo, work, core, bundles, level):
                         ("clone --stream", "--stream")):
         dest = os.path.join(work, "clone")
         with _Serve(core, repo) as server:
-            seconds = _timed(lambda: _hg(
-                core, "clone", "-U", extra, "--config",
-                "ui.clonebundles=false", server.url, dest))
+            seconds = _timed(lambda: tools.hg(
+                ["clone", "-U", extra, "--config", "ui.clonebundles=false",
+                 server.url, dest], core))
         shutil.rmtree(dest, ignore_errors=True)
         results[name] = {"seconds": seconds}
     return results
@@ -172,13 +168,13 @@ def _pull(env, repo, dest, server_config, base):
     """Bytes received and server CPU seconds for pulling ``repo`` into
     ``dest`` (a fresh clone of ``base`` revisions, or an empty repo)."""
     if base:
-        _hg(env, "clone", "-q", "-U", "-r", base, repo, dest)
+        tools.hg(["clone", "-q", "-U", "-r", base, repo, dest], env)
     else:
-        _hg(env, "init", dest)
+        tools.hg(["init", dest], env)
     with _Serve(env, repo, *server_config) as server:
         before = _cpu_seconds(server.pid)
         start = time.perf_counter()
-        out = _hg(env, "pull", "--debug", "-R", dest, server.url)
+        out = tools.hg(["pull", "--debug", "-R", dest, server.url], env)
         seconds = time.perf_counter() - start
         cpu = _cpu_seconds(server.pid) - before
     shutil.rmtree(dest, ignore_errors=True)
@@ -189,8 +185,8 @@ def _pull(env, repo, dest, server_config, base):
 def measure_wire(repo, work, core, ours):
     results = {}
     # clone -r takes what the source can look up: a node, not a revset.
-    last100 = _hg(core, "log", "-R", repo, "-r", "first(last(all(), 101))",
-                  "-T", "{node}")
+    last100 = tools.hg(["log", "-R", repo, "-r", "first(last(all(), 101))",
+                        "-T", "{node}"], core)
     for label, base in (("full pull", None), ("pull of last 100", last100)):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,
@@ -250,7 +246,7 @@ def run(source, workdir, level=MAX_LEVEL):
     # Core is measured with no extension loaded at all.
     core = tools.isolated_env(workdir)
     repo = os.path.join(workdir, "repo")
-    _hg(core, "clone", "-q", "-U", os.path.abspath(source), repo)
+    tools.hg(["clone", "-q", "-U", os.path.abspath(source), repo], core)
     bundles = measure_bundles(repo, workdir, core, ours, level)
     results = {
         "bundles": bundles,
