@@ -215,14 +215,15 @@ def _parents_first(commits):
 
 # commitid-map ---------------------------------------------------------------
 
-def read_series(repo_path, revisions, hidden=False):
+def read_series(repo_path, revisions, hidden=False, env=None):
     """The commits that ``revisions`` names in a Git repository (a range
     such as ``main..topic``) or a Mercurial one (a revset, which sees
     obsolete changesets with ``hidden``), oldest first, as
-    ``vcsperf.commitids.Commit`` without predecessors."""
+    ``vcsperf.commitids.Commit`` without predecessors.  ``env`` is the
+    environment hg runs in (default: this process's)."""
     if os.path.isdir(os.path.join(repo_path, ".hg")):
         out = _hg(repo_path, *(["--hidden"] if hidden else []), "log", "-r",
-                  revisions, "-T", "{node}\\n{desc}\\0")
+                  revisions, "-T", "{node}\\n{desc}\\0", env=env)
     else:
         out = _git(repo_path, "log", "--reverse", "--topo-order", "-z",
                    "--format=%H%n%B", revisions, "--")
@@ -234,8 +235,8 @@ def read_series(repo_path, revisions, hidden=False):
     return series
 
 
-def _hg(repo_path, *args):
-    env = dict(os.environ, HGPLAIN="1")
+def _hg(repo_path, *args, env=None):
+    env = dict(env or os.environ, HGPLAIN="1")
     try:
         return tools.run([tools.executable("hg"), "-R", repo_path, *args],
                          env)
@@ -243,14 +244,15 @@ def _hg(repo_path, *args):
         raise Abort("hg failed: %s" % err.stderr.strip())
 
 
-def with_predecessors(repo_path, old, new):
+def with_predecessors(repo_path, old, new, env=None):
     """``new`` with the predecessors that the Mercurial repository's
     obsolescence markers give among ``old`` (the same repository)."""
     if not old:
         return new
     out = _hg(repo_path, "log", "--hidden", "-r",
               " or ".join(c.node for c in old), "-T",
-              "{node}{revset('successors(%d)', rev) % ' {node}'}\\n")
+              "{node}{revset('successors(%d)', rev) % ' {node}'}\\n",
+              env=env)
     predecessors = {}
     for line in out.splitlines():
         node, *successors = line.split()

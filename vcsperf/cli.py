@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from . import demo
+from . import check, demo
 
 
 def main(argv=None):
@@ -18,10 +18,42 @@ def main(argv=None):
                              "temporary directory")
     demo_parser.add_argument("--keep", action="store_true",
                              help="keep the scratch directory")
+    check_parser = commands.add_parser(
+        "check", help="run every feature on a copy of your repository and "
+        "report what it does, beside core Mercurial",
+        description=check.__doc__.split("\n\n")[0])
+    check_parser.add_argument("--repo", required=True,
+                              help="the Mercurial repository (only read)")
+    check_parser.add_argument("--git", help="a Git clone of the same "
+                              "project, for the Git features")
+    check_parser.add_argument("--quick", action="store_true",
+                              help="sample the full-text comparison, fewer "
+                              "bundles, checkouts and pulls")
+    check_parser.add_argument("--json", help="also write the report to "
+                              "this file")
+    check_parser.add_argument("--scratch", help="where the copies go "
+                              "(default: the temporary directory)")
+    check_parser.add_argument("--reserve", type=_size, default=0,
+                              help="free space to leave on the scratch "
+                              "disk, such as 20G")
+    check_parser.add_argument("--keep", action="store_true",
+                              help="keep the scratch directory")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo.run_demo(args.workdir, args.keep)
-    return 2
+    return check.main(args)
+
+
+def _size(text):
+    """Bytes from ``512M``, ``20G``, ``1T`` or a plain number."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    try:
+        if text[-1:].upper() in units:
+            return int(float(text[:-1]) * units[text[-1].upper()])
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a size: %r (use 512M, 20G, "
+                                         "...)" % text)
 
 
 if __name__ == "__main__":

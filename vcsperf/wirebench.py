@@ -44,14 +44,14 @@ def _timed(fn):
     return time.perf_counter() - start
 
 
-def _cpu_seconds(pid):
+def cpu_seconds(pid):
     """CPU time (user + system) that process ``pid`` has used so far."""
     with open("/proc/%d/stat" % pid) as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-class _Serve:
+class HgServer:
     """``hg serve`` of ``repo`` on 127.0.0.1, stopped on exit."""
 
     def __init__(self, env, repo, *config):
@@ -75,7 +75,7 @@ class _Serve:
             time.sleep(0.05)
 
 
-class _FileServer:
+class FileServer:
     """Python's own file server for ``root`` on 127.0.0.1."""
 
     def __init__(self, root):
@@ -134,7 +134,7 @@ def measure_clones(repo, work, core, bundles, level):
     """Clone times by a stock hg over HTTP, from each bundle and without."""
     results = {}
     manifest = os.path.join(repo, ".hg", "clonebundles.manifest")
-    with _FileServer(work) as files:
+    with FileServer(work) as files:
         for name in ("core gzip-v2", "core zstd-v2 L%d T2" % level,
                      "ours zstd-max", "core stream"):
             with open(manifest, "w") as fh:
@@ -144,7 +144,7 @@ def measure_clones(repo, work, core, bundles, level):
                              core).strip()))
             stream = ("--stream",) if "stream" in name else ()
             dest = os.path.join(work, "clone")
-            with _Serve(core, repo, "extensions.clonebundles=") as server:
+            with HgServer(core, repo, "extensions.clonebundles=") as server:
                 seconds = _timed(lambda: tools.hg(
                     ["clone", "-U", *stream, server.url, dest], core))
             out = tools.hg(["verify", "-q", "-R", dest], core)
@@ -155,7 +155,7 @@ def measure_clones(repo, work, core, bundles, level):
     for name, extra in (("clone --pull", "--pull"),
                         ("clone --stream", "--stream")):
         dest = os.path.join(work, "clone")
-        with _Serve(core, repo) as server:
+        with HgServer(core, repo) as server:
             seconds = _timed(lambda: tools.hg(
                 ["clone", "-U", extra, "--config", "ui.clonebundles=false",
                  server.url, dest], core))
@@ -164,34 +164,40 @@ def measure_clones(repo, work, core, bundles, level):
     return results
 
 
-def _pull(env, repo, dest, server_config, base):
+def pull(env, repo, dest, server_config, base):
     """Bytes received and server CPU seconds for pulling ``repo`` into
     ``dest`` (a fresh clone of ``base`` revisions, or an empty repo)."""
     if base:
         tools.hg(["clone", "-q", "-U", "-r", base, repo, dest], env)
     else:
         tools.hg(["init", dest], env)
-    with _Serve(env, repo, *server_config) as server:
-        before = _cpu_seconds(server.pid)
+    with HgServer(env, repo, *server_config) as server:
+        before = cpu_seconds(server.pid)
         start = time.perf_counter()
         out = tools.hg(["pull", "--debug", "-R", dest, server.url], env)
         seconds = time.perf_counter() - start
-        cpu = _cpu_seconds(server.pid) - before
+        cpu = cpu_seconds(server.pid) - before
+    changesets = int(tools.hg(["log", "-R", dest, "-r", "tip", "-T",
+                               "{rev}"], env)) + 1
     shutil.rmtree(dest, ignore_errors=True)
     received = int(_RECEIVED.search(out).group(1))
-    return {"bytes": received, "server_cpu": cpu, "seconds": seconds}
+    return {"bytes": received, "server_cpu": cpu, "seconds": seconds,
+            "changesets": changesets}
 
 
-def measure_wire(repo, work, core, ours):
+def measure_wire(repo, work, core, ours, full=True):
+    """Pulls of the last 100 changesets and, with ``full``, of the whole
+    history, by core zstd and by wirezstd."""
     results = {}
     # clone -r takes what the source can look up: a node, not a revset.
     last100 = tools.hg(["log", "-R", repo, "-r", "first(last(all(), 101))",
                         "-T", "{node}"], core)
-    for label, base in (("full pull", None), ("pull of last 100", last100)):
+    pulls = (("full pull", None),) if full else ()
+    for label, base in pulls + (("pull of last 100", last100),):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,
                                    ("extensions.wirezstd=",))):
-            results["%s, %s" % (label, side)] = _pull(
+            results["%s, %s" % (label, side)] = pull(
                 env, repo, os.path.join(work, "pulled"), config, base)
     return results
 
