@@ -8,13 +8,12 @@ import random
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
 from flakyproxy import Fault, FlakyProxy
-from vcsperf import history, pooling, tools
+from vcsperf import pooling, tools
 from vcsperf.gitserve import GitServer
 
 
@@ -281,32 +280,6 @@ def test_gives_up_after_the_network_attempts(gitbridge, served, tmp_path):
 
 
 # Real history: the 57 pip releases as a Git repository ------------------------
-
-@pytest.fixture(scope="session")
-def real_git_repo(real_hg_repo_cached):
-    """The pip release history as a bare Git repository, cached beside the
-    Mercurial one (same release table)."""
-    key = os.path.basename(real_hg_repo_cached).rsplit("-", 1)[-1]
-    cache = history.default_cache_dir()
-    final = os.path.join(cache, "pip-releases-git-%s.git" % key)
-    if not os.path.isdir(final):
-        with tempfile.TemporaryDirectory(dir=cache) as scratch:
-            env = tools.isolated_env(scratch)
-            work = os.path.join(scratch, "work")
-            history.write_git(history.pip_releases(cache), work,
-                              git=tools.executable("git"), env=env)
-            bare = os.path.join(scratch, "bare.git")
-            tools.run(["git", "clone", "-q", "--bare", work, bare], env)
-            # packed, as a server's repository is: serving thousands of
-            # loose objects makes every clone compress them all again
-            tools.run(["git", "-C", bare, "repack", "-a", "-d", "-q"], env)
-            try:
-                os.rename(bare, final)
-            except OSError:
-                if not os.path.isdir(final):
-                    raise
-    return final
-
 
 @pytest.fixture
 def real_served(real_git_repo, tmp_path):

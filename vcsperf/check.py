@@ -67,7 +67,6 @@ from . import (checkcmds, commitids, pastbytes, pooling, storebench,
 QUICK_EVERY = 20
 #: Room kept free beyond the estimate, for logs, caches and rounding.
 DISK_MARGIN = 256 * 2**20
-BUNDLE_LEVEL = 19
 
 
 class Abort(Exception):
@@ -184,14 +183,12 @@ class Check:
     """One run of every feature on a copy of ``source``."""
 
     def __init__(self, source, git=None, quick=False, scratch=None,
-                 reserve=0, bundle_level=BUNDLE_LEVEL, console=None,
-                 keep=False):
+                 reserve=0, console=None, keep=False):
         self.source = os.path.abspath(source)
         self.git = os.path.abspath(git) if git else None
         self.quick = quick
         self.scratch_root = os.path.abspath(scratch or tempfile.gettempdir())
         self.reserve = reserve
-        self.bundle_level = bundle_level
         self.console = console or Console()
         self.keep = keep
         self.scratch = None
@@ -623,9 +620,7 @@ def bundles(check, work):
                 check.hg(["-R", check.base, "bundlegen", "--output", out,
                           "--base-url", files.url + "bundles/",
                           "--config", "bundlegen.formats=%s"
-                          % ",".join(formats), "--config",
-                          "bundlegen.zstd-level=%d" % check.bundle_level],
-                         ours)
+                          % ",".join(formats)], ours)
             with open(os.path.join(out, "bundles.json")) as fh:
                 built = {b["format"]: b for b in json.load(fh)["bundles"]}
             with open(manifest) as fh:
@@ -1043,13 +1038,11 @@ def format_report(report):
     return "\n".join(lines)
 
 
-def main(args):
-    """``vcsperf check``: 0 when every feature passed, 1 when one failed,
-    255 when the check could not start, 130 when interrupted."""
-    console = Console()
-    check = Check(args.repo, git=args.git, quick=args.quick,
-                  scratch=args.scratch, reserve=args.reserve,
-                  console=console, keep=args.keep)
+def report_run(check, json_path=None):
+    """Run ``check``, print its report and write it as JSON to
+    ``json_path``; the exit status: 0 when every feature passed, 1 when one
+    failed, 255 when the check could not start, 130 after Ctrl-C and 143
+    after SIGTERM."""
     try:
         report = check.run()
     except Abort as abort:
@@ -1057,14 +1050,22 @@ def main(args):
         if abort.hint:
             sys.stderr.write("(%s)\n" % abort.hint)
         return 255
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         sys.stderr.write("\ninterrupted%s\n" % (
             "" if check.scratch is None else ": %s %s" % (
                 check.scratch, "kept" if check.keep else "removed")))
-        return 130
-    console.say(format_report(report))
-    if args.json:
-        with open(args.json + ".tmp", "w") as fh:
+        return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated)
+                      else signal.SIGINT)
+    check.console.say(format_report(report))
+    if json_path:
+        with open(json_path + ".tmp", "w") as fh:
             json.dump(report, fh, indent=2)
-        os.replace(args.json + ".tmp", args.json)
+        os.replace(json_path + ".tmp", json_path)
     return 0 if report["passed"] else 1
+
+
+def main(args):
+    """``vcsperf check`` with its parsed command line."""
+    return report_run(Check(args.repo, git=args.git, quick=args.quick,
+                            scratch=args.scratch, reserve=args.reserve,
+                            keep=args.keep), args.json)

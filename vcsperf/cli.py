@@ -13,11 +13,13 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser(
         "demo", help="build a repository from real content offline, run "
-        "every feature beside core Mercurial, print the figures")
+        "vcsperf check on it: every feature beside core Mercurial")
     demo_parser.add_argument("--workdir", help="build here instead of a "
                              "temporary directory")
     demo_parser.add_argument("--keep", action="store_true",
                              help="keep the scratch directory")
+    demo_parser.add_argument("--json", help="also write the report to "
+                             "this file")
     check_parser = commands.add_parser(
         "check", help="run every feature on a copy of your repository and "
         "report what it does, beside core Mercurial",
@@ -40,7 +42,7 @@ def main(argv=None):
                               help="keep the scratch directory")
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo.run_demo(args.workdir, args.keep)
+        return demo.run_demo(args.workdir, args.keep, args.json)
     return check.main(args)
 
 

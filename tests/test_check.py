@@ -1,0 +1,234 @@
+"""``vcsperf check`` on the real-content repository: a quick run where
+every feature passes, damage in the copy and in the original reported as
+failures, Ctrl-C and SIGTERM leaving nothing behind, and the disk check."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from vcsperf import check, tools
+
+FEATURES = ["dictionaries", "bundles", "wire", "checkouts", "commit IDs",
+            "importer"]
+
+
+def _digest_tree(root):
+    """sha256 of every file's path and content under ``root``."""
+    digest = hashlib.sha256()
+    for top, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            digest.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as fh:
+                digest.update(hashlib.sha256(fh.read()).digest())
+    return digest.hexdigest()
+
+
+def _vcsperf_check(env, *args):
+    return subprocess.run([tools.executable("vcsperf"), "check",
+                           *map(str, args)], env=env, capture_output=True,
+                          text=True)
+
+
+def _by_name(report):
+    return {feature["name"]: feature for feature in report["features"]}
+
+
+def _ratio(feature, what, core_label=None):
+    for c in feature["comparisons"]:
+        if c["what"] == what and core_label in (None, c["core_label"]):
+            return c["ratio"]
+    raise AssertionError("no %r in %r" % (what, feature["comparisons"]))
+
+
+def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
+                                     tmp_path):
+    scratch = tmp_path / "scratch"
+    report_path = tmp_path / "report.json"
+    before = _digest_tree(real_hg_repo / ".hg")
+    proc = _vcsperf_check(env, "--repo", real_hg_repo, "--git",
+                          real_git_repo, "--quick", "--scratch", scratch,
+                          "--json", report_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(report_path.read_text())
+    features = _by_name(report)
+    assert list(features) == FEATURES + ["git checkouts"]
+    assert all(f["status"] == "passed" for f in features.values()), features
+    assert report["passed"] and report["original_unchanged"]
+    assert _digest_tree(real_hg_repo / ".hg") == before
+    assert os.listdir(scratch) == []
+    # The figures are real measurements beside core's.
+    dicts = features["dictionaries"]
+    assert _ratio(dicts, "store bytes, changelog") < 0.8
+    assert dicts["facts"]["revisions compared"] >= 57
+    assert _ratio(features["bundles"], "bundle bytes, zstd-max",
+                  "core gzip-v2") < 0.6
+    assert features["bundles"]["facts"]["clones verified"] == 2
+    assert _ratio(features["wire"], "pull of last 100, bytes received") < 1
+    assert _ratio(features["checkouts"], "each later checkout, seconds") < 1
+    assert _ratio(features["commit IDs"], "changesets mapped") == 1.0
+    assert features["commit IDs"]["facts"]["folded"] >= 3
+    assert features["importer"]["facts"]["python files"] > 100
+    assert _ratio(features["git checkouts"], "disk for 2 checkouts") < 1
+    # Every step is timed; memory and disk are measured.
+    steps = {(s["feature"], s["step"]) for s in report["steps"]}
+    assert ("dictionaries", "recompress") in steps
+    assert all(s["seconds"] >= 0 for s in report["steps"])
+    assert report["peak_memory"]["largest_process_bytes"] > 10 * 2**20
+    assert 0 < report["scratch"]["peak_used_bytes"] \
+        <= report["scratch"]["estimated_bytes"]
+    # The human report says the same.
+    assert "original repository unchanged: yes" in proc.stdout
+    assert "PASSED" in proc.stdout.splitlines()[-1]
+    for name in FEATURES:
+        assert any(line.startswith(name) and "passed" in line
+                   for line in proc.stdout.splitlines()), name
+
+
+def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
+                                              monkeypatch):
+    """A revlog of the recompressed copy corrupted on disk: the feature
+    fails, the others go on, the original is untouched."""
+    run_hg = check.Check.hg
+    damaged = []
+
+    def hg_then_damage(self, args, env, cwd=None, on_line=None):
+        out = run_hg(self, args, env, cwd=cwd, on_line=on_line)
+        if "zstd-recompress" in args:
+            data = os.path.join(cwd, ".hg", "store", "data")
+            victim = max((os.path.join(top, name) for top, _, names
+                          in os.walk(data) for name in names),
+                         key=os.path.getsize)
+            with open(victim, "r+b") as fh:
+                fh.seek(os.path.getsize(victim) // 2)
+                fh.write(b"\xde\xad\xbe\xef" * 16)
+            damaged.append(victim)
+        return out
+
+    monkeypatch.setattr(check.Check, "hg", hg_then_damage)
+    before = _digest_tree(real_hg_repo / ".hg")
+    scratch = tmp_path / "scratch"
+    report = check.Check(str(real_hg_repo), quick=True,
+                         scratch=str(scratch)).run()
+    features = _by_name(report)
+    assert damaged
+    assert features["dictionaries"]["status"] == "failed"
+    assert "differently" in features["dictionaries"]["error"] or \
+        "verify" in features["dictionaries"]["error"]
+    assert all(features[name]["status"] == "passed"
+               for name in FEATURES[1:]), features
+    assert not report["passed"] and report["original_unchanged"]
+    assert _digest_tree(real_hg_repo / ".hg") == before
+    assert os.listdir(scratch) == []
+
+
+def test_damaged_original_is_reported_not_touched(env, real_hg_repo,
+                                                  tmp_path):
+    data = real_hg_repo / ".hg" / "store" / "data"
+    # The data file of the largest revlog: its revisions' chunks, not the
+    # index, so that hg still opens the repository.
+    victim = max((os.path.join(top, name) for top, _, names in os.walk(data)
+                  for name in names if name.endswith(".d")),
+                 key=os.path.getsize)
+    # A clone hardlinks: give the victim its own inode before damaging it.
+    content = bytearray(open(victim, "rb").read())
+    content[len(content) // 2:len(content) // 2 + 64] = b"\xff" * 64
+    os.unlink(victim)
+    with open(victim, "wb") as fh:
+        fh.write(content)
+    before = _digest_tree(real_hg_repo / ".hg")
+    scratch = tmp_path / "scratch"
+    report_path = tmp_path / "report.json"
+    proc = _vcsperf_check(env, "--repo", real_hg_repo, "--quick",
+                          "--scratch", scratch, "--json", report_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    report = json.loads(report_path.read_text())
+    features = _by_name(report)
+    assert list(features) == FEATURES
+    assert features["dictionaries"]["status"] == "failed"
+    assert "FAILED" in proc.stdout.splitlines()[-1]
+    assert report["original_unchanged"]
+    assert _digest_tree(real_hg_repo / ".hg") == before
+    assert os.listdir(scratch) == []
+
+
+def _hg_serve_processes(path):
+    """Pids of processes whose command line mentions ``path``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                if os.fsencode(str(path)) in fh.read():
+                    found.append(int(pid))
+        except (FileNotFoundError, ProcessLookupError, ValueError,
+                PermissionError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_nothing_behind(env, real_hg_repo, tmp_path,
+                                         signum):
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the
+    runner, while hg serve serves the copy: the scratch directory and
+    every server go away."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    before = _digest_tree(real_hg_repo / ".hg")
+    proc = subprocess.Popen(
+        [tools.executable("vcsperf"), "check", "--repo", str(real_hg_repo),
+         "--quick", "--scratch", str(scratch)], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        # copy.pid: hg serve is serving the copy, for a clone from a
+        # bundle.
+        while not any(os.path.exists(os.path.join(scratch, run, "copy.pid"))
+                      for run in os.listdir(scratch)):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum, err
+    assert "interrupted" in err and "removed" in err
+    assert "Traceback" not in err
+    assert os.listdir(scratch) == []
+    for _ in range(50):
+        if not _hg_serve_processes(scratch):
+            break
+        time.sleep(0.1)
+    assert _hg_serve_processes(scratch) == []
+    assert _digest_tree(real_hg_repo / ".hg") == before
+
+
+def test_short_disk_aborts_before_anything(env, real_hg_repo, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = _vcsperf_check(env, "--repo", real_hg_repo, "--scratch", scratch,
+                          "--reserve", "1000000T")
+    assert proc.returncode == 255
+    first, hint = proc.stderr.splitlines()
+    assert first.startswith("abort: vcsperf check needs about ")
+    assert "kept in reserve" in first and "--scratch" in hint
+    assert os.listdir(scratch) == []
+
+
+def test_not_a_repository(env, tmp_path):
+    proc = _vcsperf_check(env, "--repo", tmp_path)
+    assert proc.returncode == 255
+    assert proc.stderr.startswith("abort: %s is not a Mercurial repository"
+                                  % tmp_path)
