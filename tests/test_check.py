@@ -98,8 +98,8 @@ def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
     run_hg = check.Check.hg
     damaged = []
 
-    def hg_then_damage(self, args, env, cwd=None, on_line=None):
-        out = run_hg(self, args, env, cwd=cwd, on_line=on_line)
+    def hg_then_damage(self, args, env, cwd=None, **options):
+        out = run_hg(self, args, env, cwd=cwd, **options)
         if "zstd-recompress" in args:
             data = os.path.join(cwd, ".hg", "store", "data")
             victim = max((os.path.join(top, name) for top, _, names
@@ -162,13 +162,12 @@ def test_damaged_original_is_reported_not_touched(env, real_hg_repo,
 def _hg_serve_processes(path):
     """Pids of processes whose command line mentions ``path``."""
     found = []
-    for pid in os.listdir("/proc"):
+    for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as fh:
                 if os.fsencode(str(path)) in fh.read():
                     found.append(int(pid))
-        except (FileNotFoundError, ProcessLookupError, ValueError,
-                PermissionError):
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     return found
 
@@ -189,9 +188,10 @@ def test_interrupt_leaves_nothing_behind(env, real_hg_repo, tmp_path,
         start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        # copy.pid: hg serve is serving the copy, for a clone from a
+        # hg serve has started serving the copy, for a clone from a
         # bundle.
-        while not any(os.path.exists(os.path.join(scratch, run, "copy.pid"))
+        while not any(os.path.exists(os.path.join(scratch, run,
+                                                  "copy.access.log"))
                       for run in os.listdir(scratch)):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)

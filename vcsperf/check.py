@@ -247,16 +247,16 @@ class Check:
             self._peak_step = ("%s: %s" % (self._feature["name"], label),
                                peak)
 
-    def hg(self, args, env, cwd=None, on_line=None):
+    def hg(self, args, env, cwd=None, on_line=None, check=True):
         """Run hg; its progress bars feed the live line, ``on_line`` gets
         each line of its output as it comes; returns the output."""
         args = [tools.executable("hg"), *map(str, args)]
         if self.console.live:
             args += ["--config", "progress.assume-tty=yes", "--config",
                      "progress.delay=0.5"]
-        return self._run(args, env, cwd, on_line)
+        return self._run(args, env, cwd, on_line, check)
 
-    def _run(self, args, env, cwd=None, on_line=None):
+    def _run(self, args, env, cwd=None, on_line=None, check=True):
         proc = subprocess.Popen(args, env=env, cwd=cwd,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -278,7 +278,7 @@ class Check:
             raise
         finally:
             reader.join()
-        if proc.returncode:
+        if proc.returncode and check:
             raise tools.CommandError(proc.returncode, args, "".join(out),
                                      "".join(messages))
         return "".join(out)
@@ -710,20 +710,35 @@ def wire(check, work):
                      % (full["changesets"], check.info["changesets"]))
 
 
-def _spread(count, total):
-    """``count`` revisions spread over ``0..total-1``, the tip first."""
+def _spread(count, total, usable):
+    """``count`` revisions spread over ``0..total-1``, the tip first, each
+    accepted by ``usable``."""
     picks = []
-    for fraction in (1.0, 0.5, 0.9, 0.25, 0.75, 0.1):
+    for fraction in (1.0, 0.5, 0.9, 0.25, 0.75, 0.1, 0.6, 0.4, 0.95, 0.05,
+                     0.85, 0.15, 0.7, 0.3, 0.8, 0.2):
         rev = max(0, int(round((total - 1) * fraction)))
-        if rev not in picks:
+        if rev not in picks and usable(rev):
             picks.append(rev)
-    return picks[:count]
+            if len(picks) == count:
+                break
+    return picks
+
+
+def _without_subrepos(check, env, rev):
+    """Whether revision ``rev`` of the copy has no subrepositories, whose
+    checkout would reach for their servers (a converted Git submodule
+    aborts: git subrepos are not allowed by default)."""
+    return not check.hg(["files", "-R", check.base, "-r", rev,
+                         "-I", "path:.hgsub"], env, check=False).strip()
 
 
 def checkouts(check, work):
     core = check._env()
     ours = check._env(["sharepool", "share"])
-    revs = _spread(check.checkouts_count(), check.info["changesets"])
+    revs = _spread(check.checkouts_count(), check.info["changesets"],
+                   lambda rev: _without_subrepos(check, core, rev))
+    if len(revs) < 2:
+        return "fewer than 2 revisions without subrepositories"
     nodes = [check.hg(["log", "-R", check.base, "-r", rev, "-T", "{node}"],
                       core) for rev in revs]
     pool = os.path.join(work, "pool")
@@ -933,7 +948,7 @@ def git_checkouts(check, work):
     commits = tools.run(["git", "-C", check.git, "rev-list",
                          "--first-parent", "HEAD"], env).split()[::-1]
     picks = [commits[i] for i in _spread(check.checkouts_count(),
-                                         len(commits))]
+                                         len(commits), lambda i: True)]
     url = "file://" + check.git
     with check.step("plain git clone and checkout"):
         plain = os.path.join(work, "plain")

@@ -52,27 +52,37 @@ def cpu_seconds(pid):
 
 
 class HgServer:
-    """``hg serve`` of ``repo`` on 127.0.0.1, stopped on exit."""
+    """``hg serve`` of ``repo`` on 127.0.0.1, as a child process (so that
+    an interrupt at any moment cannot leave it running), stopped on exit.
+    Its access and error logs go to ``repo.access.log`` and
+    ``repo.error.log``."""
 
     def __init__(self, env, repo, *config):
-        self.pidfile = repo + ".pid"
-        out = tools.hg(["serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p",
-                        "0", "--pid-file", self.pidfile,
-                        *[a for c in config for a in ("--config", c)]], env)
-        port = re.search(r"bound to 127\.0\.0\.1:(\d+)", out).group(1)
-        self.url = "http://127.0.0.1:%s/" % port
-        with open(self.pidfile) as fh:
-            self.pid = int(fh.read())
+        self.proc = subprocess.Popen(
+            [tools.executable("hg"), "serve", "-R", repo, "-a", "127.0.0.1",
+             "-p", "0", "-A",
+             repo + ".access.log", "-E", repo + ".error.log",
+             *[a for c in config for a in ("--config", c)]], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = self.proc.stdout.readline()
+            found = re.search(r"bound to 127\.0\.0\.1:(\d+)", line)
+            if not found:
+                raise RuntimeError("hg serve did not start: %r (see %s)"
+                                   % (line, repo + ".error.log"))
+        except BaseException:
+            self.__exit__()
+            raise
+        self.url = "http://127.0.0.1:%s/" % found.group(1)
+        self.pid = self.proc.pid
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        os.kill(self.pid, 15)
-        for _ in range(100):
-            if not os.path.exists("/proc/%d" % self.pid):
-                break
-            time.sleep(0.05)
+        self.proc.terminate()
+        self.proc.wait()
+        self.proc.stdout.close()
 
 
 class FileServer:
