@@ -11,42 +11,33 @@ from vcsperf import tools
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_demo_prints_real_figures(env, tmp_path):
+def test_demo_runs_the_check_on_real_content(env, tmp_path):
+    """The README's main job: builds its repositories offline, then runs
+    every feature through ``vcsperf check`` (the same runner)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    out = tools.run([tools.executable("vcsperf"), "demo"],
-                    dict(env, TMPDIR=str(scratch)), cwd=str(scratch))
+    report_path = tmp_path / "demo.json"
+    out = tools.run([tools.executable("vcsperf"), "demo", "--json",
+                     str(report_path)], dict(env, TMPDIR=str(scratch)),
+                    cwd=str(scratch))
     changesets, files = map(int, re.search(
-        r"(\d+) changesets, (\d+) files", out).groups())
+        r"(\d+) changesets, (\d+) files at the tip", out).groups())
     assert changesets >= 50 and files >= 500
-    rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if "|" in line and line.split()[:1] in (["changelog"],
-                                                    ["manifest"],
-                                                    ["filelog"])}
-    assert set(rows) == {"changelog", "manifest", "filelog"}
-    for cells in rows.values():
-        zlib_kib, zstd_kib, dict_kib = map(float, (cells[4], cells[5],
-                                                   cells[6]))
-        assert zlib_kib > 0 and zstd_kib > 0 and dict_kib > 0
-    # The dictionary wins on the small chunks of the changelog.
-    assert float(rows["changelog"][8]) < 1.0
-    # zstdstore: three engines stored, read, logged and verified.
-    engines = {line.split()[0]: line.split() for line in out.splitlines()
-               if "|" in line and line.split()[:1] in (["zlib"], ["zstd"],
-                                                       ["zstd-dict"])}
-    assert set(engines) == {"zlib", "zstd", "zstd-dict"}
-    assert all(cells[-1] == "yes" for cells in engines.values())
-    assert float(engines["zstd-dict"][1]) < float(engines["zstd"][1])
-    # wirezstd and bundlegen: bundles built, cloned from, pulled.
-    bundles = {m.group(1): int(m.group(2)) for m in re.finditer(
-        r"^(core gzip-v2|ours zstd-max|bundlegen all three) +(\d+)", out,
-        re.M)}
-    assert bundles["ours zstd-max"] < bundles["core gzip-v2"]
-    assert bundles["bundlegen all three"] > bundles["core gzip-v2"]
-    pulls = {m.group(1): int(m.group(2)) for m in re.finditer(
-        r"^full pull, (core zstd|wirezstd) +(\d+)", out, re.M)}
-    assert 0 < pulls["wirezstd"] < pulls["core zstd"]
-    assert re.search(r"^from ours zstd-max +\d", out, re.M)
+    report = json.loads(report_path.read_text())
+    assert report["changesets"] == changesets and not report["quick"]
+    features = {f["name"]: f for f in report["features"]}
+    assert list(features) == ["dictionaries", "bundles", "wire",
+                              "checkouts", "commit IDs", "importer",
+                              "git checkouts"]
+    assert all(f["status"] == "passed" for f in features.values()), features
+    ratios = {(f["name"], c["what"], c["core_label"]): c["ratio"]
+              for f in features.values() for c in f["comparisons"]}
+    assert ratios[("dictionaries", "store bytes, changelog", "zstd")] < 1
+    assert ratios[("bundles", "bundle bytes, zstd-max", "core gzip-v2")] < 1
+    assert ratios[("wire", "full pull, bytes received", "core zstd")] < 1
+    assert features["bundles"]["facts"]["clones verified"] == 3
+    assert report["passed"] and report["original_unchanged"]
+    assert "PASSED" in out.splitlines()[-1]
     assert os.listdir(str(scratch)) == []
 
 
