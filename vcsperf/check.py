@@ -741,43 +741,59 @@ def checkouts(check, work):
         return "fewer than 2 revisions without subrepositories"
     nodes = [check.hg(["log", "-R", check.base, "-r", rev, "-T", "{node}"],
                       core) for rev in revs]
-    pool = os.path.join(work, "pool")
     with wirebench.HgServer(core, check.base) as server:
-        with check.step("plain hg clone, updated"):
-            plain = os.path.join(work, "plain")
-            start = time.perf_counter()
-            check.hg(["clone", "-q", "-u", nodes[0], server.url, plain], core)
-            plain_seconds = time.perf_counter() - start
-            plain_bytes = pooling.disk_usage(plain)
-            shutil.rmtree(plain)
-        times = []
-        for index, node in enumerate(nodes):
-            dest = os.path.join(work, "checkout-%d" % index)
-            with check.step("robustcheckout %d of %d" % (index + 1,
-                                                         len(nodes))):
-                start = time.perf_counter()
-                check.hg(["robustcheckout", "--sharebase", pool, "-r", node,
-                          server.url, dest], ours)
-                times.append(time.perf_counter() - start)
-            found = check.hg(["log", "-R", dest, "-r", ".", "-T", "{node}"],
-                             ours)
-            if found != node:
-                raise Failed("checkout %d is at %s, not %s"
-                             % (index + 1, found[:12], node[:12]))
-            if check.hg(["status", "-R", dest], ours).strip():
-                raise Failed("checkout %d has local changes" % (index + 1))
-    check.compare("first checkout, seconds", plain_seconds, times[0],
-                  "seconds", "lower", "core hg clone")
-    later = times[1:]
-    check.compare("each later checkout, seconds", plain_seconds,
-                  sum(later) / len(later), "seconds", "lower",
-                  "core hg clone")
-    used = pooling.disk_usage(pool, *(os.path.join(work, "checkout-%d" % i)
-                                      for i in range(len(nodes))))
-    check.compare("disk for %d checkouts" % len(nodes),
-                  plain_bytes * len(nodes), used, "bytes", "lower",
-                  "core hg clones")
+        _pooled_checkouts(
+            check, work, nodes, "hg clone",
+            lambda node, dest: check.hg(["clone", "-q", "-u", node,
+                                         server.url, dest], core),
+            "robustcheckout",
+            lambda node, dest, pool: check.hg([
+                "robustcheckout", "--sharebase", pool, "-r", node,
+                server.url, dest], ours),
+            lambda dest: (
+                check.hg(["log", "-R", dest, "-r", ".", "-T", "{node}"],
+                         ours),
+                check.hg(["status", "-R", dest], ours)))
     check.fact("revisions", revs)
+
+
+def _pooled_checkouts(check, work, targets, plain_name, plain, pooled_name,
+                      pooled, state):
+    """Time ``plain(target, dest)`` (a whole clone) for the first target,
+    then ``pooled(target, dest, pool)`` for each, checking that
+    ``state(dest)`` (the node checked out, the local changes) is right."""
+    with check.step("plain %s, checked out" % plain_name):
+        dest = os.path.join(work, "plain")
+        start = time.perf_counter()
+        plain(targets[0], dest)
+        plain_seconds = time.perf_counter() - start
+        plain_bytes = pooling.disk_usage(dest)
+        shutil.rmtree(dest)
+    pool = os.path.join(work, "pool")
+    dests = [os.path.join(work, "checkout-%d" % i)
+             for i in range(len(targets))]
+    times = []
+    for index, (target, dest) in enumerate(zip(targets, dests)):
+        with check.step("%s %d of %d" % (pooled_name, index + 1,
+                                         len(targets))):
+            start = time.perf_counter()
+            pooled(target, dest, pool)
+            times.append(time.perf_counter() - start)
+        found, changes = state(dest)
+        if found.strip() != target:
+            raise Failed("checkout %d is at %s, not %s"
+                         % (index + 1, found.strip()[:12], target[:12]))
+        if changes.strip():
+            raise Failed("checkout %d has local changes" % (index + 1))
+    check.compare("first checkout, seconds", plain_seconds, times[0],
+                  "seconds", "lower", plain_name)
+    check.compare("each later checkout, seconds", plain_seconds,
+                  sum(times[1:]) / len(times[1:]), "seconds", "lower",
+                  plain_name)
+    check.compare("disk for %d checkouts" % len(targets),
+                  plain_bytes * len(targets),
+                  pooling.disk_usage(pool, *dests), "bytes", "lower",
+                  "%s each" % plain_name)
 
 
 def _linear_slice(check, env, length):
@@ -950,42 +966,19 @@ def git_checkouts(check, work):
     picks = [commits[i] for i in _spread(check.checkouts_count(),
                                          len(commits), lambda i: True)]
     url = "file://" + check.git
-    with check.step("plain git clone and checkout"):
-        plain = os.path.join(work, "plain")
-        start = time.perf_counter()
-        tools.run(["git", "clone", "-q", "--no-checkout", url, plain], env)
-        tools.run(["git", "-C", plain, "checkout", "-q", picks[0]], env)
-        plain_seconds = time.perf_counter() - start
-        plain_bytes = pooling.disk_usage(plain)
-        shutil.rmtree(plain)
-    pool = os.path.join(work, "pool")
-    times = []
-    for index, commit in enumerate(picks):
-        dest = os.path.join(work, "checkout-%d" % index)
-        with check.step("gitbridge checkout %d of %d" % (index + 1,
-                                                         len(picks))):
-            start = time.perf_counter()
-            check._run([tools.executable("gitbridge"), "checkout",
-                        "--sharebase", pool, "-r", commit, url, dest], env)
-            times.append(time.perf_counter() - start)
-        head = tools.run(["git", "-C", dest, "rev-parse", "HEAD"],
-                         env).strip()
-        if head != commit:
-            raise Failed("git checkout %d is at %s, not %s"
-                         % (index + 1, head[:12], commit[:12]))
-        if tools.run(["git", "-C", dest, "status", "--porcelain"],
-                     env).strip():
-            raise Failed("git checkout %d has local changes" % (index + 1))
-    check.compare("first checkout, seconds", plain_seconds, times[0],
-                  "seconds", "lower", "git clone")
-    check.compare("each later checkout, seconds", plain_seconds,
-                  sum(times[1:]) / len(times[1:]), "seconds", "lower",
-                  "git clone")
-    used = pooling.disk_usage(pool, *(os.path.join(work, "checkout-%d" % i)
-                                      for i in range(len(picks))))
-    check.compare("disk for %d checkouts" % len(picks),
-                  plain_bytes * len(picks), used, "bytes", "lower",
-                  "git clones")
+
+    def plain(commit, dest):
+        tools.run(["git", "clone", "-q", "--no-checkout", url, dest], env)
+        tools.run(["git", "-C", dest, "checkout", "-q", commit], env)
+
+    _pooled_checkouts(
+        check, work, picks, "git clone", plain, "gitbridge checkout",
+        lambda commit, dest, pool: check._run([
+            tools.executable("gitbridge"), "checkout", "--sharebase", pool,
+            "-r", commit, url, dest], env),
+        lambda dest: (
+            tools.run(["git", "-C", dest, "rev-parse", "HEAD"], env),
+            tools.run(["git", "-C", dest, "status", "--porcelain"], env)))
 
 
 # Report -------------------------------------------------------------------
