@@ -157,13 +157,12 @@ def _fingerprint(repo):
     ``repo/.hg``."""
     prints = {}
     top = os.path.join(repo, ".hg")
-    for root, dirs, files in os.walk(top):
-        for name in files + dirs:
+    for root, _, files in os.walk(top):
+        for name in files:
             path = os.path.join(root, name)
             st = os.lstat(path)
-            if not os.path.isdir(path):
-                prints[os.path.relpath(path, top)] = (
-                    st.st_size, st.st_ino, st.st_mtime_ns)
+            prints[os.path.relpath(path, top)] = (
+                st.st_size, st.st_ino, st.st_mtime_ns)
     return prints
 
 
@@ -202,7 +201,7 @@ class Check:
 
     # -- environment ----------------------------------------------------
 
-    def _env(self, extensions=(), config=""):
+    def hg_env(self, extensions=(), config=""):
         """An isolated environment for hg: no extension at all (core), or
         ``extensions`` from this installation plus ``config``."""
         hgrc = None
@@ -254,9 +253,11 @@ class Check:
         if self.console.live:
             args += ["--config", "progress.assume-tty=yes", "--config",
                      "progress.delay=0.5"]
-        return self._run(args, env, cwd, on_line, check)
+        return self.command(args, env, cwd, on_line, check)
 
-    def _run(self, args, env, cwd=None, on_line=None, check=True):
+    def command(self, args, env, cwd=None, on_line=None, check=True):
+        """Run any command as ``hg`` does; a failure raises
+        ``tools.CommandError`` with what it wrote to stderr."""
         proc = subprocess.Popen(args, env=env, cwd=cwd,
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -425,9 +426,9 @@ class Check:
             signal.signal(signal.SIGTERM, previous)
             if not self.keep:
                 shutil.rmtree(self.scratch, ignore_errors=True)
-        changed = sorted(name for name, stamp in _fingerprint(
-            self.source).items() if before.get(name) != stamp)
-        changed += sorted(set(before) - set(_fingerprint(self.source)))
+        after = _fingerprint(self.source)
+        changed = sorted(name for name in set(before) | set(after)
+                         if before.get(name) != after.get(name))
         seconds = time.perf_counter() - started
         report = dict(info)
         report.update({
@@ -463,7 +464,7 @@ class Check:
         with self.step("hardlinked clone of the repository"):
             self.base = self.path("copy")
             tools.hg(["clone", "-q", "-U", self.source, self.base],
-                     self._env())
+                     self.hg_env())
         self.info = info
         for name, function in features:
             self._feature = {"name": name, "status": "passed", "error": None,
@@ -542,8 +543,8 @@ def _read_speeds(lines):
 
 
 def dictionaries(check, work):
-    ours = check._env(["zstdstore"])
-    core = check._env()
+    ours = check.hg_env(["zstdstore"])
+    core = check.hg_env()
     repo = os.path.join(work, "zstd-dict")
     with check.step("clone the copy"):
         check.hg(["clone", "-q", "-U", check.base, repo], core)
@@ -607,9 +608,9 @@ def _node_set(check, repo, env, revset="heads(all())"):
 
 
 def bundles(check, work):
-    core = check._env()
-    ours = check._env(["bundlegen", "clonebundles"])
-    served = check._env(["clonebundles"])
+    core = check.hg_env()
+    ours = check.hg_env(["bundlegen", "clonebundles"])
+    served = check.hg_env(["clonebundles"])
     formats = ["zstd-max", "gzip"] + ([] if check.quick else ["stream"])
     out = os.path.join(work, "bundles")
     manifest = os.path.join(check.base, ".hg", "clonebundles.manifest")
@@ -686,8 +687,8 @@ def _clone(check, work, client, server_env, options, heads,
 
 
 def wire(check, work):
-    core = check._env()
-    ours = check._env(["wirezstd"])
+    core = check.hg_env()
+    ours = check.hg_env(["wirezstd"])
     with check.step("pulls, core zstd and wirezstd"):
         results = wirebench.measure_wire(check.base, work, core, ours,
                                          full=not check.quick)
@@ -733,8 +734,8 @@ def _without_subrepos(check, env, rev):
 
 
 def checkouts(check, work):
-    core = check._env()
-    ours = check._env(["sharepool", "share"])
+    core = check.hg_env()
+    ours = check.hg_env(["sharepool", "share"])
     revs = _spread(check.checkouts_count(), check.info["changesets"],
                    lambda rev: _without_subrepos(check, core, rev))
     if len(revs) < 2:
@@ -823,8 +824,8 @@ def _linear_slice(check, env, length):
 
 
 def commit_ids(check, work):
-    core = check._env()
-    ours = check._env(
+    core = check.hg_env()
+    ours = check.hg_env(
         ["commitid", "rebase", "histedit"],
         "[experimental]\nevolution = all\n"
         "[rebase]\nexperimental.inmemory = yes\n"
@@ -911,7 +912,7 @@ def importer(check, work):
     with check.step("hg archive the Python files at tip"):
         try:
             check.hg(["archive", "-r", "tip", "-t", "files", "-I",
-                      "glob:**.py", tree], check._env(), cwd=check.base)
+                      "glob:**.py", tree], check.hg_env(), cwd=check.base)
         except tools.CommandError as err:
             if "no files match the archive pattern" in err.stderr:
                 return "the repository has no Python files at tip"
@@ -960,7 +961,7 @@ def importer(check, work):
 
 
 def git_checkouts(check, work):
-    env = check._env()
+    env = check.hg_env()
     commits = tools.run(["git", "-C", check.git, "rev-list",
                          "--first-parent", "HEAD"], env).split()[::-1]
     picks = [commits[i] for i in _spread(check.checkouts_count(),
@@ -973,7 +974,7 @@ def git_checkouts(check, work):
 
     _pooled_checkouts(
         check, work, picks, "git clone", plain, "gitbridge checkout",
-        lambda commit, dest, pool: check._run([
+        lambda commit, dest, pool: check.command([
             tools.executable("gitbridge"), "checkout", "--sharebase", pool,
             "-r", commit, url, dest], env),
         lambda dest: (
