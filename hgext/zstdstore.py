@@ -307,13 +307,14 @@ def _revlog_init(orig, self, opener, *args, **kwargs):
             options[_OPT_LEVEL] = opener.options[_OPT_LEVEL]
 
 
-#: Decoded chunks at least this big go into core's uncompressed chunk
-#: cache.  Measured on ipython: caching none made full-text manifest reads
-#: 2.1x slower than core zstd (a read decodes the whole delta chain again);
-#: caching all made changelog reads 1.3x slower (an insert costs more than
-#: decoding a small chunk); 1 KiB keeps manifests at 1.1x core's time and
-#: changelog reads unchanged.
-CACHED_CHUNK_MIN = 1024
+#: Decoded changelog chunks at least this big go into core's uncompressed
+#: chunk cache, and every manifest and filelog chunk.  Measured on ipython
+#: and requests: caching none made full-text manifest reads up to 2.1x
+#: slower than core zstd (a read decodes the whole delta chain again),
+#: caching all of them brings them to core's time or better; caching every
+#: changelog chunk made its full-text reads 1.3x slower (an insert costs
+#: more than decoding a small chunk).
+CACHED_CHANGELOG_CHUNK_MIN = 1024
 
 
 def _chunks(orig, self, revs, targetsize=None):
@@ -330,8 +331,8 @@ def _chunks(orig, self, revs, targetsize=None):
     are not decoded again (a full-text read decodes a whole delta chain,
     mostly the one the previous read decoded); but a cache insert (about
     10 us with its cost accounting) costs more than decoding a small
-    dictionary chunk in a batch (under 1 us), so only chunks of
-    ``CACHED_CHUNK_MIN`` bytes or more are cached.  Revlogs of other engines, and revlogs with a
+    dictionary chunk in a batch (under 1 us), so small changelog chunks
+    are not cached (``CACHED_CHANGELOG_CHUNK_MIN``).  Revlogs of other engines, and revlogs with a
     docket, keep core's path.
     """
     if (not revs or self._default_compression_header is not None
@@ -345,6 +346,8 @@ def _chunks(orig, self, revs, targetsize=None):
         slices = (revs,)
     found = {}
     cache = getattr(self, '_uncompressed_chunk_cache', None)
+    smallest = CACHED_CHANGELOG_CHUNK_MIN if self.feature_config.\
+        compression_engine_options.get(_OPT_KIND) == b'changelog' else 0
     if cache is not None and len(cache):
         for rev in revs:
             chunk = cache.get(rev)
@@ -360,7 +363,7 @@ def _chunks(orig, self, revs, targetsize=None):
             found.update(decoded)
             if cache is not None:
                 for rev, chunk in decoded.items():
-                    if len(chunk) >= CACHED_CHUNK_MIN:
+                    if len(chunk) >= smallest:
                         cache.insert(rev, chunk, cost=len(chunk))
     except OverflowError:
         # A slice over 2 GiB: core reads it chunk by chunk.
