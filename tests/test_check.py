@@ -185,7 +185,10 @@ def test_interrupt_leaves_nothing_behind(env, real_hg_repo, tmp_path,
         [tools.executable("vcsperf"), "check", "--repo", str(real_hg_repo),
          "--quick", "--scratch", str(scratch)], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        start_new_session=True,
+        # A job started in the background by a shell ignores SIGINT, and
+        # so would the runner: a terminal's foreground job does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         # hg serve has started serving the copy, for a clone from a

@@ -517,6 +517,10 @@ def test_eight_concurrent_checkouts_clone_once(hg, real_hg_repo, hgserve,
     log = tmp_path / "access.log"
     server = hgserve(real_hg_repo, "--accesslog", log)
     nodes = hg("log", "-T", "{node}\n", cwd=real_hg_repo).split()
+    # hg serve imports its modules lazily, and 8 first requests at once
+    # can race in that import ("module 'mercurial.context' has no
+    # attribute 'basectx'", seen once in CI): one lookup first.
+    hg("identify", "-r", "0", server.url)
     jobs = [subprocess.Popen(
         [hg.binary, "robustcheckout", "--sharebase", str(tmp_path / "pool"),
          "-r", nodes[n * 5], server.url, str(tmp_path / ("job%d" % n))],
