@@ -7,7 +7,7 @@ recompressed.  Measured per engine: store bytes per revlog class (with the
 dictionaries), the read throughput of every chunk through the revlog's
 batch chunk read (``vcsperf/chunkread.py``), the wall time of
 ``hg log -T '{desc}'`` over the whole history, and ``hg verify``.  Used by
-``contrib/bench/zstdstore.py`` and the demo.
+``contrib/bench/zstdstore.py``; ``store_bytes`` by ``vcsperf check`` too.
 """
 
 import json
