@@ -14,7 +14,8 @@ Measured, each with core first:
 - the wire: bytes received and server CPU for a full ``clone --pull`` and
   for a pull of the last 100 changesets, core zstd against wirezstd.
 
-Used by ``contrib/bench/wirezstd.py``; its servers and pulls by ``vcsperf check``.
+Used by ``contrib/bench/wirezstd.py``; its servers and pulls by
+``vcsperf check``.
 """
 
 import os
