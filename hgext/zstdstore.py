@@ -332,30 +332,28 @@ def _chunks(orig, self, revs, targetsize=None):
     mostly the one the previous read decoded); but a cache insert (about
     10 us with its cost accounting) costs more than decoding a small
     dictionary chunk in a batch (under 1 us), so small changelog chunks
-    are not cached (``CACHED_CHANGELOG_CHUNK_MIN``).  Revlogs of other engines, and revlogs with a
-    docket, keep core's path.
+    are not cached (``CACHED_CHANGELOG_CHUNK_MIN``).  Revlogs of other
+    engines, and revlogs with a docket, keep core's path.
     """
     if (not revs or self._default_compression_header is not None
             or self.feature_config.compression_engine != ENGINE):
         return orig(self, revs, targetsize=targetsize)
-    if len(revs) > 1 and self.data_config.with_sparse_read:
-        inlined = {'inlined': self.inline} if _SLICE_KNOWS_INLINE else {}
-        slices = deltautil.slicechunk(self, revs, targetsize=targetsize,
-                                      **inlined)
-    else:
-        slices = (revs,)
     found = {}
     cache = getattr(self, '_uncompressed_chunk_cache', None)
-    smallest = CACHED_CHANGELOG_CHUNK_MIN if self.feature_config.\
-        compression_engine_options.get(_OPT_KIND) == b'changelog' else 0
     if cache is not None and len(cache):
         for rev in revs:
             chunk = cache.get(rev)
             if chunk is not None:
                 found[rev] = chunk
-        if found:
-            revs_left = [rev for rev in revs if rev not in found]
-            slices = (revs_left,) if revs_left else ()
+    missing = [rev for rev in revs if rev not in found] if found else revs
+    if len(missing) > 1 and self.data_config.with_sparse_read:
+        inlined = {'inlined': self.inline} if _SLICE_KNOWS_INLINE else {}
+        slices = deltautil.slicechunk(self, missing, targetsize=targetsize,
+                                      **inlined)
+    else:
+        slices = (missing,) if missing else ()
+    kind = self.feature_config.compression_engine_options.get(_OPT_KIND)
+    smallest = CACHED_CHANGELOG_CHUNK_MIN if kind == b'changelog' else 0
     try:
         for piece in slices:
             decoded = {}
