@@ -410,6 +410,7 @@ class Check:
         self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
                                         dir=self.scratch_root)
         self._free_at_start = free
+        self.info = info
         previous = signal.signal(signal.SIGTERM, _terminate)
         try:
             self.console.say("vcsperf check of %s: %d changesets, store %s "
@@ -421,7 +422,7 @@ class Check:
             self.console.say("scratch: %s (needs about %s, %s free)"
                              % (self.scratch, pooling.format_bytes(need),
                                 pooling.format_bytes(free)))
-            self._run_features(info)
+            self._run_features()
         finally:
             signal.signal(signal.SIGTERM, previous)
             if not self.keep:
@@ -453,7 +454,7 @@ class Check:
             f["status"] != "failed" for f in self.features)
         return report
 
-    def _run_features(self, info):
+    def _run_features(self):
         features = [("dictionaries", dictionaries), ("bundles", bundles),
                     ("wire", wire), ("checkouts", checkouts),
                     ("commit IDs", commit_ids), ("importer", importer)]
@@ -463,9 +464,8 @@ class Check:
                          "comparisons": [], "facts": {}}
         with self.step("hardlinked clone of the repository"):
             self.base = self.path("copy")
-            tools.hg(["clone", "-q", "-U", self.source, self.base],
-                     self.hg_env())
-        self.info = info
+            self.hg(["clone", "-q", "-U", self.source, self.base],
+                    self.hg_env())
         for name, function in features:
             self._feature = {"name": name, "status": "passed", "error": None,
                              "comparisons": [], "facts": {}}
