@@ -112,7 +112,7 @@ def _load(orig, ui, name, path, *args, **kwargs):
     return orig(ui, name, path, *args, **kwargs)
 
 
-def _importext(orig, name, path=None, reportfunc=None):
+def _importext(orig, name, path=None, *args, **kwargs):
     """Extensions given by path are loaded by Mercurial with a plain
     source loader, past any finder: load those under the configured
     directories with the rewriting loader instead."""
@@ -124,7 +124,7 @@ def _importext(orig, name, path=None, reportfunc=None):
         if finder.covers(filename):
             module_name = 'hgext_%s' % os.fsdecode(name)
             return pastbytes.load_path(filename, module_name, finder.rules)
-    return orig(name, path, reportfunc)
+    return orig(name, path, *args, **kwargs)
 
 
 # Other extensions are imported before any uisetup runs, so the loader

@@ -210,8 +210,8 @@ class _WireZstdEngine(compression.compressionengine):
 # HTTP ------------------------------------------------------------------
 
 
-def _httpresponsetype(orig, ui, proto, prefer_uncompressed):
-    mediatype, engine, opts = orig(ui, proto, prefer_uncompressed)
+def _httpresponsetype(orig, ui, proto, *args, **kwargs):
+    mediatype, engine, opts = orig(ui, proto, *args, **kwargs)
     if engine.name() == ENGINE:
         opts = stream_options(ui)
     return mediatype, engine, opts
@@ -240,8 +240,8 @@ def _ssh_offered(ui):
             and any(e.name() == ENGINE for e in engines))
 
 
-def _protocaps(orig, repo, proto, caps):
-    rsp = orig(repo, proto, caps)
+def _protocaps(orig, repo, proto, caps, *args, **kwargs):
+    rsp = orig(repo, proto, caps, *args, **kwargs)
     if (proto.name == wireprototypes.SSHV1 and _ssh_offered(repo.ui)
             and ENGINE in _client_engines(caps)):
         proto.wirezstd = stream_options(repo.ui)
@@ -317,18 +317,21 @@ def _peer_callcompressable(orig, self, cmd, **args):
 
 
 def _writenewbundle(orig, ui, repo, source, filename, bundletype, outgoing,
-                    opts, vfs=None, compression=None, compopts=None):
+                    opts, vfs=None, compression=None, compopts=None,
+                    *args, **kwargs):
+    # Strip backups, amend and rebase pass keywords of their own
+    # (``allow_internal`` in 7.x): everything but the options goes through.
     if compression == b'ZS' and ui.configbool(b'wirezstd',
                                               b'bundle-long-distance'):
         compopts = dict(compopts or {})
         compopts[_OPT_LONG] = True
     return orig(ui, repo, source, filename, bundletype, outgoing, opts,
-                vfs=vfs, compression=compression, compopts=compopts)
+                vfs, compression, compopts, *args, **kwargs)
 
 
-def _bundle_compressstream(orig, it, opts=None):
+def _bundle_compressstream(orig, it, opts=None, *args, **kwargs):
     if not (opts and opts.get(_OPT_LONG)):
-        return orig(it, opts)
+        return orig(it, opts, *args, **kwargs)
     compressor = streams.StreamCompressor(
         level=opts.get(_OPT_LEVEL, 3), threads=opts.get(_OPT_THREADS, 0),
         long_distance=True)

@@ -317,7 +317,7 @@ def _revlog_init(orig, self, opener, *args, **kwargs):
 CACHED_CHANGELOG_CHUNK_MIN = 1024
 
 
-def _chunks(orig, self, revs, targetsize=None):
+def _chunks(orig, self, revs, targetsize=None, *args, **kwargs):
     """Decompress the dictionary chunks of one read in a single call.
 
     This covers single-chunk reads too: reading history in order (``hg
@@ -333,11 +333,13 @@ def _chunks(orig, self, revs, targetsize=None):
     10 us with its cost accounting) costs more than decoding a small
     dictionary chunk in a batch (under 1 us), so small changelog chunks
     are not cached (``CACHED_CHANGELOG_CHUNK_MIN``).  Revlogs of other
-    engines, and revlogs with a docket, keep core's path.
+    engines, revlogs with a docket, and calls with arguments a later
+    Mercurial adds keep core's path.
     """
-    if (not revs or self._default_compression_header is not None
+    if (args or kwargs or not revs
+            or self._default_compression_header is not None
             or self.feature_config.compression_engine != ENGINE):
-        return orig(self, revs, targetsize=targetsize)
+        return orig(self, revs, targetsize, *args, **kwargs)
     found = {}
     cache = getattr(self, '_uncompressed_chunk_cache', None)
     if cache is not None and len(cache):
