@@ -60,7 +60,7 @@ if command -v gitbridge >/dev/null 2>&1; then
     exec gitbridge commit-msg "$@"
 fi
 echo "commit-msg hook: $problem (was its virtualenv moved or rebuilt?)" >&2
-echo "(run \`gitbridge install-hook\` again with the gitbridge you use now)" >&2
+echo '(run `gitbridge install-hook` again with the gitbridge you use now)' >&2
 exit 1
 """
 
