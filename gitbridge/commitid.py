@@ -2,15 +2,18 @@
 existing branch in one rewrite, and mapping a series of commits onto a
 previous one (Git or Mercurial) by ID.
 
-- ``install_hook``: ``gitbridge install-hook``
+- ``install_hook`` and ``uninstall_hook``: ``gitbridge install-hook``
+  and ``gitbridge uninstall-hook``
 - ``add_ids``: ``gitbridge commitid-add``
 - ``read_series`` and ``map_ids``: ``gitbridge commitid-map``
 - ``gitbridge commit-msg FILE`` runs the hook itself (the pre-commit
   framework's entry point).
 """
 
+import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -21,16 +24,44 @@ from vcsperf import commitids, tools
 
 #: Marks a hook file as ours, so reinstalling may replace it.
 HOOK_MARK = "# commit-msg hook installed by `gitbridge install-hook`"
+#: Where the hook that was there before ours goes; ours runs it first.
+CHAINED = "commit-msg.chained"
+# A shell script: it runs the chained hook with no Python at all, and it
+# can say what to do when the Python it names is gone.
 HOOK_TEMPLATE = """\
-#!{python} -IS
+#!/bin/sh
 {mark} (vcsperf):
-# gives each commit message a MozReview-Commit-ID line.  Delete this file
-# to stop.  -IS: no site-packages scan, no user environment: fast, and
-# the same Python whatever the committer's environment.
+# runs {chained}, the hook that was here before (if any), then gives
+# the message a MozReview-Commit-ID line.  Either one failing aborts the
+# commit.  `gitbridge uninstall-hook` puts the chained hook back.
+python={python}
+chained="$(dirname "$0")/{chained}"
+if test -x "$chained"; then
+    "$chained" "$@" || exit $?
+fi
+if test -x "$python"; then
+    # -I: the installed gitbridge, never a gitbridge/ directory of the
+    # working tree, whatever the committer's environment.  Exit 3: this
+    # Python has no gitbridge (any longer).
+    "$python" -I -c '
 import sys
-sys.path.insert(0, {site!r})
-from gitbridge import commitmsg
-sys.exit(commitmsg.main())
+try:
+    from gitbridge import commitmsg
+except ImportError:
+    sys.exit(3)
+sys.exit(commitmsg.main())' "$@"
+    status=$?
+    test $status = 3 || exit $status
+    problem="$python cannot import gitbridge"
+else
+    problem="$python is gone"
+fi
+if command -v gitbridge >/dev/null 2>&1; then
+    exec gitbridge commit-msg "$@"
+fi
+echo "commit-msg hook: $problem (was its virtualenv moved or rebuilt?)" >&2
+echo '(run `gitbridge install-hook` again with the gitbridge you use now)' >&2
+exit 1
 """
 
 
@@ -52,47 +83,91 @@ def _git(repo_path, *args):
 
 # install-hook -----------------------------------------------------------------
 
-def install_hook(repo_path=".", force=False):
-    """Install the ``commit-msg`` hook in the repository's hooks directory
-    (``core.hooksPath`` when set).
+def hook_paths(repo_path="."):
+    """``(hook, chained)``: where the ``commit-msg`` hook is (in
+    ``core.hooksPath`` when set), and where ours keeps the one it chains."""
+    hooks = os.path.join(repo_path, _git(repo_path, "rev-parse",
+                                         "--git-path", "hooks").strip())
+    hook = os.path.abspath(os.path.join(hooks, "commit-msg"))
+    return hook, os.path.join(os.path.dirname(hook), CHAINED)
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _is_ours(path):
+    return HOOK_MARK.encode() in (_read(path) or b"")
+
+
+def install_hook(repo_path="."):
+    """Install the ``commit-msg`` hook.  A hook that is there and not ours
+    (Gerrit's Change-Id hook, say) is chained: it moves to
+    ``commit-msg.chained``, and ours runs it first.  Installing again
+    replaces our hook only, so it is how to point the hook at another
+    Python, and how to chain a foreign hook that was installed over ours.
+
+    The hook names the Python running this (the virtualenv's), with no
+    path into its site-packages; when that Python is gone or cannot import
+    gitbridge any more, it runs ``gitbridge`` from PATH, or else fails
+    saying to install it again.
 
     Args:
       repo_path: a directory inside the Git working tree (or a bare repo).
-      force: replace a ``commit-msg`` hook that is not ours; it is kept as
-        ``commit-msg.orig``.
     Returns:
-      The path of the installed hook.
+      ``(hook, chained)``: the path of our hook, and that of the chained
+      hook or None.
     Raises:
-      Abort: a foreign hook is there and ``force`` is false, or the
-        ``.orig`` name is taken too.
+      Abort: a foreign hook is there and a different one is chained
+        already (nothing is changed).
     """
-    hooks = os.path.join(repo_path, _git(repo_path, "rev-parse",
-                                         "--git-path", "hooks").strip())
-    path = os.path.abspath(os.path.join(hooks, "commit-msg"))
-    if os.path.lexists(path):
-        with open(path, errors="replace") as fh:
-            ours = HOOK_MARK in fh.read()
-        if not ours:
-            if not force:
-                raise Abort("%s exists and is not gitbridge's hook" % path,
-                            hint="use --force to replace it (it is kept "
-                            "as commit-msg.orig)")
-            backup = path + ".orig"
-            if os.path.lexists(backup):
-                raise Abort("%s exists too" % backup,
-                            hint="move one of the two hooks away first")
-            os.rename(path, backup)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    site = os.path.dirname(os.path.dirname(os.path.abspath(
-        commitids.__file__)))
-    text = HOOK_TEMPLATE.format(python=sys.executable, mark=HOOK_MARK,
-                                site=site)
-    temporary = path + ".gitbridge-new"
+    hook, chained = hook_paths(repo_path)
+    foreign = os.path.lexists(hook) and not _is_ours(hook)
+    if foreign and os.path.lexists(chained) and \
+            _read(hook) != _read(chained):
+        raise Abort("%s is not gitbridge's hook, and %s is another one"
+                    % (hook, chained),
+                    hint="keep the hook to run as %s, remove the other, "
+                    "then run gitbridge install-hook again" % CHAINED)
+    os.makedirs(os.path.dirname(hook), exist_ok=True)
+    text = HOOK_TEMPLATE.format(mark=HOOK_MARK, chained=CHAINED,
+                                python=shlex.quote(os.path.abspath(
+                                    sys.executable)))
+    temporary = hook + ".gitbridge-new"
     with open(temporary, "w") as fh:
         fh.write(text)
     os.chmod(temporary, 0o755)
-    os.replace(temporary, path)
-    return path
+    if foreign:
+        os.replace(hook, chained)
+    os.replace(temporary, hook)
+    return hook, chained if os.path.lexists(chained) else None
+
+
+def uninstall_hook(repo_path="."):
+    """Remove our ``commit-msg`` hook and put the chained hook, if any,
+    back in its place.
+
+    Returns:
+      ``(hook, restored)``: the hook's path, and whether the chained hook
+      is back there.
+    Raises:
+      Abort: the hook there is not ours, or there is none to remove.
+    """
+    hook, chained = hook_paths(repo_path)
+    if os.path.lexists(hook) and not _is_ours(hook):
+        raise Abort("%s is not gitbridge's hook" % hook,
+                    hint="remove it by hand if you mean to")
+    if os.path.lexists(chained):
+        os.replace(chained, hook)
+        return hook, True
+    if not os.path.lexists(hook):
+        raise Abort("no commit-msg hook in %s" % os.path.dirname(hook))
+    os.unlink(hook)
+    return hook, False
 
 
 # commitid-add ---------------------------------------------------------------
@@ -317,13 +392,20 @@ def mapping_json(mapping):
 def add_commands(subparsers):
     install = subparsers.add_parser(
         "install-hook", help="install the commit-msg hook that adds "
-        "commit IDs")
+        "commit IDs, chaining the hook that is there")
     install.add_argument("-C", dest="repo", default=".",
                          help="the repository (default: here)")
+    # Needed before hooks were chained; scripts may still pass it.
     install.add_argument("--force", action="store_true",
-                         help="replace a commit-msg hook that is not ours "
-                         "(kept as commit-msg.orig)")
+                         help=argparse.SUPPRESS)
     install.set_defaults(func=_handler(_cmd_install_hook))
+
+    uninstall = subparsers.add_parser(
+        "uninstall-hook", help="remove the commit-msg hook, putting the "
+        "chained hook back")
+    uninstall.add_argument("-C", dest="repo", default=".",
+                           help="the repository (default: here)")
+    uninstall.set_defaults(func=_handler(_cmd_uninstall_hook))
 
     hook = subparsers.add_parser(
         "commit-msg", help="add a commit ID to a message file (the hook)")
@@ -371,7 +453,18 @@ def _handler(command):
 
 
 def _cmd_install_hook(args):
-    print("installed %s" % install_hook(args.repo, args.force))
+    hook, chained = install_hook(args.repo)
+    if chained:
+        print("chained hook: %s (runs first)" % chained)
+    print("installed %s" % hook)
+    return 0
+
+
+def _cmd_uninstall_hook(args):
+    hook, restored = uninstall_hook(args.repo)
+    print("removed gitbridge's hook%s" % (
+        "; the chained hook is back at %s" % hook if restored else
+        " %s" % hook))
     return 0
 
 

@@ -5,8 +5,12 @@ mapping across Git and Mercurial by ID."""
 import json
 import os
 import pathlib
+import re
+import shutil
 import stat
 import subprocess
+import sys
+import sysconfig
 
 import pytest
 
@@ -131,31 +135,202 @@ def test_rebase_interactive_squash_and_reword(git, gitbridge, hooked):
     assert new not in (one[0], two[0], three[0])
 
 
-def test_install_hook_respects_hooks_path_and_foreign_hooks(
-        git, gitrepo, gitbridge):
-    git("config", "core.hooksPath", "my-hooks", cwd=gitrepo)
+# Behaves as Gerrit's commit-msg hook does: a Change-Id trailer placed by
+# git interpret-trailers (so it joins the trailer block), none when the
+# message has one, and a failure said on stdout for an empty message.
+GERRIT_LIKE_HOOK = """\
+#!/bin/sh
+if ! git stripspace --strip-comments < "$1" | grep -q . ; then
+    echo "file is empty: $1"
+    exit 1
+fi
+if git interpret-trailers --parse < "$1" | grep -q '^Change-Id: ' ; then
+    exit 0
+fi
+id=$({ git var GIT_COMMITTER_IDENT; cat "$1"; } | git hash-object --stdin)
+git interpret-trailers --in-place --trailer "Change-Id: I$id" "$1"
+"""
+
+
+def write_hook(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+def trailers(git, repo, rev="HEAD"):
+    """The message's trailer block as git interpret-trailers parses it."""
+    path = repo / "parsed-message"
+    path.write_text(message(git, repo, rev))
+    return git("interpret-trailers", "--parse", path, cwd=repo).splitlines()
+
+
+def test_install_hook_chains_a_gerrit_style_hook(git, gitrepo, gitbridge):
+    hooks = gitrepo / ".git" / "hooks"
+    hook, chained = hooks / "commit-msg", hooks / "commit-msg.chained"
+    write_hook(hook, GERRIT_LIKE_HOOK)
+    out = gitbridge("install-hook", cwd=gitrepo).stdout
+    assert out == "chained hook: %s (runs first)\ninstalled %s\n" % (
+        chained, hook)
+    assert chained.read_text() == GERRIT_LIKE_HOOK
+    commit(git, gitrepo, "base", "Base")
+    git("commit", "-q", "--amend", "-s", "-m", "Add base\n\nWhy it is.",
+        cwd=gitrepo)
+    # One trailer block ends the message, holding both IDs.
+    text = message(git, gitrepo)
+    subject, body, block = text.rstrip("\n").split("\n\n")
+    assert (subject, body) == ("Add base", "Why it is.")
+    assert block.splitlines() == trailers(git, gitrepo)
+    [sign, change, ours] = block.splitlines()
+    assert sign == "Signed-off-by: vcsperf test <test@vcsperf.invalid>"
+    assert re.fullmatch("Change-Id: I[0-9a-f]{40}", change)
+    assert ours == "MozReview-Commit-ID: %s" % find_id(text)
+    # Amending keeps both; so does an editor with git commit -v.
+    (gitrepo / "base").write_text("changed\n")
+    git("commit", "-q", "-a", "--amend", "--no-edit", cwd=gitrepo)
+    assert trailers(git, gitrepo) == [sign, change, ours]
+    (gitrepo / "two").write_text("two\n")
+    git("add", "two", cwd=gitrepo)
+    git("-c", "core.editor=sed -i 1s/^/Edited/", "commit", "-q", "-v",
+        cwd=gitrepo)
+    text = message(git, gitrepo)
+    assert text.startswith("Edited\n\nChange-Id: I")
+    assert [line.split(":")[0] for line in trailers(git, gitrepo)] == [
+        "Change-Id", "MozReview-Commit-ID"]
+    # Installing again changes nothing.
+    before = hook.read_bytes()
+    assert gitbridge("install-hook", cwd=gitrepo).stdout == out
+    assert (hook.read_bytes(), chained.read_text()) == (before,
+                                                        GERRIT_LIKE_HOOK)
+    # The chained hook failing aborts the commit with its message.
+    count = git("rev-list", "--count", "HEAD", cwd=gitrepo)
+    proc = git.proc("commit", "--allow-empty", "--allow-empty-message",
+                    "-m", "", cwd=gitrepo)
+    assert proc.returncode == 1
+    assert "file is empty: .git/COMMIT_EDITMSG" in proc.stdout + proc.stderr
+    assert git("rev-list", "--count", "HEAD", cwd=gitrepo) == count
+
+
+def test_hook_reinstalled_over_ours_and_uninstall(git, gitrepo, gitbridge):
+    """Gerrit's installer run again over our hook: installing ours again
+    chains it as before.  Another hook over ours is refused while a
+    different one is chained.  Uninstalling puts the chained one back."""
+    hooks = gitrepo / ".git" / "hooks"
+    hook, chained = hooks / "commit-msg", hooks / "commit-msg.chained"
+    write_hook(hook, GERRIT_LIKE_HOOK)
     gitbridge("install-hook", cwd=gitrepo)
-    hook = gitrepo / "my-hooks" / "commit-msg"
-    assert hook.exists()
-    assert not (gitrepo / ".git" / "hooks" / "commit-msg").exists()
-    commit(git, gitrepo, "a", "With hooksPath")
-    assert find_id(message(git, gitrepo))
-    # Reinstalling over our own hook is fine; a foreign one is kept.
+    ours = hook.read_text()
+    write_hook(hook, GERRIT_LIKE_HOOK)
     gitbridge("install-hook", cwd=gitrepo)
-    hook.write_text("#!/bin/sh\necho foreign\n")
+    assert (hook.read_text(), chained.read_text()) == (ours,
+                                                       GERRIT_LIKE_HOOK)
+    write_hook(hook, "#!/bin/sh\necho another\n")
     proc = gitbridge("install-hook", cwd=gitrepo, check=False)
     assert proc.returncode == 255
     assert proc.stderr == (
-        "abort: %s exists and is not gitbridge's hook\n(use --force to "
-        "replace it (it is kept as commit-msg.orig))\n" % hook)
-    assert hook.read_text() == "#!/bin/sh\necho foreign\n"
-    gitbridge("install-hook", "--force", cwd=gitrepo)
-    assert (gitrepo / "my-hooks" / "commit-msg.orig").read_text() == \
-        "#!/bin/sh\necho foreign\n"
-    hook.write_text("#!/bin/sh\necho another\n")
-    proc = gitbridge("install-hook", "--force", cwd=gitrepo, check=False)
-    assert "commit-msg.orig exists too" in proc.stderr
+        "abort: %s is not gitbridge's hook, and %s is another one\n"
+        "(keep the hook to run as commit-msg.chained, remove the other, "
+        "then run gitbridge install-hook again)\n" % (hook, chained))
     assert hook.read_text() == "#!/bin/sh\necho another\n"
+    assert chained.read_text() == GERRIT_LIKE_HOOK
+    proc = gitbridge("uninstall-hook", cwd=gitrepo, check=False)
+    assert proc.returncode == 255
+    assert proc.stderr.startswith("abort: %s is not gitbridge's hook\n"
+                                  % hook)
+    write_hook(hook, ours)
+    out = gitbridge("uninstall-hook", cwd=gitrepo).stdout
+    assert out == "removed gitbridge's hook; the chained hook is back at " \
+        "%s\n" % hook
+    assert hook.read_text() == GERRIT_LIKE_HOOK and not chained.exists()
+    commit(git, gitrepo, "a", "After uninstall")
+    assert find_ids(message(git, gitrepo)) == []
+    assert trailers(git, gitrepo)[0].startswith("Change-Id: I")
+    # Scripts written when a foreign hook needed --force still work.
+    gitbridge("install-hook", "--force", cwd=gitrepo)
+    assert chained.read_text() == GERRIT_LIKE_HOOK
+
+
+def test_install_hook_respects_hooks_path(git, gitrepo, gitbridge):
+    git("config", "core.hooksPath", "my-hooks", cwd=gitrepo)
+    hook = gitrepo / "my-hooks" / "commit-msg"
+    write_hook(hook, GERRIT_LIKE_HOOK)
+    gitbridge("install-hook", cwd=gitrepo)
+    assert (gitrepo / "my-hooks" / "commit-msg.chained").exists()
+    assert not (gitrepo / ".git" / "hooks" / "commit-msg").exists()
+    commit(git, gitrepo, "a", "With hooksPath")
+    assert [line.split(":")[0] for line in trailers(git, gitrepo)] == [
+        "Change-Id", "MozReview-Commit-ID"]
+    gitbridge("uninstall-hook", cwd=gitrepo)
+    hook.unlink()
+    proc = gitbridge("uninstall-hook", cwd=gitrepo, check=False)
+    assert proc.stderr == "abort: no commit-msg hook in %s\n" % hook.parent
+
+
+def _venv(path, with_gitbridge=True):
+    """A virtualenv at ``path`` whose Python imports this installation's
+    gitbridge (through a .pth file) or, without ``with_gitbridge``, has
+    none."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", path],
+                   check=True)
+    python = path / "bin" / "python"
+    if with_gitbridge:
+        site = subprocess.run(
+            [python, "-c", "import sysconfig; "
+             "print(sysconfig.get_paths()['purelib'])"], check=True,
+            capture_output=True, text=True).stdout.strip()
+        pathlib.Path(site, "vcsperf-tests.pth").write_text(
+            sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def test_hook_outlives_its_virtualenv(git, gitrepo, env, tmp_path):
+    """The hook names the virtualenv's Python and nothing inside it: a
+    rebuilt virtualenv keeps it working; a moved one, or one rebuilt
+    without gitbridge, makes it say how to fix it (or use gitbridge from
+    PATH)."""
+    env["PATH"] = os.pathsep.join(
+        d for d in env["PATH"].split(os.pathsep)
+        if not os.path.exists(os.path.join(d, "gitbridge")))
+    venv = tmp_path / "venv"
+    python = _venv(venv)
+    subprocess.run([python, "-m", "gitbridge.cli", "install-hook"],
+                   cwd=gitrepo, env=env, check=True, capture_output=True)
+    commit(git, gitrepo, "a", "First")
+    assert find_id(message(git, gitrepo))
+    shutil.rmtree(venv)
+    _venv(venv)
+    commit(git, gitrepo, "b", "Rebuilt")
+    assert find_id(message(git, gitrepo))
+
+    def refused(name):
+        (gitrepo / name).write_text(name)
+        git("add", name, cwd=gitrepo)
+        proc = git.proc("commit", "-q", "-m", name, cwd=gitrepo)
+        assert proc.returncode == 1
+        assert git("log", "-1", "--format=%s", cwd=gitrepo) != name + "\n"
+        return proc.stderr
+
+    shutil.rmtree(venv)
+    _venv(venv, with_gitbridge=False)
+    assert refused("c") == (
+        "commit-msg hook: %s cannot import gitbridge (was its virtualenv "
+        "moved or rebuilt?)\n(run `gitbridge install-hook` again with the "
+        "gitbridge you use now)\n" % python)
+    # A gitbridge on PATH (its virtualenv activated) stands in.
+    path = env["PATH"]
+    env["PATH"] = os.pathsep.join([
+        os.path.dirname(tools.executable("gitbridge")), path])
+    git("commit", "-q", "-m", "From PATH", cwd=gitrepo)
+    assert find_id(message(git, gitrepo))
+    env["PATH"] = path
+    shutil.rmtree(venv)
+    _venv(tmp_path / "moved")
+    assert "%s is gone (was its virtualenv moved" % python in refused("d")
+    subprocess.run([tmp_path / "moved" / "bin" / "python", "-m",
+                    "gitbridge.cli", "install-hook"], cwd=gitrepo, env=env,
+                   check=True, capture_output=True)
+    git("commit", "-q", "-m", "Moved", cwd=gitrepo)
+    assert find_id(message(git, gitrepo))
 
 
 def test_deterministic_ids(git, gitrepo, gitbridge, tmp_path, env):

@@ -65,8 +65,12 @@ from . import (checkcmds, commitids, pastbytes, pooling, storebench,
 #: Revisions between two sampled ones in the full-text comparison of
 #: ``--quick``.
 QUICK_EVERY = 20
-#: Room kept free beyond the estimate, for logs, caches and rounding.
+#: Room kept free beyond the estimate, for what the filesystem itself
+#: needs and for surprises.
 DISK_MARGIN = 256 * 2**20
+#: Files of the run beside the features': the copy's own requirements and
+#: caches, hgrc files, server logs.
+SMALL_FILES = 2**20
 
 
 class Abort(Exception):
@@ -152,9 +156,28 @@ class Console:
 
 # The run ----------------------------------------------------------------
 
+def _directories_bytes(top):
+    """Bytes the directories under ``top`` (itself included) take: what a
+    hardlinked copy of the tree costs."""
+    return sum(os.lstat(os.path.join(root, name)).st_blocks * 512
+               for root, dirs, _ in os.walk(top) for name in dirs) + \
+        os.lstat(top).st_blocks * 512
+
+
+def _checkout_disk_bytes(paths, sizes, block):
+    """Bytes a checkout of files of ``sizes`` at ``paths`` takes: each file
+    in whole blocks, and a block per directory."""
+    directories = {os.path.dirname(path) for path in paths}
+    for directory in list(directories):
+        while directory:
+            directory = os.path.dirname(directory)
+            directories.add(directory)
+    return block * (sum(-(-size // block) for size in sizes)
+                    + len(directories))
+
 def _fingerprint(repo):
-    """Name, size, inode and modification time of every file under
-    ``repo/.hg``."""
+    """Name, size, device and inode, and modification time of every file
+    under ``repo/.hg``."""
     prints = {}
     top = os.path.join(repo, ".hg")
     for root, _, files in os.walk(top):
@@ -162,8 +185,61 @@ def _fingerprint(repo):
             path = os.path.join(root, name)
             st = os.lstat(path)
             prints[os.path.relpath(path, top)] = (
-                st.st_size, st.st_ino, st.st_mtime_ns)
+                st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns)
     return prints
+
+
+class DiskWatch:
+    """The disk a directory tree takes beyond what is already on disk: the
+    blocks allocated under ``root`` (each inode once) except the inodes in
+    ``known``, ``(st_dev, st_ino)`` pairs such as the files of the original
+    repository, which a hardlinked clone shares at no cost.  Unlike the
+    filesystem's free space, other processes do not change it.
+
+    ``sample()`` measures now; used as a context manager, a thread samples
+    on its own in between, spending at most a tenth of its time walking
+    the tree.  ``where()`` says what is running, as ``(feature, step)``:
+    ``peak_where`` is where the largest sample, ``peak``, was taken, and
+    ``peaks`` the largest sample per feature."""
+
+    MIN_INTERVAL = 0.25
+
+    def __init__(self, root, known, where):
+        self.root = root
+        self.known = frozenset(known)
+        self.where = where
+        self.peak = 0
+        self.peak_where = None
+        self.peaks = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+
+    def sample(self):
+        where = self.where()
+        start = time.monotonic()
+        used = pooling.disk_usage(self.root, counted=self.known)
+        with self._lock:
+            if used > self.peak:
+                self.peak, self.peak_where = used, where
+            if used > self.peaks.get(where[0], -1):
+                self.peaks[where[0]] = used
+        return time.monotonic() - start
+
+    def __enter__(self):
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        interval = self.MIN_INTERVAL
+        while not self._stop.wait(interval):
+            interval = max(self.MIN_INTERVAL, 9 * self.sample())
 
 
 def _peak_child_rss():
@@ -194,8 +270,8 @@ class Check:
         self.steps = []
         self.features = []
         self._feature = None
-        self._free_at_start = 0
-        self._disk_peak = 0
+        self._step = None
+        self._disk = None
         self._peak_step = None
         self._hgrcs = 0
 
@@ -228,6 +304,7 @@ class Check:
     def step(self, label):
         """Time one step of the current feature, with a live line."""
         start = time.perf_counter()
+        self._step = label
         try:
             with self.console.task("%s: %s" % (self._feature["name"],
                                                label)):
@@ -237,10 +314,10 @@ class Check:
             self.steps.append({"feature": self._feature["name"],
                                "step": label, "seconds": round(seconds, 3)})
             self._after_step(label)
+            self._step = None
 
     def _after_step(self, label):
-        used = self._free_at_start - pooling.free_space(self.scratch_root)
-        self._disk_peak = max(self._disk_peak, used)
+        self._disk.sample()
         peak = _peak_child_rss()
         if self._peak_step is None or peak > self._peak_step[1]:
             self._peak_step = ("%s: %s" % (self._feature["name"], label),
@@ -338,9 +415,11 @@ class Check:
                         "extensions it needs")
         if tip == "-1":
             raise Abort("%s has no changesets" % self.source)
-        sizes = [int(s) for s in tools.hg(["files", "-R", self.source, "-r",
-                                           "tip", "-T", "{size}\n"],
-                                          env).split()]
+        files = [line.split(" ", 1) for line in tools.hg(
+            ["files", "-R", self.source, "-r", "tip", "-T",
+             "{size} {path}\n"], env).splitlines()]
+        sizes = [int(size) for size, _ in files]
+        store = os.path.join(self.source, ".hg", "store")
         requires = set()
         for name in ("requires", os.path.join("store", "requires")):
             try:
@@ -352,7 +431,14 @@ class Check:
             "repository": self.source,
             "changesets": int(tip) + 1,
             "store_bytes": storebench.store_bytes(self.source)["total"],
+            # What they take on disk: whole blocks, and directories.
+            "store_disk_bytes": pooling.disk_usage(store),
+            "directories_bytes": _directories_bytes(
+                os.path.join(self.source, ".hg")),
             "checkout_bytes": sum(sizes),
+            "checkout_disk_bytes": _checkout_disk_bytes(
+                [path for _, path in files], sizes,
+                os.statvfs(self.source).f_frsize),
             "files_at_tip": len(sizes),
             "engine": ("zstd-dict" if "exp-compression-zstd-dict" in requires
                        else "zstd" if "revlog-compression-zstd" in requires
@@ -365,35 +451,54 @@ class Check:
         return 2 if self.quick else 4
 
     def estimate_disk(self, info):
-        """Bytes of free disk the run needs at its peak: the copy (nothing
-        when hardlinked), plus the largest feature, each feature's
-        directory being removed before the next starts."""
-        store, tree = info["store_bytes"], info["checkout_bytes"]
+        """``{part: bytes}``: the disk the copy of the repository takes
+        with the run's small files (``"copy"``; when hardlinked, only its
+        directories), and what each feature takes at its peak besides.
+        Sizes are as allocated on disk (``info``'s ``*_disk_bytes``)."""
+        store, tree = info["store_disk_bytes"], info["checkout_disk_bytes"]
         same_fs = os.stat(self.source).st_dev == os.stat(
             self.scratch_root).st_dev
-        per_feature = {
-            # the upgraded store, and the revlogs being recompressed
+        # A clone by pull stores the deltas it computes, beside a journal:
+        # up to 1.1 times the original's store measured, a quarter kept.
+        pulled = store + store // 4
+        checkouts = self.checkouts_count()
+        parts = {
+            "copy": SMALL_FILES + (info["directories_bytes"] if same_fs
+                                   else store),
+            # the upgraded store beside the old one, then the revlogs
+            # being recompressed
             "dictionaries": 2 * store,
-            # gzip, zstd-max, stream and core zstd bundles, and one clone
-            "bundles": 4 * store,
-            "wire": store,
+            # every bundle (zstd-max, gzip, and without --quick stream
+            # and core zstd-v2), each smaller than the store, and a clone
+            "bundles": (2 if self.quick else 4) * store + pulled,
+            "wire": pulled,
             # the pool, the checkouts, and a plain clone beside them
-            "checkouts": 2 * store + (self.checkouts_count() + 1) * tree,
-            "commit IDs": tree,
+            "checkouts": 2 * pulled + (checkouts + 1) * tree,
+            # writing to a hardlinked revlog copies it first: the rewritten
+            # revlogs, up to the whole store, and a working directory
+            "commit IDs": store + tree,
+            # the Python files at tip
+            "importer": tree,
         }
         if self.git:
             git = pooling.disk_usage(self.git)
-            per_feature["git checkouts"] = 2 * git + (
-                self.checkouts_count() + 1) * tree
-        return (0 if same_fs else store) + max(per_feature.values()) \
-            + DISK_MARGIN
+            parts["git checkouts"] = 2 * git + (checkouts + 1) * tree
+        return parts
+
+    def disk_needed(self, parts):
+        """Bytes of free disk the run needs at its peak: the copy, plus
+        the largest feature (each feature's directory is removed before
+        the next starts), plus a margin."""
+        return parts["copy"] + max(v for k, v in parts.items()
+                                   if k != "copy") + DISK_MARGIN
 
     def run(self):
         """Check every feature; returns the report (a dict)."""
         started = time.perf_counter()
         info = self._inspect()
         os.makedirs(self.scratch_root, exist_ok=True)
-        need = self.estimate_disk(info)
+        estimate = self.estimate_disk(info)
+        need = self.disk_needed(estimate)
         free = pooling.free_space(self.scratch_root)
         if free < need + self.reserve:
             raise Abort(
@@ -409,7 +514,10 @@ class Check:
         before = _fingerprint(self.source)
         self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
                                         dir=self.scratch_root)
-        self._free_at_start = free
+        # A hardlink to a file of the original costs no disk.
+        self._disk = DiskWatch(
+            self.scratch, {(p[1], p[2]) for p in before.values()},
+            lambda: (self._feature["name"], self._step))
         self.info = info
         previous = signal.signal(signal.SIGTERM, _terminate)
         try:
@@ -435,7 +543,15 @@ class Check:
         report.update({
             "scratch": {"path": self.scratch, "kept": self.keep,
                         "estimated_bytes": need, "free_bytes": free,
-                        "peak_used_bytes": self._disk_peak},
+                        "peak_used_bytes": self._disk.peak,
+                        "peak_reached_in": "%s: %s" % self._disk.peak_where
+                        if self._disk.peak_where else None,
+                        "peak_used_bytes_by_feature": self._disk.peaks,
+                        # each with the copy, which stays all along
+                        "estimated_bytes_by_feature": {
+                            name: estimate["copy"] + (
+                                estimate[name] if name != "copy" else 0)
+                            for name in estimate}},
             "features": self.features,
             "steps": self.steps,
             "peak_memory": {
@@ -462,39 +578,41 @@ class Check:
             features.append(("git checkouts", git_checkouts))
         self._feature = {"name": "copy", "status": "passed",
                          "comparisons": [], "facts": {}}
-        with self.step("hardlinked clone of the repository"):
-            self.base = self.path("copy")
-            self.hg(["clone", "-q", "-U", self.source, self.base],
-                    self.hg_env())
-        for name, function in features:
-            self._feature = {"name": name, "status": "passed", "error": None,
-                             "comparisons": [], "facts": {}}
-            self.features.append(self._feature)
-            workdir = self.path(name.replace(" ", "-"))
-            os.mkdir(workdir)
-            start = time.perf_counter()
-            try:
-                reason = function(self, workdir)
-                if reason:
-                    self._feature["status"] = "skipped"
-                    self._feature["error"] = reason
-            except Failed as failure:
-                self._feature["status"] = "failed"
-                self._feature["error"] = str(failure)
-            except tools.CommandError as err:
-                self._feature["status"] = "failed"
-                self._feature["error"] = _command_failure(err)
-            except Exception as exc:
-                # A bug or a surprise in one feature must not cost the
-                # report of the others.
-                self._feature["status"] = "failed"
-                self._feature["error"] = "%s: %s" % (type(exc).__name__,
-                                                     exc)
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
-                self._feature["seconds"] = round(
-                    time.perf_counter() - start, 1)
-            self.console.say(format_feature(self._feature))
+        with self._disk:
+            with self.step("hardlinked clone of the repository"):
+                self.base = self.path("copy")
+                self.hg(["clone", "-q", "-U", self.source, self.base],
+                        self.hg_env())
+            for name, function in features:
+                self._run_feature(name, function)
+
+    def _run_feature(self, name, function):
+        self._feature = {"name": name, "status": "passed", "error": None,
+                         "comparisons": [], "facts": {}}
+        self.features.append(self._feature)
+        workdir = self.path(name.replace(" ", "-"))
+        os.mkdir(workdir)
+        start = time.perf_counter()
+        try:
+            reason = function(self, workdir)
+            if reason:
+                self._feature["status"] = "skipped"
+                self._feature["error"] = reason
+        except Failed as failure:
+            self._feature["status"] = "failed"
+            self._feature["error"] = str(failure)
+        except tools.CommandError as err:
+            self._feature["status"] = "failed"
+            self._feature["error"] = _command_failure(err)
+        except Exception as exc:
+            # A bug or a surprise in one feature must not cost the report
+            # of the others.
+            self._feature["status"] = "failed"
+            self._feature["error"] = "%s: %s" % (type(exc).__name__, exc)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+            self._feature["seconds"] = round(time.perf_counter() - start, 1)
+        self.console.say(format_feature(self._feature))
 
 
 def _command_failure(err):
@@ -1033,9 +1151,10 @@ def format_report(report):
         "runner" % (pooling.format_bytes(memory["largest_process_bytes"]),
                     memory["reached_in"],
                     pooling.format_bytes(memory["runner_bytes"])),
-        "disk: used at most %s of the %s estimated"
-        % (pooling.format_bytes(max(scratch["peak_used_bytes"], 0)),
-           pooling.format_bytes(scratch["estimated_bytes"])),
+        "disk: the scratch directory took at most %s (during %s) of the "
+        "%s estimated" % (pooling.format_bytes(scratch["peak_used_bytes"]),
+                          scratch["peak_reached_in"],
+                          pooling.format_bytes(scratch["estimated_bytes"])),
         "original repository unchanged: %s" % (
             "yes" if report["original_unchanged"] else
             "NO: " + ", ".join(report["original_changed_files"])),

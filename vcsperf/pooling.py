@@ -259,11 +259,12 @@ class _Step:
 
 # Disk --------------------------------------------------------------------
 
-def disk_usage(*roots):
+def disk_usage(*roots, counted=()):
     """Bytes allocated on disk under ``roots``, each inode counted once, so
     files hardlinked between a pool and its checkouts count once, and
-    symlinks are not followed."""
-    seen = set()
+    symlinks are not followed.  Inodes in ``counted``, ``(st_dev, st_ino)``
+    pairs of files paid for elsewhere, count nothing."""
+    seen = set(counted)
     total = 0
     stack = [os.fsdecode(root) for root in roots if os.path.lexists(root)]
     while stack:
