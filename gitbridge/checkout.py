@@ -218,8 +218,12 @@ class Request:
         self.backoff = number("retry-backoff", pooling.DEFAULT_BACKOFF)
         self.jitter = (number("retry-jitter-min", pooling.DEFAULT_JITTER[0]),
                        number("retry-jitter-max", pooling.DEFAULT_JITTER[1]))
-        self.lock_timeout = number("lock-timeout", 3600)
         self.http_timeout = int(number("http-timeout", 600))
+        self.lock_policy = pooling.LockPolicy(
+            private=config.get("sharepool.private-cache", "").lower()
+            in ("true", "yes", "on", "1"),
+            grace=number("foreign-lock-grace", self.http_timeout),
+            timeout=number("lock-timeout", 3600))
         self.timings = args.timings or config.get(
             "sharepool.timings", "").lower() in ("true", "yes", "on", "1")
 
@@ -492,12 +496,14 @@ class Run:
 
     @contextlib.contextmanager
     def lock(self, path, what):
-        def waiting(owner):
+        def waiting(owner, seconds, takeover):
             host, _, pid = owner.rpartition(":")
-            self.warn("waiting for lock on %s held by process %r on host %r"
-                      % (what, pid, host))
+            self.warn("(waiting up to %d seconds for lock on %s held by "
+                      "process %s on host %s; %s then)"
+                      % (seconds, what, pid, host,
+                         "taking it over" if takeover else "giving up"))
 
-        lock = pooling.PidLock(path + ".lock", self.request.lock_timeout,
+        lock = pooling.PidLock(path + ".lock", self.request.lock_policy,
                                waiting)
         try:
             lock.acquire()

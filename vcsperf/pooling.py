@@ -150,11 +150,13 @@ class LockPolicy:
     def verdict(self, owner, age, waited):
         if owner_is_gone(owner):
             return None
+        left = self.timeout - waited
         if owner_is_foreign(owner):
             if self.private or age >= self.grace:
                 return None
-            return min(self.grace - age, self.timeout - waited), True
-        return self.timeout - waited, False
+            if self.grace - age < left:
+                return self.grace - age, True
+        return left, False
 
 
 def lock_age(path):
