@@ -300,6 +300,7 @@ class Run:
 
     def _checkout_once(self):
         step = self.timer.step
+        self.check_destination()
         with step("resolve"):
             refs = self.resolve()
         with step("store"):
@@ -582,6 +583,17 @@ class Run:
 
     # share ---------------------------------------------------------------------
 
+    def check_destination(self):
+        """Abort, before any network or store work, when DEST holds files
+        and is not a Git checkout: they may be someone's."""
+        dest = self.request.dest
+        if os.path.lexists(os.path.join(dest, ".git")):
+            return
+        if os.path.lexists(dest) and (not os.path.isdir(dest)
+                                      or os.listdir(dest)):
+            raise Abort("destination exists but no .git directory",
+                        hint="remove it, or choose another destination")
+
     def ensure_share(self, store, commit):
         """DEST sharing ``store`` in the request's layout; whether it
         already did."""
@@ -594,9 +606,6 @@ class Run:
             self.say("(existing repository shared store: %s)" % store)
             self.check_sparse_unchanged()
             return True
-        if os.path.isdir(dest) and os.listdir(dest):
-            raise Abort("destination %s exists but no .git" % dest,
-                        hint="remove it, or choose another destination")
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if self.request.layout == "worktree":
             with self.store_lock(store):
