@@ -129,7 +129,8 @@ def main():
     parser.add_argument("vct", help="checkout of version-control-tools")
     parser.add_argument("tests", nargs="*", help="only these .t files")
     parser.add_argument("--sdist", default=default_sdist(),
-                        help="extracted Mercurial sdist (default: %(default)s)")
+                        help="extracted Mercurial sdist "
+                        "(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=360)
     parser.add_argument("--bytelimit", type=int, default=1000,

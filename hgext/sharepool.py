@@ -601,9 +601,10 @@ class _Run:
         is gone or lacks requirements."""
         if not os.path.exists(storepath):
             return
-        if self.stale_lock(os.path.join(storepath, b'.hg', b'store',
-                                        b'lock'),
-                           _(b'pooled store %s') % os.path.basename(storepath)):
+        lock = os.path.join(storepath, b'.hg', b'store', b'lock')
+        what = _(b'store of pooled repository %s') % os.path.basename(
+            storepath)
+        if self.stale_lock(lock, what):
             problem = _(b'shared store has an active lock; assuming it is '
                         b'left over from a previous process and that the '
                         b'store is corrupt; deleting store and destination '

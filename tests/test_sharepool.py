@@ -247,7 +247,8 @@ def test_switching_sparse_profile_with_purge(hg, own_source, own_served,
     Mercurial's dirstate change, so no crash), and --purge also removes
     what lies outside the profile."""
     source, served = own_source, own_served
-    tip = commit_files(hg, source, {"profiles/src.sparse": "[include]\nsrc/\n"},
+    tip = commit_files(hg, source,
+                       {"profiles/src.sparse": "[include]\nsrc/\n"},
                        "second profile")
     dest = tmp_path / "co"
     checkout(hg, served.url, dest, "-r", tip, "--sparseprofile",
