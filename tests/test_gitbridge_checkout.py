@@ -370,7 +370,7 @@ def test_eight_concurrent_checkouts_clone_once(git, gitbridge, real_served,
     assert len(real_served.fetches()) == 1
     outputs = "".join(out + err for _, out, err in results)
     assert outputs.count("(cloning ") == 1
-    assert "waiting for lock on pool entry for " in outputs
+    assert "for lock on pool entry for " in outputs
 
 
 @pytest.mark.slow
