@@ -293,6 +293,19 @@ def test_share_is_loaded_and_perfherder_line(hg, source, served, tmp_path):
     subprocess.run([hg.binary, "share", "-U", str(tmp_path / "co"),
                     str(tmp_path / "again")], env=env, check=True,
                    capture_output=True)
+    # under Mozilla's name the cache is private to this machine: a lock
+    # left by a killed task's old container is taken over at once
+    _foreign_lock(tmp_path / "co" / ".hg" / "wlock")
+    again = subprocess.run(
+        [hg.binary, "robustcheckout", "--sharebase", str(tmp_path / "pool"),
+         "-r", source.nodes[2], served.url, str(tmp_path / "co")],
+        env=env, capture_output=True, text=True, check=True)
+    assert STALE_WLOCK in again.stderr and "(waiting" not in again.stderr
+    # enabled under both names, the command is defined once
+    alone.write_text("[extensions]\nrobustcheckout =\nsharepool =\n")
+    both = subprocess.run([hg.binary, "help", "robustcheckout"], env=env,
+                          capture_output=True, text=True, check=True)
+    assert both.stderr == ""
 
 
 # Bad input -------------------------------------------------------------------
