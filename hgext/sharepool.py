@@ -23,7 +23,7 @@ and ``PERFHERDER_DATA`` line.  Enable it under either name::
   $ hg robustcheckout -r 5f8a1c9e0b2d https://hg.example.org/repo /builds/checkout
   $ hg robustcheckout -b default --purge https://hg.example.org/repo /builds/checkout
 
-What it does, in order (each step is timed, see ``--timings``):
+What it does, in order:
 
 destination
   Exactly one of ``-r/--revision`` (12 to 40 hex digits of a node) or
@@ -105,9 +105,12 @@ Mercurial writes as host and process id:
 Waiting always prints who holds the lock and for how long it will wait.
 
 ``--timings`` (or ``sharepool.timings``) prints one JSON line,
-``{"robustcheckout": {...}}``, with the seconds of each step, the total,
-the node, the store and what happened (``cloned``, ``pulled``,
-``network_failures``, ``restarts``, ``result``).  When the environment has
+``{"robustcheckout": {...}}``, with the seconds of each step that ran
+(``clone`` of a new checkout, ``pull``, ``purge``,
+``sparse_update_config``, ``update`` or ``update_sparse``, ``verify``,
+``disk``, ``remove_wdir``, ``remove_store``), the total, the node, the
+store and what happened (``cloned``, ``pulled``, ``network_failures``,
+``restarts``, ``result``).  When the environment has
 ``TASKCLUSTER_INSTANCE_TYPE``, the ``PERFHERDER_DATA:`` line that
 Treeherder ingests is printed, as robustcheckout prints it.
 

@@ -561,6 +561,8 @@ def test_leaves_a_directory_that_is_not_a_checkout_alone(hg, served,
     assert proc.returncode == 255
     assert (dest / "precious.txt").read_text() == "keep me\n"
     assert not (tmp_path / "pool").exists()  # found before any clone
+    (dest / "precious.txt").unlink()  # an empty directory is fine
+    checkout(hg, served.url, dest, "-b", "default")
 
 
 # A misbehaving server -------------------------------------------------------
