@@ -3,7 +3,7 @@
 against ours, and print one table: test | upstream | ours.
 
     python contrib/robustcheckout_suite.py VCT [--sdist DIR] [--jobs 2]
-        [--only upstream|ours] [--keep] [TEST ...]
+        [--only upstream|ours] [--port N] [--keep] [TEST ...]
 
 VCT is a checkout of mozilla/version-control-tools (or any directory with
 its ``hgext/robustcheckout``).  The tests are Mercurial ``.t`` files run
@@ -116,7 +116,8 @@ def run(name, extension, args, workdir):
     subprocess.run(
         [sys.executable, os.path.join(args.sdist, "tests", "run-tests.py"),
          "--with-hg", os.path.join(bindir, "hg"), "-j", str(args.jobs),
-         "--json", "--timeout", str(args.timeout)] + tests,
+         "--json", "--timeout", str(args.timeout)]
+        + (["--port", str(args.port)] if args.port else []) + tests,
         cwd=root, env=env, stdout=subprocess.DEVNULL)
     with open(os.path.join(root, "report.json")) as fh:
         report = json.loads(fh.read().split("=", 1)[1])
@@ -133,6 +134,9 @@ def main():
                         "(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=360)
+    parser.add_argument("--port", type=int,
+                        help="first port of run-tests.py's servers (when "
+                        "other suites run on this machine)")
     parser.add_argument("--bytelimit", type=int, default=1000,
                         help="bad-server cut in %s (upstream: 500)"
                         % BYTELIMIT_TEST)
