@@ -146,8 +146,10 @@ MASKS = [
     (re.compile(rb"-> \d+"), b"-> <size>"),
 ]
 # Lines that name what our extensions add.
-OURS = re.compile(rb"zstdstore|wirezstd|bundlegen|sharepool|pastbytes|"
-                  rb"commitid|zstd-dicts|MozReview-Commit-ID")
+OURS = re.compile(rb"(zstdstore|wirezstd|bundlegen|sharepool|pastbytes|"
+                  rb"commitid|zstd-dicts\S*|MozReview-Commit-ID: \w+),?")
+# How run-tests marks an expected line: a pattern, or a condition.
+ANNOTATION = re.compile(rb" \((glob|re|esc|[^()]* !)\)$")
 DEFECTS = [
     (re.compile(rb"Traceback \(most recent call last\)"), "new line"),
     (re.compile(rb"\babort: "), "new line"),
@@ -216,6 +218,30 @@ def masked(line):
     return line
 
 
+def comparable(line):
+    """``line`` masked, without annotations, its words in any order."""
+    while ANNOTATION.search(line):
+        line = ANNOTATION.sub(b"", line)
+    return b" ".join(sorted(masked(line).replace(b",", b" ").split()))
+
+
+def matcher_of(line):
+    """The regular expression of an expected ``(glob)`` or ``(re)`` line."""
+    kinds = []
+    while ANNOTATION.search(line):
+        kinds.append(ANNOTATION.search(line).group(1))
+        line = ANNOTATION.sub(b"", line)
+    if b"re" in kinds:
+        try:
+            return re.compile(line)
+        except re.error:
+            return None
+    if b"glob" in kinds:
+        return re.compile(re.escape(line).replace(rb"\*", b".*").replace(
+            rb"\?", b"."))
+    return None
+
+
 def classify(name, reference, ours):
     """(class, reasons) of the output ``ours`` against ``reference``."""
     removed, added = [], []
@@ -242,35 +268,48 @@ def classify(name, reference, ours):
             " ".join(c.decode() for c in side) or "-" for side in counts))
     if reasons:
         return "defect", reasons
+    if not removed and not added:
+        return "baseline", ["the baseline's own output"]
     explained = EXPLAINED.get(name.split("#")[0], [])
     why = set()
 
     def unexplained(lines):
-        left = collections.Counter()
+        left = {}
         for line in lines:
-            if OURS.search(line):
-                why.add("lines naming our extensions, files or IDs")
-                continue
             for pattern, reason in explained:
                 if re.search(pattern, line):
                     why.add(reason)
                     break
             else:
-                left[masked(line)] += 1
+                rest = OURS.sub(b"", line)
+                if rest != line:
+                    why.add("lines naming our extensions, files or IDs")
+                    if not re.sub(rb"\W|extensions", b"", rest):
+                        continue
+                left.setdefault(comparable(rest), []).append(rest)
         return left
 
     gone, new = unexplained(removed), unexplained(added)
+    # A reference line that is a pattern matches changed text.
+    for key in list(gone):
+        pattern = matcher_of(gone[key][0])
+        for other in [k for k in new if pattern and k not in gone]:
+            if pattern.fullmatch(new[other][0]):
+                for side, k in ((gone, key), (new, other)):
+                    side[k].pop()
+                    if not side[k]:
+                        del side[k]
+                break
     # A commit ID starts its own paragraph: one blank line more per ID.
-    ids = sum(b"MozReview-Commit-ID" in l for l in added)
-    blank = [l for l in new if not l.strip()]
-    for line in blank:
-        new[line] -= min(new[line], ids)
-    gone, new = gone - new, new - gone
-    if gone or new:
-        line = (list(new) or list(gone))[0]
+    del new.get(b"", [])[:sum(b"MozReview-Commit-ID" in l for l in added)]
+    for key in set(gone) & set(new):
+        same = min(len(gone[key]), len(new[key]))
+        del gone[key][:same], new[key][:same]
+    left = [("added", l) for lines in new.values() for l in lines] + [
+        ("removed", l) for lines in gone.values() for l in lines]
+    if left:
         return "unexplained", ["%s line: %s" % (
-            "added" if new else "removed",
-            line.strip().decode("utf-8", "replace"))]
+            left[0][0], left[0][1].strip().decode("utf-8", "replace"))]
     if any(masked(l) != l for l in removed + added):
         why.add("hashes, sizes or engine names")
     if not why:
@@ -300,9 +339,6 @@ def compare(testdir, dirs, reports, names):
                 reference = output(testdir, dirs["baseline"], name)
                 kind, reasons = classify(
                     name, reference, output(testdir, dirs[pass_], name))
-                if base == "failure" and kind == "expected" and (
-                        reference == output(testdir, dirs[pass_], name)):
-                    kind, reasons = "baseline", ["same output as baseline"]
             rows.append((name, base, pass_, ours, kind, reasons))
     return rows
 
@@ -322,8 +358,10 @@ def main():
     parser.add_argument("--passes", default="baseline,suite,commitid",
                         help="comma-separated passes to run (the baseline "
                         "is always there to compare with)")
-    parser.add_argument("--reuse-baseline", action="store_true",
-                        help="keep the baseline results of the last run")
+    parser.add_argument("--reuse", metavar="PASSES", default="",
+                        help="comma-separated passes whose last results "
+                        "to classify again instead of running them, where "
+                        "they cover the tests")
     parser.add_argument("--json", metavar="FILE",
                         help="write the table as JSON to FILE")
     args = parser.parse_args()
@@ -343,8 +381,7 @@ def main():
             continue
         report = os.path.join(dirs[pass_], "report.json")
         started = time.monotonic()
-        if pass_ == "baseline" and args.reuse_baseline and os.path.exists(
-                report):
+        if pass_ in args.reuse.split(",") and os.path.exists(report):
             with open(report) as fh:
                 reports[pass_] = json.loads(fh.read().split("=", 1)[1])
         if not {n.split("#")[0] for n in reports.get(pass_, ())}.issuperset(

@@ -95,3 +95,17 @@ def test_any_other_change_needs_a_reader():
     ours = changed((b"  streaming all changes", [b"  searching for changes"]))
     assert hgtests.classify("test-x.t", EXPECTED, ours) == (
         "unexplained", ["added line: searching for changes"])
+
+
+def test_an_expected_pattern_line_matches_the_changed_line():
+    expected = EXPECTED + [
+        b'  "GET /?cmd=batch" x-hgproto-1:0.1 comp=$USUAL$ * (glob)',
+        b"  bundle requirements: generaldelta, revlog-compression-zstd,"
+        b" revlogv1 (no-rust zstd !)"]
+    ours = EXPECTED + [
+        b'  "GET /?cmd=batch" x-hgproto-1:0.1 comp=wirezstd,$USUAL$ pull',
+        b"  bundle requirements: exp-compression-zstd-dict, generaldelta,"
+        b" revlogv1"]
+    assert hgtests.classify("test-x.t", expected, ours) == ("expected", [
+        "hashes, sizes or engine names",
+        "lines naming our extensions, files or IDs"])
