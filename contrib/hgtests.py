@@ -132,12 +132,34 @@ PASSES = {
 }
 
 #: Per-test explanations of changed lines the general rules do not cover:
-#: test -> [(regex an added or removed line matches, why)].
-EXPLAINED = {}
+#: test -> [(regex, why)], the regex searched in "<command>\n<line>", where
+#: <command> is the ``  $ `` line the changed line follows.
+INLINE = (rb"\n  (\.hg/store/data/\S+\.d|.*\bdata/\S+\.d\b.*|"
+          rb"linking: \d+/\d+ files.*|linked \d+ files.*)$",
+          "smaller chunks keep a revlog inline: one .d file fewer")
+EXPLAINED = {
+    "test-clone.t": [INLINE],
+    "test-hardlinks.t": [INLINE],
+    "test-http-protocol.t": [
+        (rb"\n  s>     batch branchmap .* unbundlehash",
+         "the capabilities list wirezstd, and the stream requirements "
+         "exp-compression-zstd-dict"),
+        (rb"grep '\^compression=zstd,zlib\$'.*\n  \[1\]$",
+         "the capability names wirezstd first, and the test greps for "
+         "exactly zstd,zlib")],
+    "test-bundle.t": [
+        (rb"\n  00[0-9a-f]{2}:( [0-9a-f]{2})+ +\|.*\|$",
+         "hexdump of a stream bundle, which names the requirements")],
+}
 
 # What an expected difference may change: masked on both sides.
 MASKS = [
+    (re.compile(rb"%2C"), b","),
+    (re.compile(rb"%3D"), b"="),
     (re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?\b"), b"<hash>"),
+    # Engines a capability or bundle spec lists: ours drop or add some.
+    (re.compile(rb"\b(comp|compression|cg\.delta-compression)="
+                rb"[\w,$]+"), rb"\1=<engines>"),
     (re.compile(rb"\b(exp-compression-zstd-dict|revlog-compression-zstd|"
                 rb"zstd-dict|wirezstd|zstd|zlib)\b"), b"<engine>"),
     (re.compile(rb"\b\d+(\.\d+)? ?([KMG]i?B|bytes?)\b"), b"<size>"),
@@ -145,7 +167,14 @@ MASKS = [
                 rb"bytecount)([(=: ]+)\d+"), rb"\1\2<size>"),
     (re.compile(rb"-> \d+"), b"-> <size>"),
 ]
-# Lines that name what our extensions add.
+# What each mask stands for, when an expected glob line is matched.
+TOKENS = {b"<hash>": rb"[0-9a-f]{12}([0-9a-f]{28})?",
+          b"<engines>": rb"[\w,$]+",
+          b"<engine>": rb"[\w-]+",
+          b"<size>": rb"\d+(\.\d+)?( ?([KMG]i?B|bytes?))?"}
+# Messages of our extensions, and what they add to other lines.
+OWN_MESSAGE = re.compile(rb"\b(zstdstore|wirezstd|bundlegen|sharepool|"
+                         rb"pastbytes|commitid): ")
 OURS = re.compile(rb"(zstdstore|wirezstd|bundlegen|sharepool|pastbytes|"
                   rb"commitid|zstd-dicts\S*|MozReview-Commit-ID: \w+),?")
 # How run-tests marks an expected line: a pattern, or a condition.
@@ -222,7 +251,7 @@ def comparable(line):
     """``line`` masked, without annotations, its words in any order."""
     while ANNOTATION.search(line):
         line = ANNOTATION.sub(b"", line)
-    return b" ".join(sorted(masked(line).replace(b",", b" ").split()))
+    return b" ".join(sorted(re.split(rb"[\s,;=]+", masked(line).strip())))
 
 
 def matcher_of(line):
@@ -236,20 +265,42 @@ def matcher_of(line):
             return re.compile(line)
         except re.error:
             return None
+    pattern = re.escape(masked(line))
     if b"glob" in kinds:
-        return re.compile(re.escape(line).replace(rb"\*", b".*").replace(
-            rb"\?", b"."))
-    return None
+        pattern = pattern.replace(rb"\*", b".*").replace(rb"\?", b".")
+    for token, regex in TOKENS.items():
+        pattern = pattern.replace(re.escape(token), regex)
+    return re.compile(pattern)
+
+
+def with_commands(lines):
+    """Each line with the command line it follows, for ``EXPLAINED``."""
+    command = b""
+    for line in lines:
+        if line.startswith(b"  $ "):
+            command = line
+        yield command + b"\n" + line
 
 
 def classify(name, reference, ours):
     """(class, reasons) of the output ``ours`` against ``reference``."""
     removed, added = [], []
+    why = set()
+    explained = EXPLAINED.get(name.split("#")[0], [])
+
+    def keep(line):
+        for pattern, reason in explained:
+            if re.search(pattern, line):
+                why.add(reason)
+                return False
+        return True
+
     matcher = difflib.SequenceMatcher(None, reference, ours, autojunk=False)
+    ref, new = list(with_commands(reference)), list(with_commands(ours))
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":
-            removed += reference[i1:i2]
-            added += ours[j1:j2]
+            removed += [l.split(b"\n")[1] for l in ref[i1:i2] if keep(l)]
+            added += [l.split(b"\n")[1] for l in new[j1:j2] if keep(l)]
     reasons = []
     for pattern, what in DEFECTS:
         sides = [collections.Counter(masked(l) for l in side
@@ -268,25 +319,19 @@ def classify(name, reference, ours):
             " ".join(c.decode() for c in side) or "-" for side in counts))
     if reasons:
         return "defect", reasons
-    if not removed and not added:
+    if not removed and not added and not why:
         return "baseline", ["the baseline's own output"]
-    explained = EXPLAINED.get(name.split("#")[0], [])
-    why = set()
 
     def unexplained(lines):
         left = {}
         for line in lines:
-            for pattern, reason in explained:
-                if re.search(pattern, line):
-                    why.add(reason)
-                    break
-            else:
-                rest = OURS.sub(b"", line)
-                if rest != line:
-                    why.add("lines naming our extensions, files or IDs")
-                    if not re.sub(rb"\W|extensions", b"", rest):
-                        continue
-                left.setdefault(comparable(rest), []).append(rest)
+            rest = OURS.sub(b"", line)
+            if rest != line:
+                why.add("lines naming our extensions, files or IDs")
+                if OWN_MESSAGE.search(line) or not re.sub(
+                        rb"[\W\d]|extensions", b"", rest):
+                    continue
+            left.setdefault(comparable(rest), []).append(rest)
         return left
 
     gone, new = unexplained(removed), unexplained(added)
