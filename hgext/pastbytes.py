@@ -108,7 +108,10 @@ def _configure(ui):
 
 
 def _load(orig, ui, name, path, *args, **kwargs):
-    _configure(ui)
+    # Extensions load others too, with a stand-in ui that has no
+    # configuration (mq loads strip so): the finder stays as it is.
+    if hasattr(ui, 'configitems'):
+        _configure(ui)
     return orig(ui, name, path, *args, **kwargs)
 
 

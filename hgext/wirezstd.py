@@ -173,8 +173,11 @@ class _ResponseReader:
         try:
             return self._reader.read(size)
         except zerrors.FrameError as err:
+            # Core's words first: scripts and robustcheckout retry on
+            # "stream ended unexpectedly".
             raise error.Abort(
-                _(b'compressed response from the server is incomplete: %s')
+                _(b'stream ended unexpectedly (compressed response from '
+                  b'the server is incomplete: %s)')
                 % stringutil.forcebytestr(str(err)),
                 hint=_(b'the connection was cut or the server died; '
                        b'nothing was applied, pull again'))
@@ -271,11 +274,18 @@ class _SSHFrames:
     def __init__(self, pipe):
         self._pipe = pipe
         self._done = False
+        self._started = False
 
     def read(self, size):
         if self._done:
             return b''
         line = self._pipe.readline()
+        if not line and not self._started:
+            # No response at all (the server refused and said why on
+            # stderr): an empty one, which the caller reports as core does.
+            self._done = True
+            return b''
+        self._started = True
         try:
             length = int(line)
         except ValueError:

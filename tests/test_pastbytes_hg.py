@@ -109,3 +109,18 @@ def test_old_command_table_api(hg, hgrc, hgrepo, tmp_path):
                  "[pastbytes]\npaths = %s\n" % (legacy, legacy))
     assert hg("hello", "-n", "Mercurial", cwd=hgrepo) == "hello, Mercurial\n"
     assert "greet someone" in hg("help", "hello", cwd=hgrepo)
+
+
+def test_core_extensions_listed_after_pastbytes_load(hg, hgrc, hgrepo):
+    # mq loads strip itself, through extensions.load with a stand-in ui
+    # that has no configuration; found by Mercurial's test-shelve.t.
+    with open(hgrc, "a") as fh:
+        fh.write("[extensions]\npastbytes =\nmq =\n")
+    (hgrepo / "a").write_text("a\n")
+    hg("commit", "-A", "-m", "first", cwd=hgrepo)
+    proc = hg.proc("qnew", "-m", "second", "second.patch", cwd=hgrepo)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert hg("log", "-r", ".", "-T", "{desc}", cwd=hgrepo) == "second"
+    hg("qfinish", "-a", cwd=hgrepo)
+    hg("strip", "-q", "-r", ".", cwd=hgrepo)
+    assert hg("log", "-T", "{desc}\n", cwd=hgrepo) == "first\n"

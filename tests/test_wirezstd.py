@@ -152,8 +152,9 @@ def test_http_server_dying_mid_response_leaves_client_intact(
     recorder.cut = ("cmd=getbundle", 50000)
     proc = hg.proc("pull", *EXT, "-R", dest, recorder.url)
     assert proc.returncode != 0
-    assert ("abort: compressed response from the server is incomplete"
-            in proc.stderr) and "Traceback" not in proc.stderr
+    assert ("abort: stream ended unexpectedly (compressed response from "
+            "the server is incomplete" in proc.stderr)
+    assert "Traceback" not in proc.stderr
     hg("verify", "-q", "-R", dest)
     assert hg("log", "-R", dest, "-r", "tip", "-T", "{node}") == tip
     recorder.cut = None
@@ -279,3 +280,21 @@ def test_any_response_round_trips_in_any_read_sizes(chunks, small, data):
             break
         out += piece
     assert out == b"".join(chunks)
+
+
+def test_ssh_server_refusing_a_pull_reads_as_with_stock_hg(
+        real_hg_repo, hg, ssh, tmp_path):
+    # The server aborts before its response (bundle1 pulls refused): the
+    # client says what a stock client says, as Mercurial's
+    # test-bundle2-exchange.t expects.
+    _serve_config(real_hg_repo, True)
+    with open(os.path.join(real_hg_repo, ".hg", "hgrc"), "a") as fh:
+        fh.write("[server]\nbundle1 = false\n")
+    url = "ssh://user@dummy/%s" % real_hg_repo
+    args = ("--config", "devel.legacy.exchange=bundle1", "clone", "-U", url)
+    stock = ssh(False, *args, tmp_path / "stock", check=False)
+    ours = ssh(True, *args, tmp_path / "ours", check=False)
+    assert stock.returncode == ours.returncode == 255
+    assert "abort: stream ended unexpectedly (got 0 bytes, expected 4)" \
+        in stock.stderr
+    assert ours.stderr == stock.stderr

@@ -1,0 +1,111 @@
+"""contrib/hgtests.py's classification of a test's changed output.
+
+The inputs are shaped like run-tests' ``.t`` files and ``.err`` outputs;
+the runs themselves are the documented command (COMPATIBILITY.md) and the
+CI step (``--quick``).
+"""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+spec = importlib.util.spec_from_file_location(
+    "hgtests", pathlib.Path(__file__).parent.parent / "contrib/hgtests.py")
+hgtests = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hgtests)
+
+EXPECTED = b"""\
+  $ hg init repo
+  $ cat repo/.hg/requires
+  dotencode
+  fncache
+  revlog-compression-zstd
+  store
+  $ hg log -r . -T '{node|short}\\n'
+  1ea73414a91b
+  $ hg clone --stream http://localhost:$HGPORT clone
+  streaming all changes
+  6 files to transfer, 606 bytes of data
+  added 2 changesets with 2 changes to 2 files
+  $ hg commit -m 'second'
+  $ hg log -v -r .
+  description:
+  second
+  
+  
+""".splitlines()
+
+
+def changed(*pairs):
+    """EXPECTED with each (old, new) line pair replaced."""
+    lines = list(EXPECTED)
+    for old, new in pairs:
+        at = lines.index(old)
+        lines[at:at + 1] = new
+    return lines
+
+
+def test_hashes_sizes_and_requirement_names_are_expected():
+    ours = changed(
+        (b"  revlog-compression-zstd", []),
+        (b"  dotencode", [b"  dotencode", b"  exp-compression-zstd-dict"]),
+        (b"  1ea73414a91b", [b"  5f0c0e9b2a8d"]),
+        (b"  6 files to transfer, 606 bytes of data",
+         [b"  6 files to transfer, 598 bytes of data"]))
+    kind, why = hgtests.classify("test-x.t", EXPECTED, ours)
+    assert kind == "expected"
+    assert why == ["hashes, sizes or engine names"]
+
+
+def test_commit_id_lines_and_their_blank_line_are_expected():
+    ours = changed((b"  second", [b"  second", b"  ",
+                                  b"  MozReview-Commit-ID: 4Aq2kO7Vx9d"]))
+    assert hgtests.classify("test-x.t", EXPECTED, ours) == (
+        "expected", ["lines naming our extensions, files or IDs"])
+
+
+@pytest.mark.parametrize("pair, reason", [
+    ((b"  $ hg commit -m 'second'",
+      [b"  $ hg commit -m 'second'", b"  Traceback (most recent call last):",
+       b"  TypeError: f() got an unexpected keyword argument 'x'"]),
+     "new line: Traceback (most recent call last):"),
+    ((b"  streaming all changes",
+      [b"  abort: stream ended unexpectedly", b"  [255]"]),
+     "new line: abort: stream ended unexpectedly"),
+    ((b"  added 2 changesets with 2 changes to 2 files",
+      [b"  added 1 changesets with 1 changes to 1 files"]),
+     "changeset count: 2 -> 1"),
+])
+def test_errors_and_lost_changesets_are_defects(pair, reason):
+    kind, why = hgtests.classify("test-x.t", EXPECTED, changed(pair))
+    assert kind == "defect"
+    assert reason in why
+
+
+def test_a_lost_exit_code_is_a_defect():
+    expected = EXPECTED + [b"  $ hg commit -m nothing", b"  nothing changed",
+                           b"  [1]"]
+    kind, why = hgtests.classify("test-x.t", expected, EXPECTED + [
+        b"  $ hg commit -m nothing", b"  nothing changed"])
+    assert (kind, why) == ("defect", ["exit code: [1]"])
+
+
+def test_any_other_change_needs_a_reader():
+    ours = changed((b"  streaming all changes", [b"  searching for changes"]))
+    assert hgtests.classify("test-x.t", EXPECTED, ours) == (
+        "unexplained", ["added line: searching for changes"])
+
+
+def test_an_expected_pattern_line_matches_the_changed_line():
+    expected = EXPECTED + [
+        b'  "GET /?cmd=batch" x-hgproto-1:0.1 comp=$USUAL$ * (glob)',
+        b"  bundle requirements: generaldelta, revlog-compression-zstd,"
+        b" revlogv1 (no-rust zstd !)"]
+    ours = EXPECTED + [
+        b'  "GET /?cmd=batch" x-hgproto-1:0.1 comp=wirezstd,$USUAL$ pull',
+        b"  bundle requirements: exp-compression-zstd-dict, generaldelta,"
+        b" revlogv1"]
+    assert hgtests.classify("test-x.t", expected, ours) == ("expected", [
+        "hashes, sizes or engine names",
+        "lines naming our extensions, files or IDs"])
