@@ -109,3 +109,19 @@ def test_an_expected_pattern_line_matches_the_changed_line():
     assert hgtests.classify("test-x.t", expected, ours) == ("expected", [
         "hashes, sizes or engine names",
         "lines naming our extensions, files or IDs"])
+
+
+def test_a_test_that_leaves_our_extensions_out_is_expected_to_differ():
+    expected = EXPECTED + [b"  $ HGRCPATH=$TESTTMP/tmp.hgrc hg add -v a",
+                           b"  adding a", b"  $ hg log -r . -T '{rev}\\n'",
+                           b"  1"]
+    ours = EXPECTED + [
+        b"  $ HGRCPATH=$TESTTMP/tmp.hgrc hg add -v a",
+        b"  abort: repository requires features unknown to this Mercurial:"
+        b" exp-compression-zstd-dict", b"  [255]",
+        b"  $ hg log -r . -T '{rev}\\n'", b"  0"]
+    kind, why = hgtests.classify("test-x.t", expected, ours)
+    assert kind == "expected" and "own HGRCPATH" in why[0]
+    # Anywhere else the same abort is a defect.
+    ours[len(EXPECTED)] = b"  $ hg add -v a"
+    assert hgtests.classify("test-x.t", expected, ours)[0] == "defect"
