@@ -349,12 +349,12 @@ def classify(name, reference, ours):
     for key in list(gone):
         pattern = matcher_of(gone[key][0])
         for other in [k for k in new if pattern and k not in gone]:
-            if pattern.fullmatch(new[other][0]):
+            while key in gone and other in new and pattern.fullmatch(
+                    new[other][0]):
                 for side, k in ((gone, key), (new, other)):
                     side[k].pop()
                     if not side[k]:
                         del side[k]
-                break
     # A commit ID starts its own paragraph: one blank line more per ID.
     del new.get(b"", [])[:sum(b"MozReview-Commit-ID" in l for l in added)]
     for key in set(gone) & set(new):
