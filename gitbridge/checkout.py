@@ -218,8 +218,12 @@ class Request:
         self.backoff = number("retry-backoff", pooling.DEFAULT_BACKOFF)
         self.jitter = (number("retry-jitter-min", pooling.DEFAULT_JITTER[0]),
                        number("retry-jitter-max", pooling.DEFAULT_JITTER[1]))
-        self.lock_timeout = number("lock-timeout", 3600)
         self.http_timeout = int(number("http-timeout", 600))
+        self.lock_policy = pooling.LockPolicy(
+            private=config.get("sharepool.private-cache", "").lower()
+            in ("true", "yes", "on", "1"),
+            grace=number("foreign-lock-grace", self.http_timeout),
+            timeout=number("lock-timeout", 3600))
         self.timings = args.timings or config.get(
             "sharepool.timings", "").lower() in ("true", "yes", "on", "1")
 
@@ -296,6 +300,7 @@ class Run:
 
     def _checkout_once(self):
         step = self.timer.step
+        self.check_destination()
         with step("resolve"):
             refs = self.resolve()
         with step("store"):
@@ -492,12 +497,14 @@ class Run:
 
     @contextlib.contextmanager
     def lock(self, path, what):
-        def waiting(owner):
+        def waiting(owner, seconds, takeover):
             host, _, pid = owner.rpartition(":")
-            self.warn("waiting for lock on %s held by process %r on host %r"
-                      % (what, pid, host))
+            self.warn("(waiting up to %d seconds for lock on %s held by "
+                      "process %s on host %s; %s then)"
+                      % (seconds, what, pid, host,
+                         "taking it over" if takeover else "giving up"))
 
-        lock = pooling.PidLock(path + ".lock", self.request.lock_timeout,
+        lock = pooling.PidLock(path + ".lock", self.request.lock_policy,
                                waiting)
         try:
             lock.acquire()
@@ -576,6 +583,17 @@ class Run:
 
     # share ---------------------------------------------------------------------
 
+    def check_destination(self):
+        """Abort, before any network or store work, when DEST holds files
+        and is not a Git checkout: they may be someone's."""
+        dest = self.request.dest
+        if os.path.lexists(os.path.join(dest, ".git")):
+            return
+        if os.path.lexists(dest) and (not os.path.isdir(dest)
+                                      or os.listdir(dest)):
+            raise Abort("destination exists but no .git directory",
+                        hint="remove it, or choose another destination")
+
     def ensure_share(self, store, commit):
         """DEST sharing ``store`` in the request's layout; whether it
         already did."""
@@ -588,9 +606,6 @@ class Run:
             self.say("(existing repository shared store: %s)" % store)
             self.check_sparse_unchanged()
             return True
-        if os.path.isdir(dest) and os.listdir(dest):
-            raise Abort("destination %s exists but no .git" % dest,
-                        hint="remove it, or choose another destination")
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if self.request.layout == "worktree":
             with self.store_lock(store):

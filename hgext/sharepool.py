@@ -9,10 +9,13 @@ robustcheckout URL DEST`` keeps one store per repository in a pool
 directory and makes DEST a share of it (a working copy whose history lives
 in the pool), so only the first checkout on a machine clones; later ones
 pull what is missing, or nothing, and update.  It is a drop-in for
-Mozilla's command of the same name::
+Mozilla's command of the same name: the same options, messages, exit codes
+and ``PERFHERDER_DATA`` line.  Enable it under either name::
 
   [extensions]
   sharepool =
+  # or, where an hgrc already says robustcheckout = /path/to/it:
+  robustcheckout =
 
   [share]
   pool = /builds/hg-shared
@@ -20,52 +23,50 @@ Mozilla's command of the same name::
   $ hg robustcheckout -r 5f8a1c9e0b2d https://hg.example.org/repo /builds/checkout
   $ hg robustcheckout -b default --purge https://hg.example.org/repo /builds/checkout
 
-What it does, in order (each step is timed, see ``--timings``):
+What it does, in order:
 
-resolve
+destination
   Exactly one of ``-r/--revision`` (12 to 40 hex digits of a node) or
-  ``-b/--branch``.  The pool is ``--sharebase``, else ``share.pool``.
-  The pool entry is named by the hex of the remote's revision 0, so every
-  URL serving the same repository shares one store.  A branch is resolved
-  on the remote, once.
-ensure store
-  Under the pool entry's lock (the lock core Mercurial's ``share.pool``
-  takes too), a missing store is cloned with stream clone, or from clone
-  bundles when the server offers them (``ui.clonebundles``), into a
-  hidden directory that is renamed into place when complete: a killed
-  clone never leaves half a store.  ``--upstream URL`` seeds the store
-  from another server (a mirror) first.  A store that is missing its
-  ``requires`` file or the requirements ``store``, ``fncache`` and
-  ``dotencode``, or is not a readable repository, is deleted and cloned
-  again; an abandoned transaction is rolled back with ``hg recover``, and
-  the store is cloned again if that fails.
+  ``-b/--branch``.  A DEST that exists and is not a Mercurial checkout is
+  left alone (abort; an empty directory is fine).  A DEST that is not a
+  share, or shares a store that no longer exists or is outside a pool, is
+  deleted.  As in robustcheckout, an existing non-sparse checkout is not
+  made sparse, nor the reverse.
+store
+  The pool is ``--sharebase``, else ``share.pool``; the store of a
+  repository is named by the hex of the remote's revision 0, so every URL
+  serving the same repository shares one store.  A store that is missing
+  its ``requires`` file or the requirements ``store``, ``fncache`` and
+  ``dotencode`` is deleted with its destination.  A missing store is
+  cloned, under the pool entry's lock (the lock core Mercurial's
+  ``share.pool`` takes too), with stream clone or clone bundles when the
+  server offers them, into a hidden directory renamed into place when
+  complete: a killed clone never leaves half a store.  ``--upstream URL``
+  seeds it from another server (a mirror).  A new DEST becomes a share of
+  the store and pulls the server's heads, as ``hg clone`` with
+  ``share.pool`` does.
 pull
-  Only when the store lacks the revision: under the store's lock, from
-  URL, just the wanted head.  A revision that is not on the server, or a
-  prefix matching several nodes, aborts with a hint.
-share
-  DEST becomes a share of the store.  An existing DEST that is not a
-  share, shares a store that no longer exists, shares a store outside the
-  pool, shares an unrelated repository's store, or has a working
-  directory parent the store does not know, is deleted and shared again.
-  A DEST that exists and is not a Mercurial checkout is left alone
-  (abort).
+  Only when the store lacks the revision, or for ``--branch`` (resolved on
+  the server, once): just the wanted head, into DEST (whose lock comes
+  before the store's).  A pull that finds an unrelated repository deletes
+  DEST; an abandoned transaction is rolled back with ``hg recover`` (the
+  store is deleted if that fails); a corrupt store is deleted; then the
+  run starts over.
 purge
   With ``--purge``, and only when DEST already existed: untracked and
-  ignored files are removed.
+  ignored files are removed, outside a sparse profile too.
 update
   ``hg update --clean`` to the full node.  With ``--sparseprofile PATH``
   (needs the ``sparse`` extension) the sparse config becomes that profile
-  alone; a profile missing at the revision aborts.  As in robustcheckout,
-  an existing non-sparse checkout is not made sparse, nor the reverse.
-  ``-U`` skips purge, update and verify.
+  alone; a profile missing at the revision aborts.  ``-U`` skips purge,
+  update and verify.
 verify
   The working directory's parent must be the requested node and ``hg
   status`` must be clean (with ``--purge``, no unknown or ignored files
-  either); otherwise DEST is deleted and checked out again.
-disk
-  Prints the bytes the store and the checkout use on disk (hardlinked
-  files counted once) and the free space left (``sharepool.disk-report``).
+  either); otherwise DEST is deleted and checked out again.  ``--verbose``
+  says so, and prints how many files purge removed and the bytes the
+  store and the checkout use on disk (``sharepool.disk-report`` prints
+  that line always).
 
 Every recovery prints what it does, in parentheses, so a CI log explains
 itself.  After a failure in any step, or a ``kill -9`` at any moment, the
@@ -73,25 +74,45 @@ next run finishes the job.
 
 Network operations (looking up, cloning, pulling) that fail in a way a
 retry may cure -- "stream ended unexpectedly", an HTTP 5xx, a reset,
-refused or timed-out connection, an SSL error -- are retried: the n-th
-retry waits ``(2^n - 1) * sharepool.retry-backoff`` seconds plus a random
-jitter between ``sharepool.retry-jitter-min`` and ``-max``.  All network
-operations of one run share ``--networkattempts`` (default
-``sharepool.network-attempts``) attempts.  ``http.timeout`` defaults to
-600 seconds here, so a stalled server counts as a failure instead of
-hanging the job.
+refused or timed-out connection, an SSL error -- restart the run after a
+wait: the n-th retry waits ``(2^n - 1) * sharepool.retry-backoff`` seconds
+plus a random jitter between ``sharepool.retry-jitter-min`` and ``-max``
+(robustcheckout's ``robustcheckout.retryjittermin`` and ``-max``, in
+milliseconds, win when set).  A run makes at most ``--networkattempts``
+(default ``sharepool.network-attempts``, 3) attempts.  ``http.timeout``
+defaults to 600 seconds here, so a stalled server counts as a failure
+instead of hanging the job.
 
-Any number of processes may use one pool at once.  Exactly one of them
-clones or pulls a given store; the others print that they wait for its
-lock, then reuse what it fetched.  A lock is taken over only when its
-owner is gone (its host is this host and its pid is dead, as Mercurial's
-own locks decide); a live owner is waited for, up to
-``sharepool.lock-timeout`` seconds.
+Locks.  Any number of processes may use one pool at once; exactly one of
+them clones a given store.  A lock found on DEST (its working directory
+lock), on the store or on the pool entry is judged by its owner, which
+Mercurial writes as host and process id:
+
+- an owner on this host whose process is gone left it: it is taken over
+  at once (for DEST and the store, as robustcheckout does, by deleting
+  them: the killed process may have left them half written);
+- an owner on another host cannot be asked.  In CI that host is usually
+  an earlier container of the same task, gone for good, so with
+  ``sharepool.private-cache = true`` (the cache belongs to this machine
+  alone) the lock is taken over at once; otherwise once it is
+  ``sharepool.foreign-lock-grace`` seconds old (default: ``http.timeout``,
+  600 seconds here).  Enabled under the name ``robustcheckout``, whose
+  contract is a cache private to one machine, ``private-cache`` defaults
+  to true; under ``sharepool``, to false;
+- a live owner on this host is waited for, up to ``sharepool.lock-timeout``
+  seconds.
+
+Waiting always prints who holds the lock and for how long it will wait.
 
 ``--timings`` (or ``sharepool.timings``) prints one JSON line,
-``{"robustcheckout": {...}}``, with the seconds of each step, the total,
-the node, the store and what happened (``cloned``, ``pulled``,
-``network_failures``, ``restarts``, ``result``).
+``{"robustcheckout": {...}}``, with the seconds of each step that ran
+(``clone`` of a new checkout, ``pull``, ``purge``,
+``sparse_update_config``, ``update`` or ``update_sparse``, ``verify``,
+``disk``, ``remove_wdir``, ``remove_store``), the total, the node, the
+store and what happened (``cloned``, ``pulled``, ``network_failures``,
+``restarts``, ``result``).  When the environment has
+``TASKCLUSTER_INSTANCE_TYPE``, the ``PERFHERDER_DATA:`` line that
+Treeherder ingests is printed, as robustcheckout prints it.
 
 Example config::
 
@@ -101,30 +122,32 @@ Example config::
   retry-jitter-min = 1.0
   retry-jitter-max = 5.0
   lock-timeout = 3600
+  private-cache = true
+  foreign-lock-grace = 600
   timings = true
 """
 
-import errno
+import contextlib
+import json
 import os
 import re
 import ssl
 import time
 
 from mercurial.i18n import _
-from mercurial.node import hex, nullid, nullrev
+from mercurial.node import hex, nullid
 from mercurial import (
     commands,
+    configitems,
     error,
     exchange,
     extensions,
     hg,
-    lock as lockmod,
     merge as mergemod,
     pycompat,
     registrar,
     scmutil,
     util,
-    vfs as vfsmod,
 )
 from mercurial.utils import urlutil
 
@@ -152,16 +175,29 @@ configitem(b'sharepool', b'retry-backoff', default=pooling.DEFAULT_BACKOFF)
 configitem(b'sharepool', b'retry-jitter-min', default=pooling.DEFAULT_JITTER[0])
 configitem(b'sharepool', b'retry-jitter-max', default=pooling.DEFAULT_JITTER[1])
 configitem(b'sharepool', b'lock-timeout', default=3600)
+configitem(b'sharepool', b'private-cache',
+           default=configitems.dynamicdefault)
+configitem(b'sharepool', b'foreign-lock-grace',
+           default=configitems.dynamicdefault)
 configitem(b'sharepool', b'stream', default=True)
 configitem(b'sharepool', b'timings', default=False)
-configitem(b'sharepool', b'disk-report', default=True)
+configitem(b'sharepool', b'disk-report', default=False)
+# robustcheckout's names, in milliseconds, for hgrc files written for it
+configitem(b'robustcheckout', b'retryjittermin',
+           default=configitems.dynamicdefault)
+configitem(b'robustcheckout', b'retryjittermax',
+           default=configitems.dynamicdefault)
 
-#: Requirements every pooled store must have (robustcheckout's list).
+#: Requirements every pooled store must have.
 REQUIRED = {b'store', b'fncache', b'dotencode'}
 #: How often damage found and repaired mid-run may restart the run.
 MAX_RESTARTS = 2
 HTTP_TIMEOUT = b'600'
 _POOLED_SHAREDPATH = re.compile(br'[0-9a-f]{40}/\.hg$')
+#: The operations robustcheckout reports to Perfherder, by step name.
+PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
+                    'purge', 'sparse_update_config', 'update',
+                    'update_sparse')
 
 
 @command(
@@ -202,6 +238,7 @@ def robustcheckout(ui, url, dest, **opts):
     Returns 0 on success.
     """
     request = _Request(ui, url, dest, opts)
+    ui.warn(_(b'(using Mercurial %s)\n') % util.version())
     _tune_for_ci(ui)
     run = _Run(ui, request)
     try:
@@ -215,35 +252,46 @@ def robustcheckout(ui, url, dest, **opts):
         if opts['timings'] or ui.configbool(b'sharepool', b'timings'):
             line = run.timer.json_line('robustcheckout')
             ui.write(pycompat.bytestr(line) + b'\n')
+        if 'TASKCLUSTER_INSTANCE_TYPE' in os.environ:
+            ui.write(b'PERFHERDER_DATA: %s\n'
+                     % pycompat.bytestr(_perfherder(run, url)))
     return 0
 
 
+def extsetup(ui):
+    # DEST is a share: users of the checkout run `hg share` commands on it
+    try:
+        extensions.find(b'share')
+    except KeyError:
+        extensions.load(ui, b'share', None)
+
+
 class _Request:
-    """The command's arguments, checked."""
+    """The command's arguments, checked (robustcheckout's messages)."""
 
     def __init__(self, ui, url, dest, opts):
         self.revision = opts['revision'].lower()
         self.branch = opts['branch']
-        if bool(self.revision) == bool(self.branch):
-            raise error.InputError(
-                _(b'specify exactly one of --revision or --branch'),
-                hint=_(b'-r NODE checks out exactly that changeset; -b '
-                       b'NAME whatever the server names so now'))
+        if not self.revision and not self.branch:
+            raise error.Abort(_(b'must specify one of --revision or '
+                                b'--branch'))
+        if self.revision and self.branch:
+            raise error.Abort(_(b'cannot specify both --revision and '
+                                b'--branch'))
         if self.revision and not re.match(br'^[0-9a-f]{12,40}$',
                                           self.revision):
-            raise error.InputError(
-                _(b'--revision must be a SHA-1 fragment 12-40 characters '
-                  b'long'),
-                hint=_(b'use -b for branch names, bookmarks and tags'))
+            raise error.Abort(_(b'--revision must be a SHA-1 fragment 12-40 '
+                                b'characters long'))
         sharebase = opts['sharebase'] or ui.config(b'share', b'pool')
         if not sharebase:
-            raise error.InputError(
+            raise error.Abort(
                 _(b'share base directory not defined; refusing to operate'),
                 hint=_(b'define share.pool config option or pass '
                        b'--sharebase'))
         self.sharebase = os.path.realpath(util.expandpath(sharebase))
         self.url = url
         self.upstream = opts['upstream'] or None
+        self.dest_arg = dest
         self.dest = os.path.abspath(util.expandpath(dest))
         self.purge = opts['purge']
         self.noupdate = opts['noupdate']
@@ -252,14 +300,12 @@ class _Request:
             try:
                 extensions.find(b'sparse')
             except KeyError:
-                raise error.InputError(
-                    _(b'sparse extension must be enabled to use '
-                      b'--sparseprofile'),
-                    hint=_(b'add "sparse =" to the [extensions] section'))
+                raise error.Abort(_(b'sparse extension must be enabled to '
+                                    b'use --sparseprofile'))
         self.attempts = (opts['networkattempts']
                          or ui.configint(b'sharepool', b'network-attempts'))
         if self.attempts < 1:
-            raise error.InputError(_(b'--networkattempts must be at least 1'))
+            raise error.Abort(_(b'--networkattempts must be at least 1'))
 
     @property
     def wanted(self):
@@ -288,20 +334,56 @@ def _tune_for_ci(ui):
     ui.setconfig(b'ui', b'timeout.warn', b'0', b'sharepool')
 
 
-class _Restart(Exception):
-    """A step found damage; the run starts over from ``resolve`` after
-    saying ``problem`` and deleting ``discard`` (outside every lock the
-    step held)."""
+def _jitter(ui):
+    """The retry jitter range in seconds."""
+    low = ui.configwith(float, b'sharepool', b'retry-jitter-min')
+    high = ui.configwith(float, b'sharepool', b'retry-jitter-max')
+    legacy = (ui.configint(b'robustcheckout', b'retryjittermin', None),
+              ui.configint(b'robustcheckout', b'retryjittermax', None))
+    if legacy[0] is not None:
+        low = legacy[0] / 1000.0
+    if legacy[1] is not None:
+        high = legacy[1] / 1000.0
+    return low, high
 
-    def __init__(self, problem, discard):
-        super().__init__(problem)
-        self.problem = problem
-        self.discard = discard
+
+def _lock_policy(ui):
+    private = ui.configbool(b'sharepool', b'private-cache',
+                            _enabled_as_robustcheckout())
+    grace = ui.configint(b'sharepool', b'foreign-lock-grace',
+                         ui.configint(b'http', b'timeout'))
+    return pooling.LockPolicy(
+        private=private, grace=grace,
+        timeout=ui.configint(b'sharepool', b'lock-timeout'))
+
+
+def _enabled_as_robustcheckout():
+    try:
+        return extensions.find(b'robustcheckout') is not None
+    except KeyError:
+        return False
+
+
+class _Restart(Exception):
+    """A step found damage, said so and removed it; the run starts over.
+    ``announce``: say "(attempting checkout from beginning)" first."""
+
+    def __init__(self, announce):
+        super().__init__()
+        self.announce = announce
+
+
+class _NetworkFailure(Exception):
+    """A network operation failed in a way a retry may cure."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Run:
     """One robustcheckout: the steps, in order, sharing the network
-    attempts, the timer and what was learnt (store, node)."""
+    attempts, the timer and what was learnt."""
 
     def __init__(self, ui, request):
         self.ui = ui
@@ -310,10 +392,10 @@ class _Run:
         self.attempts = pooling.NetworkAttempts(
             request.attempts,
             backoff=ui.configwith(float, b'sharepool', b'retry-backoff'),
-            jitter=(ui.configwith(float, b'sharepool', b'retry-jitter-min'),
-                    ui.configwith(float, b'sharepool', b'retry-jitter-max')))
+            jitter=_jitter(ui))
+        self.lock_policy = _lock_policy(ui)
         self.remote = self.remote_url = None
-        self.revision = request.revision
+        self.behaviors = set()
         self.timer.facts.update(cloned=False, pulled=False, restarts=0,
                                 network_failures=0)
 
@@ -323,66 +405,84 @@ class _Run:
 
     def checkout(self):
         request = self.request
-        self.ui.status(_(b'ensuring %s@%s is available at %s\n')
-                       % (urlutil.hidepassword(request.url), request.wanted,
-                          request.dest))
-        for restart in range(MAX_RESTARTS + 1):
+        while True:
+            self.ui.write(_(b'ensuring %s@%s is available at %s\n')
+                          % (urlutil.hidepassword(request.url),
+                             request.revision or request.branch,
+                             request.dest_arg))
             try:
                 return self._checkout_once()
-            except _Restart as damage:
-                self.ui.warn(b'(%s)\n' % damage.problem)
-                pooling.discard(damage.discard)
-                if restart == MAX_RESTARTS:
+            except _NetworkFailure as failure:
+                self.disconnect()
+                self.ui.warn(b'%s\n' % pycompat.bytestr(failure.reason))
+                try:
+                    delay = self.attempts.failed(failure.reason)
+                except pooling.GaveUp:
+                    # robustcheckout's message, trailing newline included
+                    raise error.Abort(_(b'reached maximum number of network '
+                                        b'attempts; giving up\n'))
+                self.ui.warn(_(b'(retrying after network failure on attempt '
+                               b'%d of %d)\n')
+                             % (self.attempts.failures, self.attempts.limit))
+                self.ui.warn(_(b'(waiting %.2fs before retry)\n') % delay)
+                time.sleep(delay)
+            except _Restart as restart:
+                if self.timer.facts['restarts'] == MAX_RESTARTS:
                     raise error.Abort(
                         _(b'giving up after %d attempts to repair the store '
                           b'and checkout') % (MAX_RESTARTS + 1),
                         hint=_(b'see the messages above'))
                 self.timer.facts['restarts'] += 1
-                self.ui.warn(_(b'(attempting checkout from beginning)\n'))
+                if restart.announce:
+                    self.ui.warn(_(b'(attempting checkout from beginning)\n'))
 
     def _checkout_once(self):
-        step = self.timer.step
-        with step('resolve'):
-            root = self.resolve()
-        storepath = os.path.join(self.request.sharebase, hex(root))
+        request, step = self.request, self.timer.step
+        self.inspect_destination()
+        root = self.network(lambda: self.lookup(
+            request.upstream or request.url, [b'0'])[0])
+        storepath = os.path.join(request.sharebase, hex(root))
         self.timer.facts['store'] = os.fsdecode(storepath)
-        with step('store'):
-            self.ensure_store(storepath, root)
-        with step('pull'):
-            node = self.pull(storepath)
+        self.inspect_store(storepath)
+        created = not os.path.exists(os.path.join(request.dest, b'.hg'))
+        if created:
+            with step('clone'):
+                self.create_share(storepath, root)
+        repo = repofactory.repository(self.ui, request.dest)
+        node = self.wanted_node(repo, storepath)
         self.timer.facts['node'] = pycompat.sysstr(hex(node))
-        with step('share'):
-            repo, existed = self.ensure_share(storepath)
-        if self.request.noupdate:
-            self.ui.status(_(b'(skipping update since -U specified)\n'))
-        else:
-            if self.request.purge and existed:
-                with step('purge'):
-                    self.purge(repo)
-            with step('update'):
-                self.update(repo, node, storepath)
-            with step('verify'):
-                self.verify(node)
-        if self.ui.configbool(b'sharepool', b'disk-report'):
+        if request.noupdate:
+            self.ui.write(_(b'(skipping update since `-U` was passed)\n'))
+            return
+        self.check_parent_known(repo)
+        if request.purge and not created:
+            with step('purge'):
+                self.purge(repo)
+        self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
+                           else 'populated-wdir')
+        if request.sparseprofile:
+            self.set_sparse_profile(repo, node)
+        with step('update_sparse' if request.sparseprofile else 'update'):
+            self.update(repo, node, storepath)
+        with step('verify'):
+            self.verify(node)
+        if (self.ui.verbose
+                or self.ui.configbool(b'sharepool', b'disk-report')):
             with step('disk'):
                 self.report_disk(storepath)
 
-    # resolve -------------------------------------------------------------
+    # network -------------------------------------------------------------
 
-    def resolve(self):
-        """The remote's root node; a branch becomes the node it points to
-        now, for the rest of the run."""
-        url = self.request.url
-        if self.request.branch:
-            root, node = self.network(
-                lambda: self.lookup(url, [b'0', self.request.branch]))
-            self.revision = hex(node)
-            self.ui.warn(_(b'(remote resolved %s to %s; result is not '
-                           b'deterministic)\n')
-                         % (self.request.branch, self.revision))
-        else:
-            (root,) = self.network(lambda: self.lookup(url, [b'0']))
-        return root
+    def network(self, operation):
+        """Run a network operation; a failure a retry may cure restarts the
+        run (see ``checkout``)."""
+        try:
+            return operation()
+        except Exception as exc:
+            reason = _transient(exc)
+            if reason is None:
+                raise
+            raise _NetworkFailure(reason)
 
     def lookup(self, url, keys):
         """The nodes ``keys`` name on ``url``, in one round trip."""
@@ -415,215 +515,77 @@ class _Run:
             self.remote.close()
         self.remote = self.remote_url = None
 
-    def network(self, operation):
-        """Run a network operation within the run's attempts."""
-        def report(reason, failed, limit, delay):
-            self.ui.warn(b'%s\n' % pycompat.bytestr(reason))
-            self.ui.warn(_(b'(retrying after network failure on attempt '
-                           b'%d of %d)\n') % (failed, limit))
-            self.ui.warn(_(b'(waiting %.2fs before retry)\n') % delay)
+    # locks and removal ---------------------------------------------------
 
-        def attempt():
-            try:
-                return operation()
-            except BaseException:
-                # a connection that failed is not reused by the next attempt
-                self.disconnect()
-                raise
+    def stale_lock(self, path, what):
+        """Whether the lock ``path`` was left by an owner that the lock
+        policy lets us take over; waits while a live owner holds it."""
+        with _lock_timeout_abort(what):
+            return pooling.await_lock(os.fsdecode(path), self.lock_policy,
+                                      self.waiting(what)) is not None
 
-        try:
-            return self.attempts.call(attempt, _transient, report)
-        except pooling.GaveUp as gaveup:
-            raise error.Abort(
-                _(b'reached maximum number of network attempts; giving up '
-                  b'(%d attempts; last failure: %s)')
-                % (gaveup.attempts, pycompat.bytestr(gaveup.reason)),
-                hint=_(b'raise --networkattempts, or check the server'))
+    def waiting(self, what):
+        """What to say before waiting for the lock on ``what``."""
+        def say(owner, seconds, takeover):
+            host, _sep, pid = owner.rpartition(':')
+            then = (_(b'taking it over then') if takeover
+                    else _(b'giving up then'))
+            self.ui.warn(_(b'(waiting up to %d seconds for lock on %s held '
+                           b'by process %s on host %s; %s)\n')
+                         % (seconds, what, pycompat.bytestr(pid),
+                            pycompat.bytestr(host), then))
+        return say
 
-    # ensure store --------------------------------------------------------
+    def remove(self, path, behavior):
+        with self.timer.step(behavior.replace('-', '_')):
+            pooling.discard(path)
+        self.behaviors.add(behavior)
 
-    def ensure_store(self, storepath, root):
-        """Make ``storepath`` a healthy store, cloning it if needed, under
-        the pool entry's lock."""
-        sharebase, name = os.path.split(storepath)
-        os.makedirs(sharebase, exist_ok=True)
-        with self.pool_lock(sharebase, name):
-            for leftover in pooling.discarded_leftovers(sharebase, name):
-                self.ui.warn(_(b'(removing %s, left by an interrupted '
-                               b'clone or removal)\n')
-                             % os.fsencode(leftover))
-                pooling.discard(leftover)
-            problem = (_store_problem(self.ui, storepath)
-                       or self.recover_if_abandoned(storepath))
-            if problem:
-                self.ui.warn(_(b'(%s; deleting shared store)\n') % problem)
-                pooling.discard(storepath)
-            if os.path.exists(storepath):
-                self.ui.status(_(b'(sharing from existing pooled repository '
-                                 b'%s)\n') % name)
-            else:
-                self.clone(storepath, root)
+    # destination ---------------------------------------------------------
 
-    def pool_lock(self, sharebase, name):
-        """The lock core Mercurial's share.pool takes for the entry
-        ``name``: Mercurial's lock, which takes over a dead owner's lock.
-        A live owner is waited for, polling ten times a second (Mercurial
-        polls once a second, which made the last of eight waiters idle
-        for seconds after the clone was done)."""
-        vfs = vfsmod.vfs(sharebase)
-        desc = _(b'pooled store %s') % name
-        timeout = self.ui.configint(b'sharepool', b'lock-timeout')
-        start = time.monotonic()
-        told = False
-        while True:
-            try:
-                return lockmod.lock(vfs, name + b'.lock', timeout=0,
-                                    desc=desc)
-            except error.LockHeld as held:
-                waited = time.monotonic() - start
-                if waited >= timeout:
-                    raise error.LockHeld(errno.ETIMEDOUT, held.filename,
-                                         desc, held.locker)
-                if not told:
-                    host, _sep, pid = held.locker.rpartition(b':')
-                    self.ui.warn(_(b'waiting for lock on %s held by process '
-                                   b'%r on host %r\n')
-                                 % (desc, pycompat.bytestr(pid),
-                                    pycompat.bytestr(host)))
-                    told = True
-                time.sleep(0.1)
-
-    def recover_if_abandoned(self, storepath):
-        """Roll back a transaction its process abandoned; a problem when
-        that fails."""
-        if not os.path.exists(os.path.join(storepath, b'.hg', b'store',
-                                            b'journal')):
-            return None
-        repo = repofactory.repository(self.ui, storepath)
-        # A live pull has a journal too: only its lock tells them apart,
-        # and Mercurial takes a lock over only from a dead owner.
-        with repo.lock():
-            if not repo.svfs.exists(b'journal'):
-                return None
-            self.ui.warn(_(b'(abandoned transaction found; trying to '
-                           b'recover)\n'))
-            try:
-                if repo.recover():
-                    return None
-            except (error.StorageError, error.RepoError, OSError) as inst:
-                self.ui.warn(_(b'(recover failed: %s)\n')
-                             % pycompat.bytestr(inst))
-        return _(b'could not recover repo state')
-
-    def clone(self, storepath, root):
-        """Clone the store into a hidden sibling and rename it into place:
-        a clone killed midway leaves only the sibling, which the next
-        holder of the pool lock removes."""
-        sharebase, name = os.path.split(storepath)
-        source = self.request.upstream or self.request.url
-        partial = os.path.join(sharebase, b'.%s.cloning-%d'
-                               % (name, os.getpid()))
-        self.ui.status(_(b'(cloning %s into new pooled repository %s)\n')
-                       % (urlutil.hidepassword(source), name))
-
-        def attempt():
-            pooling.discard(partial)
-            cloneimpl.clone(self.ui, {}, source, dest=partial, update=False,
-                            stream=self.ui.configbool(b'sharepool',
-                                                      b'stream'))
-
-        self.network(attempt)
-        repo = repofactory.repository(self.ui, partial)
-        if len(repo) == 0 or repo.changelog.node(0) != root:
-            pooling.discard(partial)
-            raise error.Abort(
-                _(b'%s is not the same repository as %s (revision 0 '
-                  b'differs)') % (source, self.request.url),
-                hint=_(b'check --upstream'))
-        os.rename(partial, storepath)
-        self.timer.facts['cloned'] = True
-
-    # pull ----------------------------------------------------------------
-
-    def pull(self, storepath):
-        """The full node of the wanted revision, pulled into the store if
-        it lacks it; one process at a time pulls into a store, the others
-        wait for its lock and then find the revision there."""
-        repo = repofactory.repository(self.ui, storepath)
-        node = _local_node(repo, self.revision)
-        if node is not None:
-            return node
-        with repo.lock():
-            repo.invalidate()
-            node = _local_node(repo, self.revision)
-            if node is not None:
-                self.ui.status(_(b'(%s was pulled by another process while '
-                                 b'we waited; not pulling)\n')
-                               % self.revision)
-                return node
-            self.ui.status(_(b'(pulling to obtain %s)\n')
-                           % self.request.wanted)
-            return self.network(lambda: self._pull(repo, storepath))
-
-    def _pull(self, repo, storepath):
-        url = self.request.url
-        (node,) = self.lookup(url, [self.revision])
-        if not hex(node).startswith(self.revision):
-            raise error.Abort(
-                _(b'--revision argument is ambiguous: %s resolves to %s on '
-                  b'%s') % (self.revision, hex(node),
-                            urlutil.hidepassword(url)),
-                hint=_(b'must be the first 12+ characters of a SHA-1 '
-                       b'fragment'))
-        if repo.changelog.hasnode(node):
-            self.ui.status(_(b'(revision already present locally; not '
-                             b'pulling)\n'))
-            return node
-        try:
-            pulled = exchange.pull(repo, self.connect(url), heads=[node])
-        except error.Abort as inst:
-            if inst.message.startswith(b'repository is unrelated'):
-                raise _Restart(_(b'repository is unrelated; deleting shared '
-                                 b'store'), storepath)
-            raise
-        except error.StorageError as inst:
-            raise _corruption(inst, storepath)
-        if not pulled.rheads:
-            raise error.Abort(_(b'unable to pull requested revision %s')
-                              % hex(node))
-        self.timer.facts['pulled'] = True
-        return node
-
-    # share ---------------------------------------------------------------
-
-    def ensure_share(self, storepath):
-        """DEST as a share of ``storepath``, and whether it already was
-        one."""
+    def inspect_destination(self):
+        """Leave DEST absent or a share of some pooled store; abort when it
+        is something else a user may care about."""
         dest = self.request.dest
-        problem = _share_problem(self.ui, dest, storepath)
-        if problem:
-            self.ui.warn(_(b'(%s; deleting destination)\n') % problem)
-            pooling.discard(dest)
-        if os.path.exists(os.path.join(dest, b'.hg')):
-            self.ui.status(_(b'(existing repository shared store: %s)\n')
-                           % storepath)
-            repo = repofactory.repository(self.ui, dest)
-            self.check_sparse_unchanged(repo)
-            return repo, True
-        if os.path.isdir(dest) and os.listdir(dest):
-            raise error.Abort(
-                _(b'destination %s exists but no .hg directory') % dest,
-                hint=_(b'remove it, or choose another destination'))
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        store = repofactory.repository(self.ui, storepath)
-        repo = cloneimpl.share(self.ui, store, dest=dest, update=False,
-                               bookmarks=False, defaultpath=self.request.url)
-        return repo, False
+        hgdir = os.path.join(dest, b'.hg')
+        if not os.path.exists(hgdir):
+            if os.path.isdir(dest) and not os.listdir(dest):
+                return
+            if os.path.lexists(dest):
+                raise error.Abort(_(b'destination exists but no .hg '
+                                    b'directory'))
+            return
+        self.check_sparse_unchanged(hgdir)
+        try:
+            with open(os.path.join(hgdir, b'sharedpath'), 'rb') as fh:
+                shared = fh.read().strip()
+        except FileNotFoundError:
+            self.ui.warn(_(b'(destination is not shared; deleting)\n'))
+            return self.remove(dest, 'remove-wdir')
+        self.ui.write(_(b'(existing repository shared store: %s)\n')
+                      % shared)
+        if not os.path.exists(os.path.join(hgdir, shared)):
+            self.ui.warn(_(b'(shared store does not exist; deleting '
+                           b'destination)\n'))
+            return self.remove(dest, 'remove-wdir')
+        if not _POOLED_SHAREDPATH.search(shared.replace(b'\\', b'/')):
+            self.ui.warn(_(b'(shared store does not belong to pooled '
+                           b'storage; deleting destination to improve '
+                           b'efficiency)\n'))
+            return self.remove(dest, 'remove-wdir')
+        if self.stale_lock(os.path.join(hgdir, b'wlock'),
+                           _(b'working directory of %s')
+                           % self.request.dest_arg):
+            self.ui.warn(_(b'(dest has an active working directory lock; '
+                           b'assuming it is left over from a previous '
+                           b'process and that the destination is corrupt; '
+                           b'deleting it just to be sure)\n'))
+            self.remove(dest, 'remove-wdir')
 
-    def check_sparse_unchanged(self, repo):
+    def check_sparse_unchanged(self, hgdir):
         """robustcheckout's rule: a checkout other tools may use is never
         switched between sparse and full."""
-        sparse = repo.vfs.exists(b'sparse')
+        sparse = os.path.exists(os.path.join(hgdir, b'sparse'))
         if self.request.sparseprofile and not sparse:
             raise error.Abort(
                 _(b'cannot enable sparse profile on existing non-sparse '
@@ -635,46 +597,220 @@ class _Run:
                   b'checkout'),
                 hint=_(b'use a separate working directory to use sparse'))
 
+    # store ---------------------------------------------------------------
+
+    def inspect_store(self, storepath):
+        """Delete the store (and DEST) when it is locked by a process that
+        is gone or lacks requirements."""
+        if not os.path.exists(storepath):
+            return
+        lock = os.path.join(storepath, b'.hg', b'store', b'lock')
+        what = _(b'store of pooled repository %s') % os.path.basename(
+            storepath)
+        if self.stale_lock(lock, what):
+            problem = _(b'shared store has an active lock; assuming it is '
+                        b'left over from a previous process and that the '
+                        b'store is corrupt; deleting store and destination '
+                        b'just to be sure')
+        else:
+            problem = _store_problem(storepath)
+        if problem:
+            self.ui.warn(b'(%s)\n' % problem)
+            if os.path.lexists(self.request.dest):
+                self.remove(self.request.dest, 'remove-wdir')
+            self.remove(storepath, 'remove-store')
+
+    def create_share(self, storepath, root):
+        """DEST as a new share of the store, cloned first if missing, then
+        pulled from the clone source as ``hg clone`` with a pool does."""
+        request = self.request
+        sharebase, name = os.path.split(storepath)
+        os.makedirs(os.path.dirname(request.dest), exist_ok=True)
+        os.makedirs(sharebase, exist_ok=True)
+        source = request.upstream or request.url
+        if request.upstream:
+            self.ui.write(_(b'(cloning from upstream repo %s)\n')
+                          % urlutil.hidepassword(request.upstream))
+        with self.pool_lock(sharebase, name):
+            for leftover in pooling.discarded_leftovers(sharebase, name):
+                self.ui.warn(_(b'(removing %s, left by an interrupted '
+                               b'clone or removal)\n')
+                             % os.fsencode(leftover))
+                pooling.discard(leftover)
+            if os.path.exists(storepath):
+                self.ui.status(_(b'(sharing from existing pooled repository '
+                                 b'%s)\n') % name)
+            else:
+                self.ui.status(_(b'(sharing from new pooled repository '
+                                 b'%s)\n') % name)
+                self.network(lambda: self.clone(storepath, root, source))
+        store = repofactory.repository(self.ui, storepath)
+        repo = cloneimpl.share(self.ui, store, dest=request.dest,
+                               update=False, bookmarks=False,
+                               defaultpath=request.url)
+        self.behaviors.add('clone')
+        self.pull(repo, storepath, source, None)
+
+    @contextlib.contextmanager
+    def pool_lock(self, sharebase, name):
+        """The lock core Mercurial's share.pool takes for the entry
+        ``name`` (the same file, in Mercurial's format), under the run's
+        lock policy."""
+        what = _(b'pooled store %s') % name
+        lock = pooling.PidLock(os.fsdecode(os.path.join(sharebase,
+                                                        name + b'.lock')),
+                               self.lock_policy, self.waiting(what))
+        with _lock_timeout_abort(what):
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def clone(self, storepath, root, source):
+        """Clone the store into a hidden sibling and rename it into place:
+        a clone killed midway leaves only the sibling, which the next
+        holder of the pool lock removes."""
+        sharebase, name = os.path.split(storepath)
+        partial = os.path.join(sharebase, b'.%s.cloning-%d'
+                               % (name, os.getpid()))
+        pooling.discard(partial)
+        try:
+            cloneimpl.clone(self.ui, {}, source, dest=partial, update=False,
+                            stream=self.ui.configbool(b'sharepool',
+                                                      b'stream'))
+        except BaseException:
+            pooling.discard(partial)
+            raise
+        repo = repofactory.repository(self.ui, partial)
+        if len(repo) == 0 or repo.changelog.node(0) != root:
+            pooling.discard(partial)
+            raise error.Abort(
+                _(b'%s is not the same repository as %s (revision 0 '
+                  b'differs)') % (source, self.request.url),
+                hint=_(b'check --upstream'))
+        os.rename(partial, storepath)
+        self.behaviors.add('create-store')
+        self.timer.facts['cloned'] = True
+
+    # pull ----------------------------------------------------------------
+
+    def wanted_node(self, repo, storepath):
+        """The full node to check out, pulled into DEST's store if it lacks
+        it; a branch is resolved on the server every time."""
+        request = self.request
+        if request.revision:
+            node = _local_node(repo, request.revision)
+            if node is not None:
+                return node
+        self.ui.write(_(b'(pulling to obtain %s)\n') % request.wanted)
+        (node,) = self.network(lambda: self.lookup(request.url,
+                                                   [request.wanted]))
+        if request.branch:
+            self.ui.warn(_(b'(remote resolved %s to %s; result is not '
+                           b'deterministic)\n') % (request.branch, hex(node)))
+        elif not hex(node).startswith(request.revision):
+            raise _ambiguous()
+        if repo.unfiltered().changelog.hasnode(node):
+            self.ui.warn(_(b'(revision already present locally; not '
+                           b'pulling)\n'))
+            return node
+        with self.timer.step('pull'):
+            pulled = self.pull(repo, storepath, request.url, [node])
+        if not pulled.rheads:
+            raise error.Abort(_(b'unable to pull requested revision'))
+        self.timer.facts['pulled'] = True
+        self.behaviors.add('pull')
+        return node
+
+    def pull(self, repo, storepath, url, heads):
+        """Pull ``heads`` (None: all) from ``url`` into the share ``repo``;
+        damage found on the way is repaired and restarts the run."""
+        try:
+            return self.network(lambda: exchange.pull(
+                repo, self.connect(url), heads=heads))
+        except error.Abort as inst:
+            if inst.message != _(b'repository is unrelated'):
+                raise
+            self.ui.warn(_(b'(repository is unrelated; deleting)\n'))
+            self.remove(self.request.dest, 'remove-wdir')
+            raise _Restart(announce=False)
+        except error.RepoError as inst:
+            if pycompat.bytestr(inst) != _(b'abandoned transaction found'):
+                raise
+            self.ui.warn(_(b'(abandoned transaction found; trying to '
+                           b'recover)\n'))
+            if not _recover(self.ui, repo):
+                self.ui.warn(_(b'(could not recover repo state; deleting '
+                               b'shared store)\n'))
+                self.remove(storepath, 'remove-store')
+            raise _Restart(announce=True)
+        except error.StorageError as inst:
+            self.ui.warn(_(b'(repo corruption: %s; deleting shared store)\n')
+                         % pycompat.bytestr(inst))
+            self.remove(storepath, 'remove-store')
+            raise _Restart(announce=False)
+
     # purge, update, verify, disk -----------------------------------------
 
+    def check_parent_known(self, repo):
+        parent = repo.dirstate.p1()
+        if parent != nullid and not repo.unfiltered().changelog.hasnode(
+                parent):
+            self.ui.warn(_(b'(working directory parent %s is not in the '
+                           b'shared store; deleting destination)\n')
+                         % hex(parent))
+            self.remove(self.request.dest, 'remove-wdir')
+            raise _Restart(announce=True)
+
     def purge(self, repo):
-        self.ui.status(_(b'(purging working directory)\n'))
-        with repo.wlock():
+        self.ui.write(_(b'(purging working directory)\n'))
+        with repo.wlock(), _outside_sparse_too(repo):
             removed = mergemod.purge(
                 repo, scmutil.matchall(repo), unknown=True, ignored=True,
                 removeemptydirs=True, abortonerror=True)
-        self.ui.status(_(b'(purged %d files)\n') % len(removed))
+        self.ui.note(_(b'(purged %d files)\n') % len(removed))
 
-    def update(self, repo, node, storepath):
-        profile = self.request.sparseprofile
-        try:
-            if profile:
-                self.set_sparse_profile(repo, node, profile)
-            if commands.update(self.ui, repo, rev=hex(node), clean=True):
-                raise error.Abort(_(b'error updating'))
-        except error.StorageError as inst:
-            raise _corruption(inst, storepath)
-        self.ui.status(_(b'updated to %s\n') % hex(node))
-
-    def set_sparse_profile(self, repo, node, profile):
+    def set_sparse_profile(self, repo, node):
         from mercurial import sparse
 
+        profile = self.request.sparseprofile
         if profile not in repo[node]:
-            raise error.Abort(
-                _(b'sparse profile %s does not exist at revision %s')
-                % (profile, hex(node)),
-                hint=_(b'check the path; it is relative to the repository '
-                       b'root'))
+            raise error.Abort(_(b'sparse profile %s does not exist at '
+                                b'revision %s') % (profile, hex(node)))
         includes, excludes, profiles = sparse.parseconfig(
             repo.ui, repo.vfs.tryread(b'sparse'), b'sparse')
         if profiles == {profile} and not includes and not excludes:
-            self.ui.status(_(b'(sparse profile %s already set)\n') % profile)
+            self.ui.write(_(b'(sparse profile %s already set; no need to '
+                            b'update sparse config)\n') % profile)
             return
-        self.ui.status(_(b'(setting sparse config to profile %s)\n')
-                       % profile)
-        with repo.wlock():
-            sparse._updateconfigandrefreshwdir(repo, [], [], [profile],
-                                               force=True)
+        if includes or excludes or profiles:
+            self.ui.write(_(b'(replacing existing sparse config with profile '
+                            b'%s)\n') % profile)
+        else:
+            self.ui.write(_(b'(setting sparse config to profile %s)\n')
+                          % profile)
+        # Refreshing the working directory changes the dirstate, which
+        # Mercurial allows only inside a parents change, under the wlock.
+        with self.timer.step('sparse_update_config'), repo.wlock(), \
+                repo.dirstate.changing_parents(repo):
+            added, dropped, conflicting = map(
+                len, sparse._updateconfigandrefreshwdir(
+                    repo, [], [], [profile], force=True))
+        self.ui.status(_(b'%d files added, %d files dropped, %d files '
+                         b'conflicting\n') % (added, dropped, conflicting))
+        self.ui.write(_(b'(sparse refresh complete)\n'))
+
+    def update(self, repo, node, storepath):
+        try:
+            if commands.update(self.ui, repo, rev=hex(node), clean=True):
+                raise error.Abort(_(b'error updating'))
+        except error.StorageError as inst:
+            self.ui.warn(_(b'(repo corruption: %s; deleting shared store)\n')
+                         % pycompat.bytestr(inst))
+            self.remove(storepath, 'remove-store')
+            raise _Restart(announce=False)
+        self.ui.write(_(b'updated to %s\n') % hex(node))
 
     def verify(self, node):
         """The working directory's parent is ``node`` and nothing differs
@@ -695,10 +831,11 @@ class _Run:
             problem = counts and (_(b'working directory not clean after '
                                     b'update: %s') % b', '.join(counts))
         if problem:
-            raise _Restart(problem + _(b'; deleting destination'),
-                           self.request.dest)
-        self.ui.status(_(b'(verified: working directory is %s and clean)\n')
-                       % hex(node)[:12])
+            self.ui.warn(_(b'(%s; deleting destination)\n') % problem)
+            self.remove(self.request.dest, 'remove-wdir')
+            raise _Restart(announce=True)
+        self.ui.note(_(b'(verified: working directory is %s and clean)\n')
+                     % hex(node)[:12])
 
     def report_disk(self, storepath):
         store = pooling.disk_usage(storepath)
@@ -706,41 +843,73 @@ class _Run:
         free = pooling.free_space(self.request.dest)
         self.timer.facts.update(store_bytes=store, checkout_bytes=checkout,
                                 free_bytes=free)
-        self.ui.status(_(b'(disk: pooled store %s, checkout %s, %s free)\n')
-                       % tuple(pycompat.bytestr(pooling.format_bytes(n))
-                               for n in (store, checkout, free)))
+        self.ui.write(_(b'(disk: pooled store %s, checkout %s, %s free)\n')
+                      % tuple(pycompat.bytestr(pooling.format_bytes(n))
+                              for n in (store, checkout, free)))
 
 
-def _corruption(inst, storepath):
-    return _Restart(_(b'repo corruption: %s; deleting shared store')
-                    % pycompat.bytestr(inst), storepath)
+class _lock_timeout_abort:
+    """Turn a lock wait that timed out into an abort naming the owner."""
 
+    def __init__(self, what):
+        self.what = what
 
-def _local_node(repo, prefix):
-    """The node of the store that ``prefix`` names, or None.  A prefix of
-    several nodes, or that is also the name of a bookmark, tag or branch
-    pointing elsewhere, aborts: which one was meant cannot be known."""
-    repo = repo.unfiltered()
-    try:
-        node = scmutil.resolvehexnodeidprefix(repo, prefix)
-    except error.AmbiguousPrefixLookupError:
-        raise error.Abort(
-            _(b'--revision argument is ambiguous: %s matches several '
-              b'revisions') % prefix,
-            hint=_(b'give more of the node (up to 40 hex digits)'))
-    if node is None or repo.changelog.rev(node) == nullrev:
-        return None
-    if len(prefix) < len(hex(node)):
-        try:
-            named = repo.names.singlenode(repo, prefix)
-        except KeyError:
-            named = node
-        if named != node:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, pooling.LockTimeout):
             raise error.Abort(
-                _(b'--revision argument is ambiguous: %s is a prefix of %s '
-                  b'and names %s') % (prefix, hex(node), hex(named)),
-                hint=_(b'give more of the node (up to 40 hex digits)'))
-    return node
+                _(b'timed out waiting for lock on %s held by %s')
+                % (self.what, pycompat.bytestr(exc.owner)),
+                hint=_(b'raise sharepool.lock-timeout, or stop that '
+                       b'process'))
+
+
+class _outside_sparse_too:
+    """Let the dirstate see files outside the sparse profile: ``hg purge``
+    walks only inside it, and would leave what lies outside."""
+
+    def __init__(self, repo):
+        self.dirstate = repo.dirstate
+
+    def __enter__(self):
+        self.saved = self.dirstate._sparsematchfn
+        self.dirstate._sparsematchfn = None
+
+    def __exit__(self, *exc):
+        self.dirstate._sparsematchfn = self.saved
+
+
+def _recover(ui, repo):
+    """Roll back an abandoned transaction; False when that fails."""
+    try:
+        return repo.recover()
+    except (error.StorageError, error.RepoError, OSError) as inst:
+        ui.warn(_(b'(recover failed: %s)\n') % pycompat.bytestr(inst))
+        return False
+
+
+def _ambiguous():
+    return error.Abort(_(b'--revision argument is ambiguous'),
+                       hint=_(b'must be the first 12+ characters of a SHA-1 '
+                              b'fragment'))
+
+
+def _local_node(repo, revision):
+    """The node of DEST's store that ``revision`` names, or None.  A name
+    (branch, bookmark, tag) wins over a node prefix, as in ``hg update``;
+    when it names another node, or the prefix matches several nodes, the
+    revision is ambiguous."""
+    try:
+        ctx = scmutil.revsingle(repo, revision)
+    except error.AmbiguousPrefixLookupError:
+        raise _ambiguous()
+    except (error.RepoLookupError, error.FilteredRepoLookupError):
+        return None
+    if not ctx.hex().startswith(revision):
+        raise _ambiguous()
+    return ctx.node()
 
 
 def _lookup_abort(url, key, message):
@@ -748,79 +917,75 @@ def _lookup_abort(url, key, message):
     where = urlutil.hidepassword(url)
     if key == b'0':
         return error.Abort(
-            _(b'unable to resolve root revision from clone source %s: %s')
-            % (where, message), hint=_(b'is the repository empty?'))
+            _(b'unable to resolve root revision from clone source'),
+            hint=_(b'is %s an empty repository? (%s)') % (where, message))
     if b'ambiguous' in message:
-        return error.Abort(
-            _(b'--revision argument is ambiguous: %s matches several '
-              b'revisions on %s') % (key, where),
-            hint=_(b'give more of the node (up to 40 hex digits)'))
+        return _ambiguous()
     return error.Abort(
         _(b'%s not found on %s: %s') % (key, where, message),
         hint=_(b'check the revision, and that it was pushed there'))
 
 
-def _store_problem(ui, storepath):
+def _store_problem(storepath):
     """Why the store at ``storepath`` must be cloned again, or None."""
-    if not os.path.exists(storepath):
-        return None
     hgdir = os.path.join(storepath, b'.hg')
     try:
         with open(os.path.join(hgdir, b'requires'), 'rb') as fh:
             present = set(fh.read().splitlines())
     except OSError:
-        return _(b'shared store missing requires file')
-    # share-safe stores keep the store's requirements in the store
-    try:
-        with open(os.path.join(hgdir, b'store', b'requires'), 'rb') as fh:
-            present.update(fh.read().splitlines())
-    except FileNotFoundError:
-        pass
+        return _(b'shared store missing requires file; this is a really odd '
+                 b'failure; deleting store and destination')
+    # Only a share-safe store keeps its store's requirements apart; without
+    # share-safe, store/requires is not read by Mercurial, nor here.
+    if b'share-safe' in present:
+        try:
+            with open(os.path.join(hgdir, b'store', b'requires'),
+                      'rb') as fh:
+                present.update(fh.read().splitlines())
+        except FileNotFoundError:
+            pass
     missing = REQUIRED - present
     if missing:
-        return _(b'shared store missing requirements: %s') % b', '.join(
-            sorted(missing))
-    try:
-        repo = repofactory.repository(ui, storepath)
-        len(repo.unfiltered().changelog)
-    except error.RequirementError:
-        raise
-    except (error.RepoError, error.StorageError) as inst:
-        return _(b'shared store is not a usable repository: %s') % (
-            pycompat.bytestr(inst))
+        return _(b'shared store missing requirements: %s; deleting store '
+                 b'and destination to ensure optimal behavior') % (
+                     b', '.join(sorted(missing)))
     return None
 
 
-def _share_problem(ui, dest, storepath):
-    """Why DEST must be deleted before sharing ``storepath``, or None."""
-    hgdir = os.path.join(dest, b'.hg')
-    if not os.path.exists(hgdir):
-        return None
-    try:
-        with open(os.path.join(hgdir, b'sharedpath'), 'rb') as fh:
-            shared = fh.read().strip()
-    except OSError:
-        return _(b'destination is not shared')
-    expected = os.path.join(storepath, b'.hg')
-    if not os.path.isabs(shared):
-        shared = os.path.normpath(os.path.join(hgdir, shared))
-    if not os.path.exists(shared):
-        return _(b'shared store %s does not exist') % shared
-    if not _POOLED_SHAREDPATH.search(shared.replace(b'\\', b'/')):
-        return _(b'shared store %s does not belong to pooled storage') % (
-            shared)
-    if os.path.realpath(shared) != os.path.realpath(expected):
-        return _(b'destination shares %s, an unrelated repository') % shared
-    try:
-        repo = repofactory.repository(ui, dest)
-        parent = repo.dirstate.p1()
-        if not repo.unfiltered().changelog.hasnode(parent):
-            return _(b'working directory parent %s is not in the store') % (
-                hex(parent))
-    except (error.RepoError, error.StorageError) as inst:
-        return _(b'destination is not a usable share: %s') % (
-            pycompat.bytestr(inst))
-    return None
+def _perfherder(run, url):
+    """robustcheckout's PERFHERDER_DATA: the seconds of each operation,
+    then of the whole run under the names Treeherder charts."""
+    overall = run.timer.as_dict()['total']
+    behaviors = run.behaviors
+    suffix = ''.join(tag for flag, tag in (('remove-store', '_rmstore'),
+                                           ('remove-wdir', '_rmwdir'))
+                     if flag in behaviors)
+    checkout = ('sparsecheckout' if run.request.sparseprofile
+                else 'fullcheckout')
+    wdir = ('emptywdir' if 'empty-wdir' in behaviors
+            else 'populatedwdir')
+    if 'clone' in behaviors and 'create-store' in behaviors:
+        kinds = ['clone', 'clone_' + checkout]
+    elif 'pull' in behaviors or 'clone' in behaviors:
+        kinds = ['pull', 'pull_' + checkout, 'pull_' + wdir]
+    else:
+        kinds = ['nopull', 'nopull_' + checkout, 'nopull_' + wdir]
+    times = [(name, secs) for name, secs in run.timer.steps.items()
+             if name in PERFHERDER_STEPS]
+    times.append(('overall', overall))
+    times += [('overall_%s%s' % (kind, suffix), overall) for kind in kinds]
+    server = urlutil.url(url)
+    netloc = pycompat.sysstr(server.host or b'') + (
+        ':%s' % pycompat.sysstr(server.port) if server.port else '')
+    version = pycompat.sysstr(util.version())
+    instance = os.environ['TASKCLUSTER_INSTANCE_TYPE']
+    return json.dumps({
+        'framework': {'name': 'vcs'},
+        'suites': [{'name': name, 'value': secs, 'lowerIsBetter': True,
+                    'shouldAlert': False, 'serverUrl': netloc,
+                    'hgVersion': version, 'extraOptions': [instance],
+                    'subtests': []} for name, secs in times],
+    }, sort_keys=True)
 
 
 def _transient(exc):
@@ -840,7 +1005,7 @@ def _transient(exc):
     if isinstance(exc, urlerr.httperror):
         code = getattr(exc, 'code', None) or 0
         if code >= 500:
-            return 'HTTP error %d: %s' % (code, exc.msg)
+            return 'http error: %s' % (exc.reason,)
         return None
     if isinstance(exc, urlerr.urlerror):
         return 'socket error: %s' % (exc.reason,)

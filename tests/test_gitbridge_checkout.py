@@ -172,6 +172,66 @@ def test_sparse_profile(git, gitbridge, served, tmp_path):
     assert sorted(os.listdir(tmp_path / "co")) == [".git", "docs"]
 
 
+def test_switching_sparse_profile_with_purge(git, gitbridge, served,
+                                             tmp_path):
+    """Another profile replaces the first, and --purge removes what lies
+    outside the profile too."""
+    tip = commit(git, served.work, {"profiles/src.sparse": "/src/\n"},
+                 "second profile")
+    dest = tmp_path / "co"
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r", tip,
+              "--sparseprofile", "profiles/docs.sparse", served.repo_url,
+              dest)
+    for stray in ("docs/stray.o", "src/stray.o", "elsewhere/stray.o"):
+        (dest / stray).parent.mkdir(exist_ok=True)
+        (dest / stray).write_text("build output\n")
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r", tip,
+                     "--purge", "--sparseprofile", "profiles/src.sparse",
+                     served.repo_url, dest)
+    assert "(setting sparse config to profile profiles/src.sparse)" \
+        in proc.stdout
+    assert sorted(os.listdir(dest)) == [".git", "src"]
+    assert sorted(os.listdir(dest / "src")) == [
+        "module%d.py" % i for i in range(8)]
+    assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
+
+
+def test_leaves_a_directory_that_is_not_a_checkout_alone(gitbridge, served,
+                                                         tmp_path):
+    dest = tmp_path / "co"
+    dest.mkdir()
+    (dest / "precious.txt").write_text("keep me\n")
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", served.repo_url, dest, check=False)
+    assert abort_line(proc) == ("abort: destination exists but no .git "
+                                "directory")
+    assert (dest / "precious.txt").read_text() == "keep me\n"
+    assert not list((tmp_path / "pool").glob("*.git"))  # before any clone
+
+
+@pytest.mark.parametrize("private", [True, False])
+def test_another_hosts_lock_is_taken_over_by_policy(git, gitbridge, served,
+                                                    tmp_path, private):
+    """A lock left by a killed task's container names another host: taken
+    over at once for a private cache, else once it is
+    sharepool.foreign-lock-grace seconds old, saying so."""
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
+              served.commits[0], served.repo_url, tmp_path / "co")
+    os.symlink("old-container.example/4026531836:1068",
+               str(store_of(tmp_path, served)) + ".lock")
+    commit(git, served.work, {"late.txt": "late\n"}, "late")  # must fetch
+    setting = (["sharepool.private-cache", "true"] if private
+               else ["sharepool.foreign-lock-grace", "1"])
+    git("config", "--global", *setting)
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", served.repo_url, tmp_path / "co")
+    waited = "held by process 1068 on host old-container.example/" \
+        "4026531836; taking it over then)"
+    assert (waited in proc.stderr) != private, proc.stderr
+    assert head(git, tmp_path / "co") == git(
+        "-C", served.work, "rev-parse", "HEAD").strip()
+
+
 def _dead_pid():
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -310,7 +370,7 @@ def test_eight_concurrent_checkouts_clone_once(git, gitbridge, real_served,
     assert len(real_served.fetches()) == 1
     outputs = "".join(out + err for _, out, err in results)
     assert outputs.count("(cloning ") == 1
-    assert "waiting for lock on pool entry for " in outputs
+    assert "for lock on pool entry for " in outputs
 
 
 @pytest.mark.slow

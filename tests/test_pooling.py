@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import random
 import subprocess
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -27,7 +28,8 @@ def test_lock_of_a_dead_process_is_taken_over(tmp_path):
     path = str(tmp_path / "store.lock")
     os.symlink("%s:%d" % (_host(), _dead_pid()), path)
     told = []
-    with pooling.PidLock(path, timeout=5, waiting=told.append):
+    with pooling.PidLock(path, pooling.LockPolicy(timeout=5),
+                         lambda *args: told.append(args)):
         assert os.readlink(path) == pooling.owner_identity()
     assert not os.path.lexists(path)
     assert told == []  # nothing to wait for: the owner is gone
@@ -42,17 +44,45 @@ def test_lock_of_a_live_or_unknown_owner_is_waited_for(tmp_path, owner):
         os.symlink("%s:%d" % (host, sleeper.pid), path)
         told = []
         with pytest.raises(pooling.LockTimeout):
-            pooling.PidLock(path, timeout=0.5, waiting=told.append).acquire()
-        assert told == ["%s:%d" % (host, sleeper.pid)]
+            pooling.PidLock(path, pooling.LockPolicy(timeout=0.5),
+                            lambda *args: told.append(args)).acquire()
+        assert [args[0] for args in told] == ["%s:%d" % (host, sleeper.pid)]
+        assert told[0][2] is False  # the timeout ends the wait first
         assert os.readlink(path) == "%s:%d" % (host, sleeper.pid)
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
+@pytest.mark.parametrize("private, grace, age, waits", [
+    (True, 600, 0, False),    # the cache is this machine's: at once
+    (False, 600, 900, False),  # older than the grace period: at once
+    (False, 1, 0, True),      # young: waited for until the grace ends
+])
+def test_lock_of_another_host_is_taken_over_by_policy(tmp_path, private,
+                                                      grace, age, waits):
+    """A killed CI task's lock names its old container's host: it is taken
+    over at once when the cache is private, else once it is old."""
+    path = str(tmp_path / "wlock")
+    os.symlink("old-container.example/4026531836:1068", path)
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp), follow_symlinks=False)
+    told = []
+    policy = pooling.LockPolicy(private=private, grace=grace, timeout=30)
+    start = time.monotonic()
+    with pooling.PidLock(path, policy, lambda *args: told.append(args)):
+        assert os.readlink(path) == pooling.owner_identity()
+    if waits:
+        (owner, seconds, takeover), = told
+        assert takeover and 0 < seconds <= grace
+        assert time.monotonic() - start >= 0.5
+    else:
+        assert told == []
+
+
 def _count_under_lock(lock_path, counter_path, rounds):
     for _ in range(rounds):
-        with pooling.PidLock(lock_path):
+        with pooling.PidLock(lock_path, pooling.LockPolicy(), None):
             with open(counter_path) as fh:
                 value = int(fh.read())
             with open(counter_path, "w") as fh:

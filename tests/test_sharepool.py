@@ -118,10 +118,13 @@ def own_served(own_source, hgserve, tmp_path):
 
 
 def network_clones(log):
-    """Requests that transfer history (stream or changegroup)."""
+    """Requests that transfer history (stream or changegroup); a new share
+    pulls bookmarks and phases only (cg=0), as hg clone with a pool does."""
     lines = open(log).read().splitlines()
     return [line for line in lines
-            if "cmd=getbundle" in line or "cmd=stream_out" in line]
+            if ("cmd=getbundle" in line
+                and ("cg=0" not in line or "stream=1" in line))
+            or "cmd=stream_out" in line]
 
 
 def checkout(hg, url, dest, *args, pool=None, check=True):
@@ -161,12 +164,11 @@ def test_ci_jobs_share_one_store_and_fetch_only_what_is_missing(
     source, served = own_source, own_served
     root, middle, tip = source.nodes
     first = checkout(hg, served.url, tmp_path / "job1", "-r", middle[:12],
-                     "--timings")
+                     "--timings", "-v")
     facts = timings(first)
     assert facts["cloned"] and facts["node"] == middle
     assert facts["result"] == "ok"
-    assert set(facts["steps"]) == {"resolve", "store", "pull", "share",
-                                   "update", "verify", "disk"}
+    assert set(facts["steps"]) == {"clone", "update", "verify", "disk"}
     assert parent(hg, tmp_path / "job1") == middle
     assert len(network_clones(served.log)) == 1
     assert "(disk: pooled store" in first.stdout
@@ -179,8 +181,11 @@ def test_ci_jobs_share_one_store_and_fetch_only_what_is_missing(
 
     pushed = commit_files(hg, source, {"src/new.py": "new\n"}, "release 3")
     (tmp_path / "job1" / "build-output.o").write_text("stale\n")
+    # the pull takes DEST's lock before the store's, as Mercurial requires
     third = checkout(hg, served.url, tmp_path / "job1", "-r", pushed,
-                     "--purge", "--timings")
+                     "--purge", "--timings", "--config",
+                     "devel.all-warnings=true")
+    assert "devel-warn" not in third.stderr, third.stderr
     assert "(pulling to obtain %s)" % pushed in third.stdout
     assert timings(third)["pulled"]
     assert "purge" in timings(third)["steps"]
@@ -197,12 +202,14 @@ def test_ci_jobs_share_one_store_and_fetch_only_what_is_missing(
 
 
 def test_help_lists_behaviours_and_settings(hg):
-    page = hg("help", "sharepool")
+    page = " ".join(hg("help", "sharepool").split())
     for text in ("share.pool", "revision 0", "stream clone", "clone bundles",
                  "abandoned transaction", "--purge", "--timings",
                  "sharepool.network-attempts", "sharepool.retry-backoff",
                  "sharepool.retry-jitter-min", "sharepool.lock-timeout",
-                 "owner is gone", "hg status"):
+                 "private-cache = true", "foreign-lock-grace = 600",
+                 "robustcheckout.retryjittermin", "PERFHERDER_DATA",
+                 "hg status"):
         assert text in page, text
     options = hg("help", "robustcheckout")
     for option in ("--upstream", "--revision", "--branch", "--purge",
@@ -222,13 +229,83 @@ def test_sparse_profile_and_noupdate(hg, source, served, tmp_path):
     assert "already set" in again.stdout
     assert parent(hg, tmp_path / "sparse") == source.nodes[0]
 
-    bare = checkout(hg, served.url, tmp_path / "bare", "-U", "-b", "default")
-    assert "(skipping update since -U specified)" in bare.stdout
+    bare = checkout(hg, served.url, tmp_path / "bare", "-U", "-b", "default",
+                    "-q")
+    # -q hides Mercurial's chatter, not the lines robustcheckout writes
+    assert bare.stdout.startswith("ensuring ")
+    assert "(skipping update since `-U` was passed)" in bare.stdout
     assert os.listdir(tmp_path / "bare") == [".hg"]
     refused = checkout(hg, served.url, tmp_path / "bare", "-b", "default",
                        "--sparseprofile", SPARSE_PROFILE, check=False)
     assert abort_line(refused) == ("abort: cannot enable sparse profile on "
                                    "existing non-sparse checkout")
+
+
+def test_switching_sparse_profile_with_purge(hg, own_source, own_served,
+                                             tmp_path):
+    """Another profile replaces the first one in a working directory (in
+    Mercurial's dirstate change, so no crash), and --purge also removes
+    what lies outside the profile."""
+    source, served = own_source, own_served
+    tip = commit_files(hg, source,
+                       {"profiles/src.sparse": "[include]\nsrc/\n"},
+                       "second profile")
+    dest = tmp_path / "co"
+    checkout(hg, served.url, dest, "-r", tip, "--sparseprofile",
+             SPARSE_PROFILE)
+    for stray in ("docs/stray.o", "src/stray.o", "elsewhere/stray.o"):
+        (dest / stray).parent.mkdir(exist_ok=True)
+        (dest / stray).write_text("build output\n")
+    proc = checkout(hg, served.url, dest, "-r", tip, "--purge",
+                    "--sparseprofile", "profiles/src.sparse", "--config",
+                    "devel.all-warnings=true")
+    assert "(replacing existing sparse config with profile " \
+        "profiles/src.sparse)" in proc.stdout
+    assert "files added, " in proc.stdout
+    assert "devel-warn" not in proc.stderr, proc.stderr
+    assert sorted(os.listdir(dest)) == [".hg", "src"]
+    assert not (dest / "src" / "stray.o").exists()
+    assert hg("status", "--all", cwd=dest).split()[::2] == ["C"] * 8
+
+
+def test_share_is_loaded_and_perfherder_line(hg, source, served, tmp_path):
+    """Enabled alone, the extension loads share (users of a checkout run
+    `hg share` commands there), and prints the PERFHERDER_DATA line that
+    Treeherder ingests when TASKCLUSTER_INSTANCE_TYPE is set."""
+    alone = tmp_path / "hgrc"
+    alone.write_text("[extensions]\nrobustcheckout =\n")
+    env = dict(hg.env, HGRCPATH=str(alone),
+               TASKCLUSTER_INSTANCE_TYPE="c5.4xlarge")
+    proc = subprocess.run(
+        [hg.binary, "robustcheckout", "--sharebase", str(tmp_path / "pool"),
+         "-r", source.nodes[1], served.url, str(tmp_path / "co")],
+        env=env, capture_output=True, text=True, check=True)
+    assert proc.stderr.startswith("(using Mercurial ")
+    (line,) = [line for line in proc.stdout.splitlines()
+               if line.startswith("PERFHERDER_DATA: ")]
+    data = json.loads(line.split(": ", 1)[1])
+    assert data["framework"] == {"name": "vcs"}
+    assert [suite["name"] for suite in data["suites"]] == [
+        "clone", "update", "overall", "overall_clone",
+        "overall_clone_fullcheckout"]
+    assert {suite["extraOptions"][0] for suite in data["suites"]} == {
+        "c5.4xlarge"}
+    subprocess.run([hg.binary, "share", "-U", str(tmp_path / "co"),
+                    str(tmp_path / "again")], env=env, check=True,
+                   capture_output=True)
+    # under Mozilla's name the cache is private to this machine: a lock
+    # left by a killed task's old container is taken over at once
+    _foreign_lock(tmp_path / "co" / ".hg" / "wlock")
+    again = subprocess.run(
+        [hg.binary, "robustcheckout", "--sharebase", str(tmp_path / "pool"),
+         "-r", source.nodes[2], served.url, str(tmp_path / "co")],
+        env=env, capture_output=True, text=True, check=True)
+    assert STALE_WLOCK in again.stderr and "(waiting" not in again.stderr
+    # enabled under both names, the command is defined once
+    alone.write_text("[extensions]\nrobustcheckout =\nsharepool =\n")
+    both = subprocess.run([hg.binary, "help", "robustcheckout"], env=env,
+                          capture_output=True, text=True, check=True)
+    assert both.stderr == ""
 
 
 # Bad input -------------------------------------------------------------------
@@ -239,16 +316,20 @@ def test_sparse_profile_and_noupdate(hg, source, served, tmp_path):
     (["-b", "no-such-branch"], r"abort: no-such-branch not found on "),
     (["-r", "12345"], r"abort: --revision must be a SHA-1 fragment 12-40 "
                       r"characters long$"),
-    ([], r"abort: specify exactly one of --revision or --branch$"),
+    ([], r"abort: must specify one of --revision or --branch$"),
+    (["-r", "123456789abc", "-b", "default"],
+     r"abort: cannot specify both --revision and --branch$"),
     (["-b", "default", "--sparseprofile", "missing.sparse"],
      r"abort: sparse profile missing\.sparse does not exist at revision "
      r"[0-9a-f]{40}$"),
 ])
 def test_bad_input_aborts_with_one_line(hg, served, tmp_path, args,
                                         expected):
+    """robustcheckout's messages, and its exit code: 255, not the 10 of
+    Mercurial's usage errors."""
     proc = checkout(hg, served.url, tmp_path / "co", *args, check=False)
     assert re.match(expected, abort_line(proc)), proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("(")  # the hint
+    assert proc.returncode == 255
 
 
 def test_ambiguous_short_hash_aborts(hg, own_source, own_served, tmp_path):
@@ -261,9 +342,18 @@ def test_ambiguous_short_hash_aborts(hg, own_source, own_served, tmp_path):
     for attempt in ("empty pool", "warm pool"):
         proc = checkout(hg, served.url, tmp_path / "co", "-r", tip[:12],
                         check=False)
-        assert abort_line(proc).startswith(
-            "abort: --revision argument is ambiguous: %s" % tip[:12]), attempt
+        assert abort_line(proc) == ("abort: --revision argument is "
+                                    "ambiguous"), attempt
+        assert proc.returncode == 255
         checkout(hg, served.url, tmp_path / "co", "-r", tip)
+    # a branch whose name looks like a node is no node
+    hg("branch", "-q", "abcdef0123456", cwd=source)
+    commit_files(hg, source, {"b": "on a branch\n"}, "branch")
+    proc = checkout(hg, served.url, tmp_path / "co", "-r", "abcdef0123456",
+                    check=False)
+    assert abort_line(proc) == "abort: --revision argument is ambiguous"
+    assert "(must be the first 12+ characters of a SHA-1 fragment)" \
+        in proc.stderr
 
 
 def test_no_pool_configured(hg, served, tmp_path):
@@ -287,7 +377,7 @@ def _store(tmp_path, source):
     return tmp_path / "pool" / source.nodes[0]
 
 
-def _abandoned_transaction(hg, source, served, tmp_path):
+def _killed_pull(hg, source, served, tmp_path):
     """A pull into the store killed inside its transaction: a journal and a
     store lock whose owner is dead."""
     hg("clone", "-q", "-U", "-r", source.nodes[0], source,
@@ -300,6 +390,12 @@ def _abandoned_transaction(hg, source, served, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert (_store(tmp_path, source) / ".hg/store/journal").exists()
     assert (_store(tmp_path, source) / ".hg/store/lock").is_symlink()
+
+
+def _abandoned_transaction(hg, source, served, tmp_path):
+    """A journal left behind without a lock (robustcheckout's test)."""
+    _killed_pull(hg, source, served, tmp_path)
+    (_store(tmp_path, source) / ".hg/store/lock").unlink()
 
 
 def _unrecoverable_transaction(hg, source, served, tmp_path):
@@ -323,6 +419,15 @@ def _missing_requirements(hg, source, served, tmp_path):
     requires = _store(tmp_path, source) / ".hg/store/requires"
     kept = [r for r in requires.read_text().splitlines() if r != "fncache"]
     requires.write_text("\n".join(kept) + "\n")
+
+
+def _missing_requirements_without_share_safe(hg, source, served, tmp_path):
+    """A store whose .hg/requires lacks share-safe: its store/requires is
+    not read, so dotencode and fncache are missing (robustcheckout's
+    test)."""
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    requires = _store(tmp_path, source) / ".hg/requires"
+    requires.write_text("generaldelta\nrevlogv1\nstore\n")
 
 
 def _dangling_share(hg, source, served, tmp_path):
@@ -355,11 +460,35 @@ def _stale_working_directory_lock(hg, source, served, tmp_path):
                tmp_path / "co" / ".hg" / "wlock")
 
 
+def _foreign_lock(path):
+    """A lock left by a killed task's container: another host."""
+    os.symlink("old-container.example/4026531836:1068", path)
+
+
+def _foreign_working_directory_lock(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    _foreign_lock(tmp_path / "co" / ".hg" / "wlock")
+
+
+def _foreign_store_lock(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    _foreign_lock(_store(tmp_path, source) / ".hg" / "store" / "lock")
+
+
 def _lock_host():
     return pooling.owner_identity().rpartition(":")[0]
 
 
+STALE_STORE_LOCK = ("(shared store has an active lock; assuming it is left "
+                    "over from a previous process and that the store is "
+                    "corrupt; deleting store and destination just to be "
+                    "sure)")
+STALE_WLOCK = ("(dest has an active working directory lock; assuming it is "
+               "left over from a previous process and that the destination "
+               "is corrupt; deleting it just to be sure)")
+
 RECOVERIES = {
+    "killed pull": (_killed_pull, STALE_STORE_LOCK),
     "abandoned transaction": (_abandoned_transaction,
                               "(abandoned transaction found; trying to "
                               "recover)"),
@@ -369,16 +498,23 @@ RECOVERIES = {
     "corrupt store": (_corrupt_store, "(repo corruption: "),
     "missing requirements": (_missing_requirements,
                              "(shared store missing requirements: fncache; "
-                             "deleting shared store)"),
-    "dangling share": (_dangling_share, "does not exist; deleting "
-                                        "destination)"),
-    "non-pooled share": (_unpooled_share, "does not belong to pooled "
-                                          "storage; deleting destination)"),
-    "not a share": (_not_a_share, "(destination is not shared; deleting "
-                                  "destination)"),
-    "unrelated repository": (_unrelated_share, "an unrelated repository; "
-                                               "deleting destination)"),
-    "stale wlock": (_stale_working_directory_lock, None),
+                             "deleting store and destination"),
+    "missing requirements without share-safe": (
+        _missing_requirements_without_share_safe,
+        "(shared store missing requirements: dotencode, fncache; deleting "
+        "store and destination to ensure optimal behavior)"),
+    "dangling share": (_dangling_share, "(shared store does not exist; "
+                                        "deleting destination)"),
+    "non-pooled share": (_unpooled_share, "(shared store does not belong to "
+                                          "pooled storage; deleting "
+                                          "destination to improve "
+                                          "efficiency)"),
+    "not a share": (_not_a_share, "(destination is not shared; deleting)"),
+    "unrelated repository": (_unrelated_share, "(repository is unrelated; "
+                                               "deleting)"),
+    "stale wlock": (_stale_working_directory_lock, STALE_WLOCK),
+    "another host's wlock": (_foreign_working_directory_lock, STALE_WLOCK),
+    "another host's store lock": (_foreign_store_lock, STALE_STORE_LOCK),
 }
 
 
@@ -387,13 +523,31 @@ def test_recovers_and_says_what_it_does(hg, source, served, tmp_path,
                                         damage):
     make, message = RECOVERIES[damage]
     make(hg, source, served, tmp_path)
-    proc = checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[2])
-    if message:
-        assert message in proc.stderr, proc.stderr
+    # the CI case: the cache belongs to this machine alone
+    proc = checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[2],
+                    "--config", "sharepool.private-cache=true")
+    assert message in proc.stderr, proc.stderr
+    assert "(waiting" not in proc.stderr
     assert parent(hg, tmp_path / "co") == source.nodes[2]
     assert hg("status", cwd=tmp_path / "co") == ""
     hg("verify", "-q", cwd=_store(tmp_path, source))
     assert not (tmp_path / "co" / ".hg" / "wlock").exists()
+
+
+def test_another_hosts_lock_is_waited_for_then_taken_over(hg, source,
+                                                          served, tmp_path):
+    """Without private-cache, another host's lock may belong to a live
+    process on a shared disk: it is waited for until it is
+    sharepool.foreign-lock-grace seconds old, saying so."""
+    _foreign_working_directory_lock(hg, source, served, tmp_path)
+    proc = checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[2],
+                    "--config", "sharepool.foreign-lock-grace=1")
+    assert re.search(r"\(waiting up to [01] seconds for lock on working "
+                     r"directory of \S+co held by process 1068 on host "
+                     r"old-container\.example/4026531836; taking it over "
+                     r"then\)", proc.stderr), proc.stderr
+    assert STALE_WLOCK in proc.stderr
+    assert parent(hg, tmp_path / "co") == source.nodes[2]
 
 
 def test_leaves_a_directory_that_is_not_a_checkout_alone(hg, served,
@@ -402,8 +556,13 @@ def test_leaves_a_directory_that_is_not_a_checkout_alone(hg, served,
     dest.mkdir()
     (dest / "precious.txt").write_text("keep me\n")
     proc = checkout(hg, served.url, dest, "-b", "default", check=False)
-    assert abort_line(proc).startswith("abort: destination ")
+    assert abort_line(proc) == ("abort: destination exists but no .hg "
+                                "directory")
+    assert proc.returncode == 255
     assert (dest / "precious.txt").read_text() == "keep me\n"
+    assert not (tmp_path / "pool").exists()  # found before any clone
+    (dest / "precious.txt").unlink()  # an empty directory is fine
+    checkout(hg, served.url, dest, "-b", "default")
 
 
 # A misbehaving server -------------------------------------------------------
@@ -435,10 +594,15 @@ def test_gives_up_after_the_network_attempts(hg, served, tmp_path):
     with FlakyProxy(served.url) as proxy:
         proxy.add(Fault("cmd=", status=500, times=None))
         proc = checkout(hg, proxy.url, tmp_path / "co", "-b", "default",
-                        "--networkattempts", "2", check=False)
-    assert abort_line(proc).startswith(
-        "abort: reached maximum number of network attempts; giving up "
-        "(2 attempts; last failure: HTTP error 500")
+                        "--networkattempts", "2", "--config",
+                        "robustcheckout.retryjittermin=0", "--config",
+                        "robustcheckout.retryjittermax=10", check=False)
+    assert abort_line(proc) == ("abort: reached maximum number of network "
+                                "attempts; giving up")
+    # robustcheckout's jitter settings, in milliseconds, are honoured
+    waits = [float(w) for w in re.findall(r"\(waiting ([0-9.]+)s before "
+                                          r"retry\)", proc.stderr)]
+    assert len(waits) == 1 and waits[0] <= 0.05 + 0.01
     assert len(proxy.applied()) == 2
     assert not (tmp_path / "pool").exists() or not [
         name for name in os.listdir(tmp_path / "pool")
@@ -532,8 +696,9 @@ def test_eight_concurrent_checkouts_clone_once(hg, real_hg_repo, hgserve,
         assert parent(hg, tmp_path / ("job%d" % n)) == nodes[n * 5]
     assert len(network_clones(log)) == 1
     outputs = "".join(out + err for _, out, err in results)
-    assert outputs.count("(cloning ") == 1
-    assert "waiting for lock on pooled store %s" % nodes[-1] in outputs
+    assert outputs.count("(sharing from new pooled repository") == 1
+    assert "for lock on pooled store %s held by process" % nodes[-1] \
+        in outputs
     assert outputs.count("(sharing from existing pooled repository") == 7
     hg("verify", "-q", cwd=tmp_path / "pool" / nodes[-1])
 

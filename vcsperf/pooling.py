@@ -56,6 +56,14 @@ class NetworkAttempts:
         low, high = self.jitter
         return (2 ** failures - 1) * self.backoff + self._rng.uniform(low, high)
 
+    def failed(self, reason):
+        """Count a failure: the seconds to wait before the next attempt, or
+        ``GaveUp`` when that was the last one."""
+        self.failures += 1
+        if self.failures >= self.limit:
+            raise GaveUp(reason, self.failures)
+        return self.delay(self.failures)
+
     def call(self, operation, transient, report):
         while True:
             try:
@@ -64,10 +72,7 @@ class NetworkAttempts:
                 reason = transient(exc)
                 if reason is None:
                     raise
-                self.failures += 1
-                if self.failures >= self.limit:
-                    raise GaveUp(reason, self.failures) from exc
-                wait = self.delay(self.failures)
+                wait = self.failed(reason)
                 report(reason, self.failures, self.limit, wait)
                 self._sleep(wait)
 
@@ -103,8 +108,7 @@ def owner_identity():
 
 def owner_is_gone(identity):
     """True when the lock owner ``identity`` (``host:pid``) is known to be
-    dead: it ran on this host (and pid namespace) and its pid is free.  An
-    owner on another host, or an unreadable identity, is presumed alive."""
+    dead: it ran on this host (and pid namespace) and its pid is free."""
     host, _, pid = identity.rpartition(":")
     if host != owner_identity().rpartition(":")[0] or not pid.isdigit():
         return False
@@ -115,6 +119,84 @@ def owner_is_gone(identity):
     except PermissionError:
         return False
     return False
+
+
+def owner_is_foreign(identity):
+    """True when the lock owner ``identity`` ran on another host (or in
+    another pid namespace), where this host cannot tell whether it lives."""
+    return identity.rpartition(":")[0] != owner_identity().rpartition(":")[0]
+
+
+class LockPolicy:
+    """When a lock that another process holds may be taken over.
+
+    - An owner on this host whose pid is free is dead: at once.
+    - An owner on another host cannot be asked.  With ``private`` (the
+      cache belongs to this machine alone, as in CI, where such a lock was
+      left by an earlier container of the same task), at once; otherwise
+      once the lock is ``grace`` seconds old.
+    - A live owner on this host is waited for, up to ``timeout`` seconds.
+
+    ``verdict(owner, age)`` is ``None`` to take over now, else the seconds
+    left to wait, and whether the wait ends in a takeover (True) or in
+    giving up (False).
+    """
+
+    def __init__(self, private=False, grace=600.0, timeout=3600.0):
+        self.private = private
+        self.grace = grace
+        self.timeout = timeout
+
+    def verdict(self, owner, age, waited):
+        if owner_is_gone(owner):
+            return None
+        left = self.timeout - waited
+        if owner_is_foreign(owner):
+            if self.private or age >= self.grace:
+                return None
+            if self.grace - age < left:
+                return self.grace - age, True
+        return left, False
+
+
+def lock_age(path):
+    """Seconds since the lock ``path`` was taken (0 when it is gone)."""
+    try:
+        return max(0.0, time.time() - os.lstat(path).st_mtime)
+    except FileNotFoundError:
+        return 0.0
+
+
+def await_lock(path, policy, waiting, poll=0.2):
+    """Wait while a live owner holds the lock ``path``.
+
+    Returns None once the lock is free, or the owner's identity when the
+    lock may be taken over (see ``LockPolicy``); the caller removes it.
+    ``waiting(owner, seconds, takeover)`` is called once, before the first
+    wait.  Raises ``LockTimeout`` when a live owner outlasts the policy's
+    timeout.
+    """
+    start = time.monotonic()
+    told = False
+    while True:
+        try:
+            owner = os.readlink(path)
+        except FileNotFoundError:
+            return None
+        except OSError:  # a regular file: an old or foreign lock format
+            with open(path) as fh:
+                owner = fh.read().strip()
+        waited = time.monotonic() - start
+        verdict = policy.verdict(owner, lock_age(path), waited)
+        if verdict is None:
+            return owner
+        seconds, takeover = verdict
+        if seconds <= 0 and not takeover:
+            raise LockTimeout(path, owner, waited)
+        if not told:
+            waiting(owner, seconds, takeover)
+            told = True
+        time.sleep(poll)
 
 
 class LockTimeout(Exception):
@@ -130,39 +212,32 @@ class PidLock:
 
     The lock is a symlink whose target is the owner's ``host:pid``, as
     Mercurial's locks are, so creating it is atomic and reading it needs no
-    open file.  A lock whose owner is gone (see ``owner_is_gone``) is taken
-    over; taking over goes through a second lock, ``path.takeover``, so two
-    waiters never both remove the stale lock and both think they own it.
+    open file.  A lock that ``policy`` (a ``LockPolicy``) lets us take over
+    is taken over; taking over goes through a second lock,
+    ``path.takeover``, so two waiters never both remove the stale lock and
+    both think they own it.
 
-    ``waiting(owner)`` is called once when the lock is busy, so the caller
-    can say what it waits for; ``timeout`` is in seconds (None: forever).
+    ``waiting(owner, seconds, takeover)`` is called once when the lock is
+    busy, so the caller can say what it waits for and for how long.
     """
 
-    poll = 0.2
-
-    def __init__(self, path, timeout=None, waiting=None):
+    def __init__(self, path, policy, waiting):
         self.path = path
-        self.timeout = timeout
+        self.policy = policy
         self.waiting = waiting
         self.held = False
 
     def acquire(self):
-        start = time.monotonic()
-        told = False
         while not self._try():
-            owner = self._owner()
-            if owner is None:
-                continue
-            if owner_is_gone(owner) and self._take_over(owner):
-                return self
-            waited = time.monotonic() - start
-            if self.timeout is not None and waited >= self.timeout:
-                raise LockTimeout(self.path, owner, waited)
-            if not told and self.waiting:
-                self.waiting(owner)
-                told = True
-            time.sleep(self.poll)
+            stale = await_lock(self.path, self.policy, self._tell_once)
+            if stale is not None and not self._take_over(stale):
+                time.sleep(0.05)  # another waiter is taking it over
         return self
+
+    def _tell_once(self, owner, seconds, takeover):
+        if self.waiting:
+            self.waiting(owner, seconds, takeover)
+            self.waiting = None
 
     def release(self):
         if self.held:
@@ -193,7 +268,7 @@ class PidLock:
             return None
 
     def _take_over(self, stale):
-        guard = PidLock(self.path + ".takeover")
+        guard = PidLock(self.path + ".takeover", None, None)
         if not guard._try():
             if not owner_is_gone(guard._owner() or ""):
                 return False
@@ -204,10 +279,9 @@ class PidLock:
                 pass
             return False
         try:
-            if self._owner() != stale:
-                return False
-            os.unlink(self.path)
-            return self._try()
+            if self._owner() == stale:
+                os.unlink(self.path)
+            return True
         finally:
             guard.release()
 

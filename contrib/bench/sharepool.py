@@ -133,9 +133,12 @@ def bench_hg(repo, work, jobs):
 
 
 def _hg_clones(log):
+    """Requests that transferred history; a new share's pull of bookmarks
+    and phases (cg=0, as hg clone with a pool does) is none."""
     with open(log) as fh:
-        return sum("cmd=getbundle" in line or "cmd=stream_out" in line
-                   for line in fh)
+        return sum(("cmd=getbundle" in line
+                    and ("cg=0" not in line or "stream=1" in line))
+                   or "cmd=stream_out" in line for line in fh)
 
 
 def _one_store_plus(pool, checkouts):
