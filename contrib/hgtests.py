@@ -156,7 +156,8 @@ EXPLAINED = {
 MASKS = [
     (re.compile(rb"%2C"), b","),
     (re.compile(rb"%3D"), b"="),
-    (re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?\b"), b"<hash>"),
+    (re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?(-[0-9a-f]{8})?\b"),
+     b"<hash>"),
     # Engines a capability or bundle spec lists: ours drop or add some.
     (re.compile(rb"\b(comp|compression|cg\.delta-compression)="
                 rb"[\w,$]+"), rb"\1=<engines>"),
@@ -168,7 +169,7 @@ MASKS = [
     (re.compile(rb"-> \d+"), b"-> <size>"),
 ]
 # What each mask stands for, when an expected glob line is matched.
-TOKENS = {b"<hash>": rb"[0-9a-f]{12}([0-9a-f]{28})?",
+TOKENS = {b"<hash>": rb"[0-9a-f]{12}([0-9a-f]{28})?(-[0-9a-f]{8})?",
           b"<engines>": rb"[\w,$]+",
           b"<engine>": rb"[\w-]+",
           b"<size>": rb"\d+(\.\d+)?( ?([KMG]i?B|bytes?))?"}
@@ -182,6 +183,10 @@ OURS = re.compile(rb"(zstdstore|wirezstd|bundlegen|sharepool|pastbytes|"
 OWN_HGRC = re.compile(rb"^  \$ HGRCPATH=\S+ hg .*\n  abort: repository "
                       rb"requires features unknown to this Mercurial: "
                       rb"exp-compression-zstd-dict$", re.M)
+# A test that names a changeset by a hash it wrote down, which commitid
+# changed.
+STALE_HASH = re.compile(rb"^  (?:abort: unknown revision '|hg: parse error: "
+                        rb"unknown changeset )([0-9a-f]{12,40})", re.M)
 # How run-tests marks an expected line: a pattern, or a condition.
 ANNOTATION = re.compile(rb" \((glob|re|esc|[^()]* !)\)$")
 DEFECTS = [
@@ -303,11 +308,18 @@ def classify(name, reference, ours):
     matcher = difflib.SequenceMatcher(None, reference, ours, autojunk=False)
     ref, new = list(with_commands(reference)), list(with_commands(ours))
     changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    if changes and OWN_HGRC.search(b"\n".join(
-            new[changes[0][3]:changes[0][4]])):
+    first = b"\n".join(new[changes[0][3]:changes[0][4]]) if changes else b""
+    if OWN_HGRC.search(first):
         return "expected", [
             "runs hg with its own HGRCPATH, without our extensions, on a "
             "zstd-dict repository, which it refuses; the rest follows"]
+    stale = STALE_HASH.search(b"\n".join(
+        ours[j1] for op in changes for j1 in range(op[3], op[4])))
+    if stale and stale.group(1) in b"\n".join(
+            l for l in reference if l.startswith((b"  $ ", b"  > "))):
+        return "expected", [
+            "names a changeset by the hash it had before commit IDs "
+            "changed it; the rest follows"]
     for tag, i1, i2, j1, j2 in changes:
         removed += [l.split(b"\n")[1] for l in ref[i1:i2] if keep(l)]
         added += [l.split(b"\n")[1] for l in new[j1:j2] if keep(l)]
@@ -349,12 +361,12 @@ def classify(name, reference, ours):
     for key in list(gone):
         pattern = matcher_of(gone[key][0])
         for other in [k for k in new if pattern and k not in gone]:
-            if pattern.fullmatch(new[other][0]):
+            while key in gone and other in new and pattern.fullmatch(
+                    new[other][0]):
                 for side, k in ((gone, key), (new, other)):
                     side[k].pop()
                     if not side[k]:
                         del side[k]
-                break
     # A commit ID starts its own paragraph: one blank line more per ID.
     del new.get(b"", [])[:sum(b"MozReview-Commit-ID" in l for l in added)]
     for key in set(gone) & set(new):
