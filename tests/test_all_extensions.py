@@ -101,9 +101,9 @@ def check_result(hg, repo, count, copies=0):
     counts = collections.Counter(ids[0] for _, ids in series_)
     assert sum(n - 1 for n in counts.values()) == copies
     stock = dict(hg.env, HGRCPATH="")
-    backups = repo / ".hg" / "strip-backup"
-    for name in sorted(os.listdir(backups)) if backups.is_dir() else []:
-        out = tools.run([hg.binary, "debugbundle", backups / name], stock)
+    for name in backups(repo):
+        out = tools.run([hg.binary, "debugbundle",
+                         repo / ".hg" / "strip-backup" / name], stock)
         assert "changegroup" in out
     return series_
 
