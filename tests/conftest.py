@@ -11,6 +11,7 @@ changes.  Tests get a hardlinked clone of it to work on.
 """
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,8 @@ import pytest
 from mercurial import util as hgutil
 
 from vcsperf import history, tools
+
+import campaign
 
 
 class Commands:
@@ -211,3 +214,38 @@ def gitbridge(env):
             assert proc.returncode == 0, proc.stderr
         return proc
     return run
+
+
+# The adversarial campaign's counts (see tests/campaign.py) -------------------
+
+_CAMPAIGN_TALLIES = []
+
+
+@pytest.fixture
+def tally(request):
+    """A ``campaign.Tally`` for this test, seeded and counted in the
+    run's campaign report; its seed is printed so a failure replays."""
+    tally = campaign.Tally(request.node.nodeid, campaign.seed())
+    print("campaign %s: seed %d (VCSPERF_CAMPAIGN_SEED=%d replays it)"
+          % (tally.name, tally.seed, tally.seed))
+    _CAMPAIGN_TALLIES.append(tally)
+    return tally
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _CAMPAIGN_TALLIES:
+        return
+    write = terminalreporter.write_line
+    write("adversarial campaign (%s): cases tried, survived, seed"
+          % ("full" if campaign.FULL else "fast"))
+    for tally in _CAMPAIGN_TALLIES:
+        row = tally.as_dict()
+        write("  %6d %6d  %10d  %s" % (row["tried"], row["survived"],
+                                       row["seed"], row["test"]))
+    report = os.environ.get("VCSPERF_CAMPAIGN_REPORT")
+    if report:
+        rows = [tally.as_dict() for tally in _CAMPAIGN_TALLIES]
+        with open(report + ".tmp", "w") as fh:
+            json.dump({"mode": "full" if campaign.FULL else "fast",
+                       "tests": rows}, fh, indent=1)
+        os.replace(report + ".tmp", report)
