@@ -94,6 +94,19 @@ GOLDEN = [
     ("if'a'==x:pass\n", "if b'a'==x:pass\n", ()),
     # non-ASCII: what the literal held on Python 2, in the file's encoding
     ("x = '\u00e9\\\u00e9'\n", "x = b'\\xc3\\xa9\\\\\\xc3\\xa9'\n", ()),
+    # "\r\n" and a lone "\r" end lines as "\n" does
+    ("x = 'a'\r\n# c\r\n\r\ny = 'b'\r\n", "x = b'a'\r\n# c\r\n\r\ny = b'b'\r\n",
+     ()),
+    ("x = ('a'\r\n     # c\r\n\r\n     'b')\r\n",
+     "x = (b'a'\r\n     # c\r\n\r\n     b'b')\r\n", ()),
+    ("x = 'a'\rf'{x}'\r", "x = b'a'\rf'{x}'\r", ()),
+    ("'doc'\rfrom __future__ import unicode_literals\rx = 'a'\r",
+     "'doc'\rfrom __future__ import unicode_literals\rx = 'a'\r", ()),
+    ("from __future__ import (absolute_import,\n    unicode_literals)\n"
+     "x = 'a'\n", "from __future__ import (absolute_import,\n"
+     "    unicode_literals)\nx = 'a'\n", ()),
+    ("from __future__ import absolute_import\nunicode_literals = 'a'\n",
+     "from __future__ import absolute_import\nunicode_literals = b'a'\n", ()),
 ]
 
 # Only Python 3.12+ tokenizes these (nested quotes, multi-line fields).
@@ -345,6 +358,43 @@ def test_rewrite_tool_output_compiles_to_the_hooks_code(legacy_tree):
                        dont_inherit=True) == code
     again = _python(REWRITE_TOOL, "--check", "legacy", cwd=legacy_tree)
     assert again.returncode == 0 and "0 file(s)" in again.stdout
+
+
+# -- hostile input: CRLF files (issue 18) ---------------------------------
+
+def crlf_trap(lines=40):
+    """A CRLF module where a literal is followed by comment and blank
+    lines: the scanner once matched each "\\r\\n" there two ways, so 22
+    lines took 15 s and 26 over a minute."""
+    return ("X = 'x'\r\n" + "# a comment\r\n\r\n" * lines
+            + "Y = ('y'\r\n" + "     # inside brackets\r\n\r\n" * lines
+            + "     'z')\r\n")
+
+
+CRLF_REWRITTEN = crlf_trap().replace("'x'", "b'x'").replace(
+    "('y'", "(b'y'").replace("'z'", "b'z'")
+
+# Far above what the rewrite needs (milliseconds), far below what the
+# exponential scan took (40 lines: days).
+HANG = 60
+
+
+def test_rewrite_tool_on_crlf_file_ends(tmp_path):
+    module = tmp_path / "crlf.py"
+    module.write_bytes(crlf_trap().encode())
+    proc = subprocess.run([sys.executable, REWRITE_TOOL, str(module)],
+                          capture_output=True, text=True, timeout=HANG)
+    assert proc.returncode == 0, proc.stderr
+    assert module.read_bytes() == CRLF_REWRITTEN.encode()
+
+
+def test_python_m_on_crlf_script_ends(tmp_path):
+    (tmp_path / "script.py").write_bytes(
+        (crlf_trap() + "print(repr((X, Y)))\r\n").encode())
+    proc = subprocess.run(
+        [sys.executable, "-m", "vcsperf.pastbytes", "script.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG)
+    assert proc.stdout == "(b'x', b'yz')\n", proc.stderr
 
 
 # -- property: only the intended literals change ------------------------------

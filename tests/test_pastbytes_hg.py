@@ -3,6 +3,7 @@ bookcommit 1.0 (2012; prepends the active bookmark to commit messages),
 downloaded from the package registry, runs on this Python 3 Mercurial."""
 
 import os
+import subprocess
 import textwrap
 
 import pytest
@@ -124,3 +125,32 @@ def test_core_extensions_listed_after_pastbytes_load(hg, hgrc, hgrepo):
     hg("qfinish", "-a", cwd=hgrepo)
     hg("strip", "-q", "-r", ".", cwd=hgrepo)
     assert hg("log", "-T", "{desc}\n", cwd=hgrepo) == "first\n"
+
+
+def test_crlf_extension_loads(hg, hgrc, hgrepo, tmp_path):
+    """An extension with CRLF line endings, where a literal is followed by
+    comment and blank lines, loads at once with the whole suite enabled
+    (it once made every hg command hang: 26 such lines took over a
+    minute)."""
+    from test_all_extensions import SUITE
+    legacy = tmp_path / "crlfext"
+    legacy.mkdir()
+    source = ("from mercurial import registrar\n"
+              "cmdtable = {}\n"
+              "command = registrar.command(cmdtable)\n"
+              "GREETING = 'hello from CRLF'\n"
+              + "# a comment\n\n" * 40 +
+              "@command('crlfhello', [], 'hg crlfhello')\n"
+              "def crlfhello(ui, repo):\n"
+              "    ui.write(GREETING + '\\n')\n")
+    (legacy / "crlfhello.py").write_bytes(source.replace("\n", "\r\n")
+                                          .encode())
+    with open(hgrc, "a") as fh:
+        fh.write("[extensions]\n%scrlfhello = %s/crlfhello.py\n"
+                 "[pastbytes]\npaths = %s\n" % (
+                     "".join("%s =\n" % name for name in SUITE), legacy,
+                     legacy))
+    proc = subprocess.run([hg.binary, "crlfhello"], env=hg.env, cwd=hgrepo,
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == \
+        (0, "hello from CRLF\n", "")

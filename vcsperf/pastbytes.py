@@ -51,7 +51,11 @@ which measured 2.6 times the cost of a plain compile.
 The rewrite is a single scan with regular expressions over the source
 text, plus small local scans at ``getattr(`` and the like; it never runs
 the pure-Python tokenizer, which alone costs three times a compile on
-Python 3.11.  Compiled modules are cached in their own pyc files,
+Python 3.11.  Its cost is linear in the size of the text, whatever the
+text (any file under a configured directory is read): no pattern can
+backtrack more than linearly, and the local scans note what they pass, so
+that nested calls never look at the same text twice.  Compiled modules
+are cached in their own pyc files,
 ``cache_from_source(path, optimization='pastbytes<N>...')``, which plain
 Python never reads or overwrites; the tag changes with the rules.
 
@@ -75,7 +79,7 @@ import types
 
 #: Bump when a rule changes what the rewrite produces: cached pyc files of
 #: older versions are then ignored.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 DEFAULT_RENAMES = (("iteritems", "items"), ("itervalues", "values"),
                    ("iterkeys", "keys"))
@@ -91,23 +95,36 @@ _STRING_BODY = {
 # hold any expression, including strings in the same quotes.
 _NESTED_FSTRINGS = sys.version_info >= (3, 12)
 
-# What may separate the parts of an implicitly concatenated group, up to
-# the opening quote of the next part.
-_NEXT_PART = re.compile(r"(?:[ \t\f]|\\\r?\n|(?:#[^\r\n]*)?(?:\r?\n|\r))*"
-                        r"(?=[rRbBuUfFtT]{0,2}(['\"]))")
+# The patterns below are scanned over hostile text too (any file under a
+# configured directory), so none may backtrack more than linearly: no
+# repeat holds alternatives that can match the same text (``\r?\n|\r``
+# inside a repeat matched each "\r\n" two ways, which made the scan
+# exponential on CRLF files), and no repeat is nested in another.
+# One line end: "\r\n", "\r" or "\n", as in Python; never "\r" then "\n".
+_EOL = r"(?:\r\n|\r(?!\n)|\n)"
+# Blanks up to a line end, and whether there is one; then blanks of any
+# kind.
+_BLANKS = re.compile(r"[ \t\f]*(?:([\r\n])[ \t\f\r\n]*)?")
+_LINE_CONTINUATION = re.compile(r"\\" + _EOL)
+_PART_START = re.compile(r"[rRbBuUfFtT]{0,2}['\"]")
 # Characters after a literal that end its group and make it neither a
 # statement nor a literal that a rule keeps as str.
 _ENDS_GROUP = frozenset(",)]}:%+*")
-_LINE_END = re.compile(r"[ \t\f]*(?:#[^\r\n]*)?(?:\r?\n|\r|;|$)")
-_SPACE = re.compile(r"(?:\s+|#[^\r\n]*|\\\r?\n)*")
+_STATEMENT_END = re.compile(r"[ \t\f]*(?:[#;\r\n]|\Z)")
 _KEYWORD_ARG = re.compile(r"[^\W\d]\w*\s*=(?!=)\s*")
 _ITEM_EVENT = re.compile(r"['\"#()\[\]{},]")
 _BRACKETS = re.compile(r"[()\[\]{}]")
 _COMMENT = re.compile(r"#[^\r\n]*")
 _SWITCH = re.compile(r"#\s*pastbytes:\s*(off|on)\b")
-_UNICODE_LITERALS = re.compile(
-    r"^[ \t]*from[ \t]+__future__[ \t]+import[ \t]*\(?[\w\s,\\]*?"
-    r"\bunicode_literals\b", re.M)
+# The names a ``from __future__ import`` statement imports: a
+# parenthesized list, or a line with its continuations.
+_FUTURE_IMPORT = re.compile(
+    r"(?<![^\r\n])[ \t]*from[ \t]+__future__[ \t]+import[ \t]*"
+    r"(?:\(([\w\s,]*)|([\w \t\f,]*(?:\\%s[\w \t\f,]*)*))" % _EOL)
+_UNICODE_LITERALS = re.compile(r"\bunicode_literals\b")
+#: Replacement fields of f-strings open at once that the rewrite follows
+#: (Python 3.12+ refuses f-strings nested 150 deep; every level holds one).
+_MAX_FSTRING_FIELDS = 150
 _NON_ASCII = re.compile(r"\\[\s\S]|[^\x00-\x7f]")
 
 
@@ -211,18 +228,19 @@ def transform(text, rules=DEFAULT_RULES, encoding="utf-8"):
     return _Rewrite(text, rules, encoding).result()
 
 
-def _literal(text, quote_at):
+def _literal(text, quote_at, fields=0):
     """``(start, end, kind)`` of the string literal whose opening quote is
     at ``quote_at``: ``kind`` is ``"plain"`` (unprefixed, not
     triple-quoted: the ones to rewrite), ``"bytes"`` or ``"other"``; ``end``
-    is -1 if the literal does not end."""
+    is -1 if the literal does not end.  ``fields``: the replacement fields
+    of f-strings open around it."""
     start = _string_start(text, quote_at)
     letters = text[start:quote_at].lower()
     quote = text[quote_at]
     if text.startswith(quote * 3, quote_at):
         quote *= 3
     if _NESTED_FSTRINGS and ("f" in letters or "t" in letters):
-        end = _FString(text, "r" in letters).end(quote_at, quote)
+        end = _FString(text, "r" in letters, fields).end(quote_at, quote)
     else:
         body = _STRING_BODY[quote].match(text, quote_at)
         end = body.end() if body else -1
@@ -257,17 +275,37 @@ def _starts_name(text, at):
     return not (before.isalnum() or before in "_.")
 
 
+def _gap(text, pos):
+    """``(end, newline)``: where the blanks, comments and line
+    continuations from ``pos`` end, and whether they hold a line end that
+    no backslash continues.  One piece at a time, each taken whole by a
+    pattern that cannot backtrack: linear by construction."""
+    newline = False
+    while True:
+        blanks = _BLANKS.match(text, pos)
+        newline = newline or blanks.group(1) is not None
+        pos = blanks.end()
+        if text.startswith("#", pos):
+            pos = _COMMENT.match(text, pos).end()
+            continue
+        continuation = _LINE_CONTINUATION.match(text, pos)
+        if continuation is None:
+            return pos, newline
+        pos = continuation.end()
+
+
 class _FString:
     """Finds the end of an f-string as Python 3.12+ tokenizes it."""
 
-    def __init__(self, text, raw):
+    def __init__(self, text, raw, fields):
         self.text = text
         self.raw = raw
+        self.fields = fields
 
     def end(self, quote_at, quote):
-        return self._literal(quote_at + len(quote), quote, "")
+        return self._literal(quote_at + len(quote), quote, "", self.fields)
 
-    def _literal(self, i, quote, closer):
+    def _literal(self, i, quote, closer, fields):
         # Literal text, up to the closing quote (or to ``closer``, the
         # ``}`` that ends a format spec); -1 if unterminated.
         text = self.text
@@ -293,7 +331,7 @@ class _FString:
                 if text.startswith("{{", i) and not closer:
                     i += 2
                     continue
-                i = self._field(i + 1, quote)
+                i = self._field(i + 1, quote, fields + 1)
                 if i < 0:
                     return -1
                 continue
@@ -303,21 +341,22 @@ class _FString:
             i += 1
         return -1
 
-    def _field(self, i, quote):
+    def _field(self, i, quote, fields):
         # A replacement field's expression, up to its ``}``.
+        if fields > _MAX_FSTRING_FIELDS:
+            raise ScanError("f-strings nested too deeply")
         text = self.text
         n = len(text)
         depth = 0
         while i < n:
             c = text[i]
             if c in "'\"":
-                i = _literal(text, i)[1]
+                i = _literal(text, i, fields)[1]
                 if i < 0:
                     return -1
                 continue
             if c == "#":
-                newline = text.find("\n", i)
-                i = n if newline < 0 else newline
+                i = _COMMENT.match(text, i).end()
                 continue
             if c in "([{":
                 depth += 1
@@ -328,64 +367,57 @@ class _FString:
                     return i + 1
                 depth -= 1
             elif c == ":" and depth == 0:
-                end = self._literal(i + 1, quote, "}")
+                end = self._literal(i + 1, quote, "}", fields)
                 return -1 if end < 0 else end + 1
             i += 1
         return -1
 
 
 class _Depth:
-    """Bracket depth at a position, computed lazily from the code between
-    the strings and comments found so far (rewrites that need it are
-    rare, so most files never count a bracket)."""
+    """Bracket depth, and the innermost open bracket, at a position,
+    from the code between the strings and comments found so far.  Lazily
+    (rewrites that need them are rare, so most files never count a
+    bracket) and incrementally: the scan asks in text order, so each
+    stretch of code is looked at once."""
 
     def __init__(self, text):
         self.text = text
         self.opaque = []      # (start, end) of strings and comments
-        self._done = 0        # opaque spans already counted
-        self._pos = 0
+        self._counted = [0, 0]      # [opaque spans passed, position]
         self._depth = 0
+        self._stacked = [0, 0]
+        self._open = []       # the open brackets, innermost last
 
-    @staticmethod
-    def _count(code):
-        return (code.count("(") + code.count("[") + code.count("{")
-                - code.count(")") - code.count("]") - code.count("}"))
+    def _code_until(self, cursor, pos):
+        """The code from ``cursor`` to ``pos``; moves the cursor there."""
+        opaque = self.opaque
+        done, at = cursor
+        code = []
+        while done < len(opaque) and opaque[done][0] < pos:
+            start, end = opaque[done]
+            code.append(self.text[at:start])
+            at = max(at, end)
+            done += 1
+        if pos > at:
+            code.append(self.text[at:pos])
+            at = pos
+        cursor[:] = done, at
+        return "".join(code)
 
     def at(self, pos):
-        opaque = self.opaque
-        code = []
-        while self._done < len(opaque) and opaque[self._done][0] < pos:
-            start, end = opaque[self._done]
-            code.append(self.text[self._pos:start])
-            self._pos = end
-            self._done += 1
-        if pos > self._pos:
-            code.append(self.text[self._pos:pos])
-            self._pos = pos
-        self._depth += self._count("".join(code))
+        code = self._code_until(self._counted, pos)
+        self._depth += (code.count("(") + code.count("[") + code.count("{")
+                        - code.count(")") - code.count("]") - code.count("}"))
         return self._depth
 
     def innermost(self, pos):
         """The innermost bracket open at ``pos`` ('' at top level)."""
-        pending = 0
-        for bracket in self._brackets_before(pos):
-            if bracket in ")]}":
-                pending += 1
-            elif pending:
-                pending -= 1
-            else:
-                return bracket
-        return ""
-
-    def _brackets_before(self, pos):
-        """The brackets of code (not strings or comments) before ``pos``,
-        nearest first."""
-        end = pos
-        for start, stop in reversed(self.opaque):
-            if stop <= pos:
-                yield from reversed(_BRACKETS.findall(self.text, stop, end))
-                end = start
-        yield from reversed(_BRACKETS.findall(self.text, 0, end))
+        for bracket in _BRACKETS.findall(self._code_until(self._stacked, pos)):
+            if bracket in "([{":
+                self._open.append(bracket)
+            elif self._open:
+                self._open.pop()
+        return self._open[-1] if self._open else ""
 
 
 class _Rewrite:
@@ -395,8 +427,12 @@ class _Rewrite:
         self.encoding = encoding
         self.depth = _Depth(text)
         self.keep = set()        # starts of literal groups that stay str
+        self._items = {}         # bracket (just after it): its item starts
         self.edits = []          # (anchor, start, end, replacement)
-        self.literals = not _UNICODE_LITERALS.search(text)
+        self.literals = not any(
+            _UNICODE_LITERALS.search(m.group(1) or m.group(2) or "")
+            for m in _FUTURE_IMPORT.finditer(text))
+        self._line = (0, 0)      # (a position, where its line starts)
 
     def result(self):
         self._scan()
@@ -449,8 +485,19 @@ class _Rewrite:
             elif _starts_name(text, m.start()):   # dunder, kwargs
                 self.keep.add(pos)      # the literal that follows
 
+    def _line_start(self, pos):
+        """Where the line holding ``pos`` starts.  The scan asks in text
+        order, so the text between two questions is searched once."""
+        since, start = self._line
+        if pos < since:
+            since = start = 0
+        start = max(start, self.text.rfind("\n", since, pos) + 1,
+                    self.text.rfind("\r", since, pos) + 1)
+        self._line = (pos, start)
+        return start
+
     def _switch(self, at, word, enabled):
-        line_start = self.text.rfind("\n", 0, at) + 1
+        line_start = self._line_start(at)
         if self.text[line_start:at].strip():
             if word == "off":       # exempt this line only
                 while self.edits and self.edits[-1][0] >= line_start:
@@ -482,15 +529,13 @@ class _Rewrite:
             # Most literals are followed by one of these: no regex needed.
             if text[end:end + 1] in _ENDS_GROUP:
                 break
-            following = _NEXT_PART.match(text, end)
+            gap, newline = _gap(text, end)
+            following = _PART_START.match(text, gap)
             if following is None:
                 break
-            gap = following.end()
-            newline = text.find("\n", end, gap)
-            if newline >= 0 and text.rfind("\\", end, newline) < 0 \
-                    and self.depth.at(end) == 0:
+            if newline and self.depth.at(end) == 0:
                 break               # the next line is another statement
-            quote_at = text.find(following.group(1), gap)
+            quote_at = following.end() - 1
             if _string_start(text, quote_at) != gap:
                 break               # letters that are no prefix: code
             opaque.extend(c.span() for c in _COMMENT.finditer(text, end, gap))
@@ -511,9 +556,9 @@ class _Rewrite:
 
     def _is_statement(self, start, end):
         text = self.text
-        if not _LINE_END.match(text, end):
+        if not _STATEMENT_END.match(text, end):
             return False
-        line_start = text.rfind("\n", 0, start) + 1
+        line_start = self._line_start(start)
         if text[line_start:start].strip(" \t\f"):
             return False
         before = line_start - 1
@@ -545,7 +590,7 @@ class _Rewrite:
         """Keep ``str`` for the literals that start the items (arguments,
         dict keys) ``which`` (indexes; None for all) of the bracket opened
         just before ``pos``."""
-        for index, start in enumerate(_item_starts(self.text, pos)):
+        for index, start in enumerate(self._item_starts(pos)):
             if which is not None and index not in which:
                 continue
             if keywords:
@@ -554,33 +599,37 @@ class _Rewrite:
                     start = keyword.end()
             self.keep.add(start)
 
-
-def _item_starts(text, pos):
-    """Start positions of the top-level items of the bracket opened just
-    before ``pos``, for the few calls the rules look into."""
-    starts = [_SPACE.match(text, pos).end()]
-    depth = 0
-    while True:
-        m = _ITEM_EVENT.search(text, pos)
-        if m is None:
-            return starts
-        c = m.group()
-        pos = m.end()
-        if c[-1] in "'\"":
-            pos = _literal(text, pos - 1)[1]
-            if pos < 0:
-                return starts
-        elif c == "#":
-            newline = text.find("\n", pos)
-            pos = len(text) if newline < 0 else newline
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            if depth == 0:
-                return starts
-            depth -= 1
-        elif c == "," and depth == 0:
-            starts.append(_SPACE.match(text, pos).end())
+    def _item_starts(self, pos):
+        """Start positions of the top-level items of the bracket opened
+        just before ``pos``, for the few calls the rules look into.  A
+        walk notes the items of every bracket it passes, so that nested
+        calls (``getattr(o, getattr(p, ...))``) never walk the same text
+        again."""
+        if pos in self._items:
+            return self._items[pos]
+        text = self.text
+        starts = self._items[pos] = [_gap(text, pos)[0]]
+        walking = [starts]
+        while walking:
+            m = _ITEM_EVENT.search(text, pos)
+            if m is None:
+                break
+            c = m.group()
+            pos = m.end()
+            if c in "'\"":
+                pos = _literal(text, pos - 1)[1]
+                if pos < 0:
+                    break
+            elif c == "#":
+                pos = _COMMENT.match(text, pos - 1).end()
+            elif c in "([{":
+                items = self._items[pos] = [_gap(text, pos)[0]]
+                walking.append(items)
+            elif c in ")]}":
+                walking.pop()
+            elif c == ",":
+                walking[-1].append(_gap(text, pos)[0])
+        return starts
 
 
 # -- compiling -----------------------------------------------------------
