@@ -419,3 +419,53 @@ def test_git_series_converted_to_hg_maps_by_id(git, hg, hooked, gitbridge,
         [hg_node[:12], git_node[:12], "commit-id"] for hg_node, git_node in
         zip(hg("log", "-r", "all()", "-T", "{node}\\n",
                cwd=converted).split(), git_nodes)]
+
+
+# Messages on which Git's hook and Mercurial once disagreed (issue 18):
+# Mercurial stores a lone "\r" as "\n" and strips white space at the ends
+# of lines, so it saw an ID line where the hook saw none and added one.
+LINE_RULE_CASES = [("fix\rMozReview-Commit-ID: cr000000001", "cr000000001"),
+                   ("fix\r\rMozReview-Commit-ID: cr000000002\r",
+                    "cr000000002"),
+                   ("fix\n\nMozReview-Commit-ID: vt000000003\v",
+                    "vt000000003")]
+
+
+def hg_suite(hgrc):
+    """Every extension of the suite on, as users run them."""
+    from test_all_extensions import HGRC
+    hgrc.write_text(HGRC)
+
+
+def test_git_hook_and_hg_agree_on_what_a_line_is(git, hg, hgrc, hgrepo,
+                                                 hooked):
+    hg_suite(hgrc)
+    for index, (text, commit_id) in enumerate(LINE_RULE_CASES):
+        commit(git, hooked, "f%d" % index, text)
+        assert find_ids(message(git, hooked)) == [commit_id]
+        (hgrepo / ("f%d" % index)).write_text("x\n")
+        hg("commit", "-Aqm", text, cwd=hgrepo)
+        stored = hg("log", "-r", ".", "-T", "{desc}", cwd=hgrepo)
+        assert find_ids(stored) == [commit_id]
+        assert hg("log", "-r", ".", "-T", "{commitid}", cwd=hgrepo) == \
+            commit_id
+
+
+def test_many_duplicate_id_lines_take_linear_time(git, hg, hgrc, hgrepo,
+                                                  hooked, env, tmp_path):
+    """100,000 copies of one ID line (20,000 once took 4.6 s: quadratic)
+    become one, through the hook and through hg commit, in a few seconds
+    at most."""
+    text = "Fix it\n\n" + "MozReview-Commit-ID: dup00000001\n" * 100000
+    path = hooked / ".git" / "COMMIT_EDITMSG"
+    path.write_text(text)
+    subprocess.run([tools.executable("gitbridge"), "commit-msg", str(path)],
+                   cwd=hooked, env=env, check=True, timeout=60)
+    assert path.read_text() == "Fix it\n\nMozReview-Commit-ID: dup00000001\n"
+    hg_suite(hgrc)
+    (tmp_path / "message").write_text(text)
+    (hgrepo / "a").write_text("a\n")
+    subprocess.run([hg.binary, "commit", "-Aq", "-l", tmp_path / "message"],
+                   cwd=hgrepo, env=hg.env, check=True, timeout=60)
+    assert hg("log", "-r", ".", "-T", "{desc}", cwd=hgrepo) == \
+        "Fix it\n\nMozReview-Commit-ID: dup00000001"

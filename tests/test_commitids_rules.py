@@ -186,6 +186,16 @@ def messages(draw):
     return text
 
 
+def lines_of(message):
+    """The lines of a message: "\r\n", "\r" and "\n" end lines, for Git's
+    hook and Mercurial alike."""
+    return re.split(r"\r\n|\r|\n", message)
+
+
+def ends_a_line(message):
+    return message.endswith(("\r", "\n"))
+
+
 def check_one_id(message, result, comment=None):
     if commitids.skip_reason(message, comment=comment):
         assert result == message
@@ -196,16 +206,14 @@ def check_one_id(message, result, comment=None):
         assert result == message
     else:
         # The last line of content is the ID line; the end is as it was.
-        assert result.endswith("\n") == message.endswith("\n")
-        content = [x.rstrip("\r") for x in result.split("\n")
-                   if x.strip(" \t\r\f\v")
+        assert ends_a_line(result) == ends_a_line(message)
+        content = [x for x in lines_of(result) if x.strip(" \t\f\v")
                    and not (comment and x.startswith(comment))]
         assert content[-1] == line(find_id(result))
         # Nothing but blank lines and other ID lines went away.
-        kept = [x.rstrip("\r") for x in result.split("\n")]
-        for old in message.split("\n"):
-            old = old.rstrip("\r")
-            if old.strip(" \t\r\f\v") and not find_id(old):
+        kept = lines_of(result)
+        for old in lines_of(message):
+            if old.strip(" \t\f\v") and not find_id(old):
                 assert old in kept
 
 

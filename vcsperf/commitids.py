@@ -14,6 +14,9 @@ hash has changed.
 
 Messages are ``str``.  Adapters holding bytes decode them with
 ``utf-8``/``surrogateescape``, which gives back the same bytes for any input.
+Lines end at "\r\n", "\r" or "\n", for Git's hook as for Mercurial (which
+stores every "\r" as "\n"), so both find the same ID in any message.  All
+of it takes time linear in the message's length.
 """
 
 import collections
@@ -28,10 +31,17 @@ ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 #: 64 bits need at most 11 base62 digits; IDs are padded to that width.
 ID_LENGTH = 11
 
-# One pattern serves both the search in a whole message (MULTILINE: ``^``
-# and ``$`` stop at "\n" only) and the test of one line.
-_ID_LINE = re.compile(
-    r"^%s: ([0-9A-Za-z]+)[ \t\r]*$" % re.escape(TRAILER), re.MULTILINE)
+# What a line is, for Git's hook and Mercurial alike: lines end at "\r\n",
+# "\r" or "\n".  Mercurial stores every "\r" as "\n" (its changelog cuts
+# lines as bytes.splitlines does, and strips the white space that ends
+# them), so a rule in which a lone "\r" ended no line would miss an ID
+# line there that Mercurial then has, and add a second ID.
+_LINE_END = re.compile(r"(\r\n|\r|\n)")
+# One pattern serves both the search in a whole message and the test of
+# one line (with or without its line end).  After the ID, the white space
+# that Mercurial strips from the end of a line.
+_ID_LINE = re.compile(r"(?<![^\r\n])%s: ([0-9A-Za-z]+)[ \t\f\v]*(?![^\r\n])"
+                      % re.escape(TRAILER))
 # ``Key: value`` as git interpret-trailers and MozReview recognise it: a
 # token without spaces, a colon, a space, then something.
 _TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*: \S")
@@ -89,25 +99,27 @@ def replace_id(message, commit_id):
 class _Message:
     """A message cut into lines, remembering how to put it back together.
 
-    ``lines`` hold no "\\n" (a CRLF line keeps its "\\r").  With a comment
-    prefix (Git's ``core.commentChar``), everything from the scissors line
-    on is ``tail``, which Git cuts off and placement leaves alone.
+    ``lines`` keep their line ends (the last line may have none).  With a
+    comment prefix (Git's ``core.commentChar``), everything from the
+    scissors line on is ``tail``, which Git cuts off and placement leaves
+    alone.
     """
 
     def __init__(self, text, comment):
-        self.final_newline = text.endswith("\n")
-        lines = text.split("\n")
-        if self.final_newline:
-            lines.pop()
-        self.crlf = bool(lines) and lines[0].endswith("\r") and (
-            len(lines) > 1 or self.final_newline)
+        parts = _LINE_END.split(text)
+        lines = [parts[i] + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
+        if parts[-1]:
+            lines.append(parts[-1])
+        self.final_newline = text.endswith(("\r", "\n"))
+        # New lines end as the first line does.
+        self.eol = parts[1] if len(parts) > 1 else "\n"
         self.comment = comment
         self.tail = []
         if comment:
             scissors = "%s ------------------------ >8 " \
                 "------------------------" % comment
             for index, line in enumerate(lines):
-                if line.rstrip("\r") == scissors:
+                if line.rstrip("\r\n") == scissors:
                     lines, self.tail = lines[:index], lines[index:]
                     break
         self.lines = lines
@@ -122,11 +134,17 @@ class _Message:
         return [i for i, line in enumerate(self.lines) if self.is_content(line)]
 
     def text(self, lines):
-        joined = "\n".join(lines + self.tail)
-        return joined + "\n" if self.final_newline else joined
-
-    def eol_line(self, line):
-        return line + "\r" if self.crlf else line
+        """``lines`` (given line ends where they lack them), then the
+        tail; the message ends with a line end if it did before."""
+        out = []
+        for line in lines:
+            if out and out[-1].endswith("\r") and line.startswith("\n"):
+                out[-1] += "\n"    # "\r" then "\n" would be one line end
+            out.append(line if line.endswith(("\r", "\n"))
+                       else line + self.eol)
+        if not self.tail and not self.final_newline:
+            out[-1] = _LINE_END.sub("", out[-1])
+        return "".join(out + self.tail)
 
 
 def skip_reason(message, parents=1, comment=None):
@@ -170,18 +188,19 @@ def ensure_id(message, make_id, parents=1, comment=None):
         return message
     if ids:
         commit_id = _ID_LINE.match(msg.lines[ids[0]]).group(1)
-        lines = [line for i, line in enumerate(msg.lines) if i not in ids]
+        dropped = set(ids)
+        lines = [line for i, line in enumerate(msg.lines) if i not in dropped]
     else:
         commit_id = make_id()
         lines = msg.lines
-    id_line = msg.eol_line("%s: %s" % (TRAILER, commit_id))
+    id_line = "%s: %s" % (TRAILER, commit_id)
     content = [i for i, line in enumerate(lines) if msg.is_content(line)]
     if not content:
         return msg.text([id_line])
     last = content[-1]
     body, rest = lines[:last + 1], lines[last + 1:]
     if not _ends_in_trailers(msg, body):
-        body.append(msg.eol_line(""))
+        body.append(msg.eol)
     # Blank lines after the content go; comment lines stay after the ID.
     rest = [line for line in rest if msg.is_comment(line)]
     return msg.text(body + [id_line] + rest)
