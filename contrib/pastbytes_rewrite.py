@@ -72,7 +72,9 @@ def main(argv=None):
     for path in python_files(args.paths):
         try:
             data = rewrite(path, rules)
-        except (SyntaxError, UnicodeDecodeError, pastbytes.ScanError) as err:
+        # ValueError: a ScanError, an undecodable file, or (before
+        # Python 3.11) a null byte, which compile() reports so.
+        except (SyntaxError, ValueError) as err:
             print("%s: not rewritten: %s" % (path, err), file=sys.stderr)
             failed += 1
             continue

@@ -5,6 +5,7 @@ rewrite tool; a hypothesis property; and the real corpus, Mercurial 5.1.2.
 """
 
 import ast
+import functools
 import glob
 import json
 import os
@@ -130,34 +131,42 @@ def test_golden(source, expected, kwargs_names):
     compile(expected, "golden", "exec")
 
 
-def other_pythons():
-    """Installed Pythons 3.12 and newer (pyenv's, or on PATH), by
-    version."""
+@functools.lru_cache(maxsize=None)
+def other_pythons(oldest=(3, 12), newest=(3, 99)):
+    """Installed Pythons from ``oldest`` to ``newest`` (pyenv's, or on
+    PATH), by version; by default those whose tokenizer nests
+    f-strings."""
     candidates = glob.glob(os.path.join(
         os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")),
         "versions", "3.*", "bin", "python3"))
     candidates += filter(None, (shutil.which("python3.%d" % minor)
-                                for minor in range(12, 16)))
+                                for minor in range(9, 16)))
     found = {}
     for python in candidates:
         proc = subprocess.run(
             [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
             capture_output=True, text=True)
         version = proc.stdout.strip()
-        if proc.returncode == 0 and tuple(map(int, version.split("."))) >= \
-                (3, 12):
+        if proc.returncode == 0 and \
+                oldest <= tuple(map(int, version.split("."))) <= newest:
             found.setdefault(version, python)
     return found
 
 
-def _transform_with(python, cases, tmp_path):
-    """``transform`` of each case's source, run by another Python on the
-    installed module."""
+def _shim(tmp_path):
+    """A directory that puts this vcsperf on another Python's path."""
     shim = tmp_path / "shim"
     shim.mkdir(exist_ok=True)
     link = shim / "vcsperf"
     if not link.exists():
         link.symlink_to(os.path.dirname(vcsperf.__file__))
+    return shim
+
+
+def _transform_with(python, cases, tmp_path):
+    """``transform`` of each case's source, run by another Python on the
+    installed module."""
+    shim = _shim(tmp_path)
     script = ("import json, sys\n"
               "from vcsperf import pastbytes\n"
               "out = [pastbytes.transform(s, pastbytes.Rules(kwargs_names=k))"
@@ -386,6 +395,28 @@ def test_rewrite_tool_on_crlf_file_ends(tmp_path):
                           capture_output=True, text=True, timeout=HANG)
     assert proc.returncode == 0, proc.stderr
     assert module.read_bytes() == CRLF_REWRITTEN.encode()
+
+
+@pytest.mark.parametrize("version", ["this"] + sorted(
+    other_pythons((3, 9), (3, 11))))
+def test_rewrite_tool_reports_unusable_files(version, tmp_path):
+    # Python 3.9 and 3.10 report a null byte with ValueError.
+    python, env = sys.executable, None
+    if version != "this":
+        python = other_pythons((3, 9), (3, 11))[version]
+        env = dict(os.environ, PYTHONPATH=str(_shim(tmp_path)))
+    for name, data in [("null", b"x = 'a'\x00\n"),
+                       ("unterminated", b"x = 'a\ny = '''b\n"),
+                       ("cookie", b"# -*- coding: no-such-codec -*-\nx = 'a'\n"),
+                       ("undecodable", b"x = '\xff'\n")]:
+        path = tmp_path / (name + ".py")
+        path.write_bytes(data)
+        proc = subprocess.run([python, REWRITE_TOOL, str(path)], env=env,
+                              capture_output=True, text=True, timeout=HANG)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith("%s: not rewritten: " % path), \
+            proc.stderr
+        assert path.read_bytes() == data
 
 
 def test_python_m_on_crlf_script_ends(tmp_path):
