@@ -13,6 +13,7 @@ on stdout::
 import json
 import sys
 import time
+import warnings
 
 from vcsperf import pastbytes
 
@@ -137,10 +138,12 @@ FAMILIES = {
 
 
 def _compiles(source):
-    try:
-        compile(source, "hostile", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # invalid escapes and the like
+        try:
+            compile(source, "hostile", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
     return True
 
 

@@ -103,7 +103,7 @@ def trailer_failures(message, cwd):
 
 @pytest.mark.campaign
 def test_git_hook_and_hg_agree_on_any_message(tally, tmp_path):
-    @settings(max_examples=campaign.size(300, 10000), deadline=None,
+    @settings(max_examples=campaign.size(300, 5000), deadline=None,
               derandomize=not campaign.FULL,
               suppress_health_check=[HealthCheck.too_slow])
     @seed(tally.seed)
@@ -154,9 +154,9 @@ def cpu_time(message, repeat=3):
 
 @pytest.mark.campaign
 def test_trailer_time_grows_linearly(tally):
-    size = campaign.size(20000, 200000)
+    size = campaign.size(20000, 100000)
     for name, make in sorted(FAMILIES.items()):
-        for _ in range(campaign.size(1, 4)):
+        for _ in range(campaign.size(1, 3)):
             variant = tally.rng.randrange(2 ** 32)
             small = make(random.Random(variant), size)
             big = make(random.Random(variant), size * 8)
@@ -185,7 +185,7 @@ def test_real_git_and_hg_agree(tally, git, hg, hgrc, gitrepo, hgrepo,
     random one), or, for a skipped message, both leave it alone."""
     hgrc.write_text(HGRC)
     gitbridge("install-hook", cwd=gitrepo)
-    sent = [random_message(tally.rng) for _ in range(campaign.size(10, 200))]
+    sent = [random_message(tally.rng) for _ in range(campaign.size(10, 100))]
     print("%d messages committed with git and with hg" % len(sent))
     path = tmp_path / "message"
     for index, message in enumerate(sent):

@@ -71,8 +71,8 @@ def worker(tmp_path):
 
 @pytest.mark.campaign
 def test_scan_time_grows_linearly(tally, worker):
-    size = campaign.size(4000, 32000)
-    variants = campaign.size(1, 4)
+    size = campaign.size(4000, 16000)
+    variants = campaign.size(1, 2)
     for label, python in pythons():
         for name, make in sorted(hostile.FAMILIES.items()):
             for _ in range(variants):
@@ -119,7 +119,7 @@ SOURCES = st.one_of(
 
 @pytest.mark.campaign
 def test_any_source_ends_in_its_rewrite_or_a_clean_error(tally):
-    @settings(max_examples=campaign.size(400, 20000), deadline=None,
+    @settings(max_examples=campaign.size(400, 10000), deadline=None,
               derandomize=not campaign.FULL,
               suppress_health_check=[HealthCheck.too_slow])
     @seed(tally.seed)
@@ -140,7 +140,7 @@ def test_any_source_on_newer_tokenizers(tally, worker):
         pytest.skip("no Python 3.12+ installed")
     for label, python in newer:
         sources = [hostile.random_source(tally.rng, tally.rng.randint(1, 40))
-                   for _ in range(campaign.size(400, 20000))]
+                   for _ in range(campaign.size(400, 10000))]
         for source, failure in zip(sources, worker(
                 python, {"check": sources}, timeout=campaign.size(60, 900))):
             tally.case(failure is None, "Python %s: %r: %s" % (
@@ -155,7 +155,7 @@ def test_crafted_extensions_load_or_fail_cleanly(tally, hg, hgrc, hgrepo,
     legacy.mkdir()
     names = sorted(hostile.FAMILIES)
     crafted = []
-    for index in range(campaign.size(3, 30)):
+    for index in range(campaign.size(3, 20)):
         if index % 2:
             source = hostile.random_source(tally.rng, 40)
         else:
