@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import vcsperf
-from vcsperf import pastbytes, pastbytesbench
+from vcsperf import history, pastbytes, pastbytesbench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REWRITE_TOOL = os.path.join(ROOT, "contrib", "pastbytes_rewrite.py")
@@ -133,12 +133,14 @@ def test_golden(source, expected, kwargs_names):
 
 @functools.lru_cache(maxsize=None)
 def other_pythons(oldest=(3, 12), newest=(3, 99)):
-    """Installed Pythons from ``oldest`` to ``newest`` (pyenv's, or on
-    PATH), by version; by default those whose tokenizer nests
-    f-strings."""
+    """Installed Pythons from ``oldest`` to ``newest`` (pyenv's, the one
+    contrib/newer_python.sh builds, or on PATH), by version; by default
+    those whose tokenizer nests f-strings."""
     candidates = glob.glob(os.path.join(
         os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv")),
         "versions", "3.*", "bin", "python3"))
+    candidates += glob.glob(os.path.join(
+        history.default_cache_dir(), "python-3.*", "bin", "python3"))
     candidates += filter(None, (shutil.which("python3.%d" % minor)
                                 for minor in range(9, 16)))
     found = {}
