@@ -144,8 +144,9 @@ class ChunkDecompressor:
         Where the backend has ``multi_decompress_to_buffer`` (the C one),
         all frames are decoded in one call with the dictionary of the first
         frame; if that fails (frames of several dictionaries, a corrupt
-        frame), and on the cffi backend, frame by frame, so errors stay
-        precise.
+        frame, sizes claimed beyond what memory allows), and on the cffi
+        backend, frame by frame, so errors stay precise and each claimed
+        size is checked against what its frame can hold.
         """
         if segments and self._has_multi():
             first = segments[0]
@@ -153,7 +154,9 @@ class ChunkDecompressor:
             try:
                 result = self._context(dict_id).multi_decompress_to_buffer(
                     zstandard.BufferWithSegments(data, segments.tobytes()))
-            except zstandard.ZstdError:
+            except (zstandard.ZstdError, MemoryError):
+                # MemoryError: the one output buffer is sized by the sum of
+                # the frames' claims.
                 pass
             else:
                 return [segment.tobytes() for segment in result]
