@@ -139,3 +139,12 @@ def test_absurd_content_size_among_many_frames_is_refused(position):
     frames.insert(position, claimed)
     with pytest.raises(zstdwire.FrameError, match="claims"):
         zstdwire.ChunkDecompressor().decompress_many(frames)
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x28\xb5", b"\x28\xb5\x2f\xfd\x24"])
+def test_truncated_frame_among_many_frames_is_a_frame_error(bad):
+    # The C backend's many-frames path raised ValueError ("could not
+    # determine decompressed size") for a frame cut inside its header.
+    good = zstdwire.ChunkCompressor().compress(b"plain")
+    with pytest.raises(zstdwire.FrameError):
+        zstdwire.ChunkDecompressor().decompress_many([good, bad])
