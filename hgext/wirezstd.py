@@ -321,22 +321,16 @@ class _SSHFrames:
         self._started = False
 
     def _frame_length(self):
-        # Byte by byte, so a header without its newline cannot make the
-        # client buffer the rest of the response.
-        header = b''
-        while not header.endswith(b'\n'):
-            byte = self._pipe.read(1)
-            if not byte:
-                if not header and not self._started:
-                    # No response at all (the server refused and said why
-                    # on stderr): an empty one, which the caller reports
-                    # as core does.
-                    return 0
-                raise zerrors.StreamTruncated(
-                    'ssh response ended before its last frame')
-            header += byte
-            if len(header) > _SSH_FRAME_HEADER_MAX:
-                break
+        # A line, as core reads the length of every SSH response: reading
+        # byte by byte cost one pipe call per byte, and frames are small.
+        header = self._pipe.readline()
+        if not header and not self._started:
+            # No response at all (the server refused and said why on
+            # stderr): an empty one, which the caller reports as core does.
+            return 0
+        if not header.endswith(b'\n'):
+            raise zerrors.StreamTruncated(
+                'ssh response ended before its last frame')
         if not _SSH_FRAME_HEADER.fullmatch(header):
             raise zerrors.FrameError('ssh response frame header %r'
                                      % header[:_SSH_FRAME_HEADER_MAX])

@@ -233,12 +233,19 @@ def test_wire_stream_crafted_frames_stay_within_the_bound(tally, frame,
 
 
 class _Pipe:
+    """What the SSH peer reads a response from: ``read`` and
+    ``readline``."""
+
     def __init__(self, data):
-        self._data = memoryview(data)
+        self._data = data
 
     def read(self, size):
-        out, self._data = bytes(self._data[:size]), self._data[size:]
+        out, self._data = self._data[:size], self._data[size:]
         return out
+
+    def readline(self):
+        end = self._data.find(b"\n") + 1 or len(self._data)
+        return self.read(end)
 
 
 @PROPERTY
