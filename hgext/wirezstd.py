@@ -56,9 +56,24 @@ threads come from core's ``experimental.bundlecomplevel.zstd`` and
 A response cut short (a server that died, a dropped connection) stops the
 pull with an error and the transaction is rolled back: the repository is
 as it was before the pull.
+
+Limits on what a client decodes: a client with the extension decodes
+every zstd stream it reads (``wirezstd`` and core ``zstd`` responses over
+HTTP and SSH, ``zstd-v2`` bundles, clone bundles) in steps of 256 bytes
+of input, each yielding at most 8 MiB (a zstd block of 4 bytes can stand
+for 128 KiB), held at most three times over while it is decoded, with a
+window of at most 128 MiB (2^27 bytes: every writer in Mercurial and in
+this extension stays within it, and stock readers refuse more).  So
+decoding holds at most 152 MiB besides what Mercurial asks for at once,
+which a bundle2 stream states itself (up to 2 GiB per piece, as for a
+stock client, which also decodes up to 2 GiB from each 64 KiB it reads).
+A stream that needs a larger window, is corrupt, or frames its SSH
+response wrongly stops the pull with one error; nothing is applied.  The
+limits are fixed: no legitimate stream comes near them.
 """
 
 import itertools
+import re
 
 from mercurial.i18n import _
 from mercurial import (
@@ -113,6 +128,10 @@ ENGINE = b'wirezstd'
 _SSH_COMPRESSED_COMMANDS = {b'getbundle', b'changegroup',
                             b'changegroupsubset'}
 
+#: An SSH frame header: a length of at most 10 digits, no leading zero.
+_SSH_FRAME_HEADER = re.compile(br'(0|[1-9][0-9]{0,9})\n')
+_SSH_FRAME_HEADER_MAX = 11
+
 
 def stream_options(ui):
     """Compression options from ``ui``'s ``[wirezstd]`` section, checked."""
@@ -163,24 +182,47 @@ def compress_response(chunks, opts):
     yield from compressor.compress_chunks(itertools.chain(head, chunks))
 
 
-class _ResponseReader:
-    """Decodes a response; a cut or corrupt stream becomes an ``abort``."""
+class _BoundedReader:
+    """Decodes zstd from a peer or a bundle within the limits stated in
+    the help; a cut, corrupt or over-limit stream becomes one ``abort``.
+    ``what`` names the data in messages; ``cut_hint`` is the hint for a
+    stream cut short."""
 
-    def __init__(self, source):
+    def __init__(self, source, what, cut_hint):
         self._reader = streams.StreamReader(source)
+        self._what = what
+        self._cut_hint = cut_hint
 
     def read(self, size=-1):
         try:
             return self._reader.read(size)
-        except zerrors.FrameError as err:
+        except zerrors.StreamTruncated as err:
             # Core's words first: scripts and robustcheckout retry on
             # "stream ended unexpectedly".
             raise error.Abort(
-                _(b'stream ended unexpectedly (compressed response from '
-                  b'the server is incomplete: %s)')
-                % stringutil.forcebytestr(str(err)),
-                hint=_(b'the connection was cut or the server died; '
-                       b'nothing was applied, pull again'))
+                _(b'stream ended unexpectedly (%s is incomplete: %s)')
+                % (self._what, stringutil.forcebytestr(str(err))),
+                hint=self._cut_hint)
+        except zerrors.FrameError as err:
+            raise error.Abort(
+                _(b'%s is unusable: %s')
+                % (self._what, stringutil.forcebytestr(str(err))),
+                hint=_(b"nothing was applied; 'hg help wirezstd' states "
+                       b"what a client decodes"))
+
+
+def _response_reader(source):
+    return _BoundedReader(
+        source, _(b'compressed response from the server'),
+        _(b'the connection was cut or the server died; nothing was '
+          b'applied, pull again'))
+
+
+def _zstd_decompressorreader(orig, fh, *args, **kwargs):
+    # Core's reader decodes each 64 KiB it reads at once: up to 2 GiB.
+    return _BoundedReader(
+        fh, _(b'zstd stream'),
+        _(b'the download or the bundle was cut short; nothing was applied'))
 
 
 class _WireZstdEngine(compression.compressionengine):
@@ -207,7 +249,7 @@ class _WireZstdEngine(compression.compressionengine):
         return compress_response(it, {**DEFAULT_OPTIONS, **(opts or {})})
 
     def decompressorreader(self, fh):
-        return _ResponseReader(fh)
+        return _response_reader(fh)
 
 
 # HTTP ------------------------------------------------------------------
@@ -269,35 +311,44 @@ def _dispatch(orig, repo, proto, command, *args, **kwargs):
 
 
 class _SSHFrames:
-    """Reads the payloads of one framed SSH response, frame by frame."""
+    """Reads the payloads of one framed SSH response, never more than a
+    read asks for, whatever length a frame header claims."""
 
     def __init__(self, pipe):
         self._pipe = pipe
+        self._left = 0  # bytes of the current frame not read yet
         self._done = False
         self._started = False
+
+    def _frame_length(self):
+        # A line, as core reads the length of every SSH response: reading
+        # byte by byte cost one pipe call per byte, and frames are small.
+        header = self._pipe.readline()
+        if not header and not self._started:
+            # No response at all (the server refused and said why on
+            # stderr): an empty one, which the caller reports as core does.
+            return 0
+        if not header.endswith(b'\n'):
+            raise zerrors.StreamTruncated(
+                'ssh response ended before its last frame')
+        if not _SSH_FRAME_HEADER.fullmatch(header):
+            raise zerrors.FrameError('ssh response frame header %r'
+                                     % header[:_SSH_FRAME_HEADER_MAX])
+        self._started = True
+        return int(header)
 
     def read(self, size):
         if self._done:
             return b''
-        line = self._pipe.readline()
-        if not line and not self._started:
-            # No response at all (the server refused and said why on
-            # stderr): an empty one, which the caller reports as core does.
-            self._done = True
-            return b''
-        self._started = True
-        try:
-            length = int(line)
-        except ValueError:
-            raise zerrors.FrameError(
-                'ssh response ended before its last frame'
-                if not line else 'ssh response frame header %r' % line[:40])
-        if not length:
-            self._done = True
-            return b''
-        data = self._pipe.read(length)
-        if len(data) != length:
-            raise zerrors.FrameError('ssh response ended inside a frame')
+        if not self._left:
+            self._left = self._frame_length()
+            if not self._left:
+                self._done = True
+                return b''
+        data = self._pipe.read(min(size, self._left))
+        if not data:
+            raise zerrors.StreamTruncated('ssh response ended inside a frame')
+        self._left -= len(data)
         return data
 
 
@@ -319,7 +370,7 @@ def _peer_call(orig, self, cmd, **args):
 def _peer_callcompressable(orig, self, cmd, **args):
     pipe = orig(self, cmd, **args)
     if getattr(self, 'wirezstd', False):
-        return _ResponseReader(_SSHFrames(pipe))
+        return _response_reader(_SSHFrames(pipe))
     return pipe
 
 
@@ -353,6 +404,8 @@ def extsetup(ui):
         util.compengines.register(_WireZstdEngine())
     extensions.wrapfunction(util.compengines[b'zstd'], 'compressstream',
                             _bundle_compressstream)
+    extensions.wrapfunction(util.compengines[b'zstd'], 'decompressorreader',
+                            _zstd_decompressorreader)
     extensions.wrapfunction(bundle2, 'writenewbundle', _writenewbundle)
     extensions.wrapfunction(wireprotoserver, '_httpresponsetype',
                             _httpresponsetype)

@@ -9,6 +9,9 @@ import pytest
 import zstandard
 from hypothesis import given, settings, strategies as st
 
+import campaign
+import craftedwire
+from craftedwire import crafted_server  # noqa: F401 (a fixture)
 from hgext3rd import wirezstd
 from netservers import RecordingProxy, write_ssh_wrapper
 
@@ -226,7 +229,7 @@ OPTIONS = dict(wirezstd.DEFAULT_OPTIONS)
 
 
 def _decode(chunks):
-    reader = wirezstd._ResponseReader(_Chunks(chunks))
+    reader = wirezstd._response_reader(_Chunks(chunks))
     return reader.read()
 
 
@@ -272,7 +275,7 @@ def test_any_response_round_trips_in_any_read_sizes(chunks, small, data):
                                      max_size=5)))
     pieces = [frame[a:b] for a, b in zip([0] + cuts, cuts + [len(frame)])
               if a < b]
-    reader = wirezstd._ResponseReader(_Chunks(pieces))
+    reader = wirezstd._response_reader(_Chunks(pieces))
     out = b""
     while True:
         piece = reader.read(data.draw(st.integers(1, 4096)))
@@ -298,3 +301,42 @@ def test_ssh_server_refusing_a_pull_reads_as_with_stock_hg(
     assert "abort: stream ended unexpectedly (got 0 bytes, expected 4)" \
         in stock.stderr
     assert ours.stderr == stock.stderr
+
+
+# Crafted responses: the client's memory stays within its documented bound.
+
+@pytest.mark.parametrize("transport", ["http-wirezstd", "http-zstd", "ssh"])
+@pytest.mark.parametrize("name", ["zeros-4g", "window-2g",
+                                  "content-size-2e62"])
+def test_crafted_response_aborts_within_the_memory_bound(
+        name, transport, crafted_server, hg, env, tmp_path):
+    data, what = craftedwire.crafted_responses()[name]
+    if transport == "ssh":
+        crafted_server.response.write_bytes(data)
+        source, extra = crafted_server.ssh_url, crafted_server.ssh_args
+    else:
+        # With "zstd" the server names core's engine: the client must not
+        # fall back to core's unbounded reader.
+        server = crafted_server(data, "--config", "server.compressionengines="
+                                + transport.split("-")[1])
+        source, extra = server.url, ()
+    dest = tmp_path / "clone"
+    proc, peak = craftedwire.run_client(
+        hg, env, [*extra, "clone", "-U", source, dest], tmp_path / "rss")
+    assert campaign.is_clean_abort(proc), (what, proc.stderr)
+    assert "out of memory" not in proc.stderr, what
+    assert peak < craftedwire.CLIENT_PEAK_RSS, (what, peak >> 20)
+    assert not dest.exists()
+
+
+def test_crafted_zstd_bundle_aborts_within_the_memory_bound(hg, env, hgrepo,
+                                                           tmp_path):
+    bundle = tmp_path / "crafted.hg"
+    bundle.write_bytes(craftedwire.zstd_bundle(
+        craftedwire.bomb(4 << 30, craftedwire.bundle2_part_unknown())))
+    proc, peak = craftedwire.run_client(
+        hg, env, ["unbundle", "-R", hgrepo, bundle], tmp_path / "rss")
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "out of memory" not in proc.stderr
+    assert peak < craftedwire.CLIENT_PEAK_RSS, peak >> 20
+    hg("verify", "-q", "-R", hgrepo)

@@ -127,3 +127,24 @@ def test_absurd_content_size_is_refused_before_allocating():
     assert zstdwire.frame_parameters(claimed).content_size == 1 << 40
     with pytest.raises(zstdwire.FrameError, match="claims"):
         zstdwire.ChunkDecompressor().decompress(claimed)
+
+
+@pytest.mark.parametrize("position", [0, 1])
+def test_absurd_content_size_among_many_frames_is_refused(position):
+    # The C backend decodes many frames into one buffer sized by their
+    # headers; a claim of 2**40 bytes must not surface as MemoryError.
+    claimed = (b"\x28\xb5\x2f\xfd\xc0\x38" + (1 << 40).to_bytes(8, "little")
+               + b"\x03\x00\x00\x00")  # one last RLE block of 0 bytes
+    frames = [zstdwire.ChunkCompressor().compress(b"plain")]
+    frames.insert(position, claimed)
+    with pytest.raises(zstdwire.FrameError, match="claims"):
+        zstdwire.ChunkDecompressor().decompress_many(frames)
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x28\xb5", b"\x28\xb5\x2f\xfd\x24"])
+def test_truncated_frame_among_many_frames_is_a_frame_error(bad):
+    # The C backend's many-frames path raised ValueError ("could not
+    # determine decompressed size") for a frame cut inside its header.
+    good = zstdwire.ChunkCompressor().compress(b"plain")
+    with pytest.raises(zstdwire.FrameError):
+        zstdwire.ChunkDecompressor().decompress_many([good, bad])

@@ -8,12 +8,14 @@ python-zstandard (the C extension and cffi); choose one with
 - ``training``: pick recent samples and train a dictionary (fastcover).
 - ``store``: an immutable, checksummed on-disk dictionary store.
 - ``chunks``: per-chunk frames that name their dictionary.
-- ``streams``: threaded, long-distance streaming with a capped window.
+- ``streams``: threaded, long-distance streaming with a capped window, and
+  a reader whose memory is bounded whatever it is given.
 """
 
 from .chunks import ChunkCompressor, ChunkDecompressor, frame_parameters
 from .errors import (DictionaryCorrupt, DictionaryError, DictionaryMissing,
-                     FrameError, TrainingError, ZstdWireError)
+                     FrameError, StreamTruncated, TrainingError,
+                     ZstdWireError)
 from .store import DictionaryStore, StoredDictionary
 from .streams import (MAX_WINDOW_LOG, StreamCompressor, StreamReader,
                       compression_parameters, decompress_chunks)
@@ -23,6 +25,6 @@ __all__ = [
     "ChunkCompressor", "ChunkDecompressor", "DictionaryCorrupt",
     "DictionaryError", "DictionaryMissing", "DictionaryStore", "FrameError",
     "MAX_WINDOW_LOG", "StoredDictionary", "StreamCompressor", "StreamReader",
-    "TrainingError", "ZstdWireError", "compression_parameters",
-    "decompress_chunks", "frame_parameters", "select_recent", "train",
+    "StreamTruncated", "TrainingError", "ZstdWireError",
+    "compression_parameters", "decompress_chunks", "frame_parameters", "select_recent", "train",
 ]

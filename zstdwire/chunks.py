@@ -143,9 +143,10 @@ class ChunkDecompressor:
 
         Where the backend has ``multi_decompress_to_buffer`` (the C one),
         all frames are decoded in one call with the dictionary of the first
-        frame; if that fails (frames of several dictionaries, a corrupt
-        frame), and on the cffi backend, frame by frame, so errors stay
-        precise.
+        frame; if that fails (frames of several dictionaries, a corrupt or
+        truncated frame, sizes claimed beyond what memory allows), and on
+        the cffi backend, frame by frame, so errors stay precise and each
+        claimed size is checked against what its frame can hold.
         """
         if segments and self._has_multi():
             first = segments[0]
@@ -153,12 +154,19 @@ class ChunkDecompressor:
             try:
                 result = self._context(dict_id).multi_decompress_to_buffer(
                     zstandard.BufferWithSegments(data, segments.tobytes()))
-            except zstandard.ZstdError:
+            except (zstandard.ZstdError, ValueError, MemoryError):
+                # ValueError: a frame too short to state its size;
+                # MemoryError: the one output buffer is sized by the sum
+                # of the frames' claims.
                 pass
             else:
                 return [segment.tobytes() for segment in result]
+        # Copies, not views: given views (which a raised error's traceback
+        # keeps), the cffi backend of python-zstandard 0.25 crashed the
+        # interpreter in its garbage collector.
         view = memoryview(data)
-        return [self.decompress(view[segments[i]:segments[i] + segments[i + 1]])
+        return [self.decompress(bytes(
+                    view[segments[i]:segments[i] + segments[i + 1]]))
                 for i in range(0, len(segments), 2)]
 
     def _has_multi(self):

@@ -31,3 +31,7 @@ class DictionaryCorrupt(DictionaryError):
 
 class FrameError(ZstdWireError):
     """A compressed frame or stream is truncated or corrupt."""
+
+
+class StreamTruncated(FrameError):
+    """A stream ended inside a frame: a cut connection or a short file."""

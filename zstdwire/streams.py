@@ -6,11 +6,12 @@ refuse larger windows ("Frame requires too much memory").  Output made with
 threads is an ordinary zstd frame that any decoder reads.
 """
 
+import collections
 import sys
 
 import zstandard
 
-from .errors import FrameError
+from .errors import FrameError, StreamTruncated
 
 #: log2 of the largest window a stock reader accepts.
 MAX_WINDOW_LOG = 27
@@ -18,8 +19,20 @@ MAX_WINDOW_LOG = 27
 #: The fastest level libzstd accepts (negative levels trade ratio for speed).
 MIN_LEVEL = -(1 << 17)
 
-#: Bytes read from a source per step.
+#: Bytes read from a source at once.
 READ_SIZE = zstandard.COMPRESSION_RECOMMENDED_INPUT_SIZE
+
+#: Compressed bytes a reader decodes per step.  A zstd block costs at least
+#: 4 bytes (3 of header, 1 of RLE content) and yields at most 128 KiB, and
+#: a step may finish one block begun in the step before, so a step yields
+#: at most ``STEP_OUTPUT_MAX`` bytes (8 MiB) however the input was
+#: crafted.  Ordinary data yields about a KiB per step; the steps cost
+#: less than the copies the reader made before it had them.
+STEP_INPUT = 256
+STEP_OUTPUT_MAX = (STEP_INPUT // 4 + 1) * (128 << 10)
+
+# libzstd's words for a frame whose window is above max_window_size.
+_WINDOW_TOO_LARGE = "Frame requires too much memory"
 
 
 def compression_parameters(level=3, threads=0, long_distance=False):
@@ -74,8 +87,15 @@ class StreamReader:
     """A readable file object decoding a zstd stream from ``source``.
 
     Concatenated frames are read in turn.  A stream that ends inside a frame
-    raises ``FrameError`` instead of returning short data, and a window
-    above 2**27 is refused as stock readers refuse it.
+    raises ``StreamTruncated`` instead of returning short data; a corrupt
+    one, or a frame asking for a window above 2**27 (as stock readers
+    refuse it), raises ``FrameError``.
+
+    Memory is bounded whatever the input: the decoder holds one window
+    (at most 2**27 bytes) and decodes ``STEP_INPUT`` compressed bytes at a
+    time, so besides what a read asks for it holds at most one step's
+    output, ``STEP_OUTPUT_MAX`` bytes (python-zstandard briefly holds a
+    step two or three times while it joins its pieces).
     """
 
     def __init__(self, source):
@@ -83,32 +103,56 @@ class StreamReader:
         self._dctx = zstandard.ZstdDecompressor(
             max_window_size=1 << MAX_WINDOW_LOG)
         self._dobj = None
-        # A bytearray: deleting from its front is cheap, so many small
-        # reads of one big decoded block stay linear.
-        self._pending = bytearray()
+        self._input = memoryview(b"")
+        # Decoded steps not read yet, whole (slicing a step would copy
+        # it), and how far into the first one reads have got.
+        self._decoded = collections.deque()
+        self._offset = 0
+        self._available = 0
         self._ended = False
 
     def readable(self):
         return True
 
     def _fill(self, size):
-        """Decode until ``size`` bytes are pending or the source ends."""
-        while len(self._pending) < size and not self._ended:
-            data = self._source.read(READ_SIZE)
-            if not data:
-                self._ended = True
-                if self._dobj is not None and not self._dobj.eof:
-                    raise FrameError("zstd stream ended inside a frame "
-                                     "(truncated download or file?)")
-                return
-            while data:
-                if self._dobj is None or self._dobj.eof:
-                    self._dobj = self._dctx.decompressobj()
-                try:
-                    self._pending += self._dobj.decompress(data)
-                except zstandard.ZstdError as err:
-                    raise FrameError("corrupt zstd stream: %s" % err) from err
-                data = self._dobj.unused_data if self._dobj.eof else b""
+        """Decode until ``size`` bytes are available or the source ends."""
+        while self._available < size and not self._ended:
+            if not self._input:
+                data = self._source.read(READ_SIZE)
+                if not data:
+                    self._ended = True
+                    if self._dobj is not None and not self._dobj.eof:
+                        raise StreamTruncated(
+                            "zstd stream ended inside a frame (truncated "
+                            "download or file?)")
+                    return
+                self._input = memoryview(data)
+            self._step()
+
+    def _step(self):
+        if self._dobj is None or self._dobj.eof:
+            self._dobj = self._dctx.decompressobj()
+        # bytes, not a view: given views, the cffi backend of
+        # python-zstandard 0.25 crashed the interpreter in its garbage
+        # collector.
+        piece = bytes(self._input[:STEP_INPUT])
+        try:
+            out = self._dobj.decompress(piece)
+        except zstandard.ZstdError as err:
+            if _WINDOW_TOO_LARGE in str(err):
+                raise FrameError(
+                    "zstd frame needs a window above %d bytes (2**%d), "
+                    "the most this reader and stock zstd readers accept"
+                    % (1 << MAX_WINDOW_LOG, MAX_WINDOW_LOG)) from err
+            raise FrameError("corrupt zstd stream: %s" % err) from err
+        used = len(piece)
+        if self._dobj.eof:
+            # The frame ended inside the piece; the rest begins the next.
+            used -= len(self._dobj.unused_data)
+        self._input = self._input[used:]
+        if out:
+            self._decoded.append(out)
+            self._available += len(out)
 
     def read(self, size=-1):
         """Return ``size`` bytes (all when ``size`` is negative or None);
@@ -116,14 +160,27 @@ class StreamReader:
         if size is None or size < 0:
             size = sys.maxsize
         self._fill(size)
-        out = bytes(self._pending[:size])
-        del self._pending[:size]
-        return out
+        parts = []
+        while size and self._decoded:
+            first = self._decoded[0]
+            end = min(len(first), self._offset + size)
+            if self._offset == 0 and end == len(first):
+                parts.append(first)
+            else:
+                parts.append(first[self._offset:end])
+            size -= end - self._offset
+            self._available -= end - self._offset
+            if end == len(first):
+                self._decoded.popleft()
+                self._offset = 0
+            else:
+                self._offset = end
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def decompress_chunks(chunks):
     """Yield decoded bytes for an iterable of compressed chunks; raises
-    ``FrameError`` if the input stops inside a frame."""
+    ``StreamTruncated`` if the input stops inside a frame."""
     reader = StreamReader(_IterReader(chunks))
     while True:
         out = reader.read(READ_SIZE)
