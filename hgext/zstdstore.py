@@ -60,7 +60,11 @@ loaded replaced loads it again and reads on.
 
 A missing or corrupt dictionary file stops any command that needs it with
 an error that names the file: copy it back from another clone of the
-repository (``.hg/store/zstd-dicts/ID``), or from a backup.
+repository (``.hg/store/zstd-dicts/ID``), or from a backup, or clone the
+repository again.  A damaged ``active`` file stops commands that write
+revisions, naming it; ``hg zstd-train`` writes a new one.  A stream clone
+checks the dictionaries and the ``active`` file it receives, and refuses
+damaged ones before the clone is used.
 """
 
 import array

@@ -3,18 +3,18 @@ with the real hg on the real-content repository."""
 
 import json
 import os
-import random
 import re
-import signal
-import subprocess
 import threading
 import time
 import urllib.request
 
 import pytest
-from mercurial import store
+from mercurial import bundle2, store, ui as uimod, util
+from mercurial.utils import urlutil
 
 from vcsperf import storebench
+
+import campaign
 
 ENABLE = "[extensions]\nzstdstore =\n"
 
@@ -54,11 +54,9 @@ def trained_repo(hg, hgrc, real_hg_repo):
 
 
 def is_clean_abort(proc):
-    """Exit 255, no traceback, one ``abort:`` line and a hint."""
-    lines = proc.stderr.splitlines()
-    return (proc.returncode == 255 and "Traceback" not in proc.stderr
-            and [line.startswith("abort: ") for line in lines].count(True)
-            == 1 and lines[-1].startswith("("))
+    """A clean abort (see campaign.py) whose last line is its hint."""
+    return campaign.is_clean_abort(proc) and \
+        proc.stderr.splitlines()[-1].startswith("(")
 
 
 def test_story_on_real_history(hg, hgrc, real_hg_repo):
@@ -210,42 +208,6 @@ def test_unusable_dictionary_aborts_naming_the_file(hg, dict_repo, tmp_path,
                         "again)" % path)
     path.write_bytes(backup)
     hg("verify", "-q", cwd=dict_repo)
-
-
-def _kill_at(hg, repo, args, delay):
-    proc = subprocess.Popen([hg.binary, *args], cwd=repo, env=hg.env,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def test_killed_train_and_recompress_leave_a_valid_repo(hg, hgrc,
-                                                        real_hg_repo):
-    hgrc.write_text(ENABLE)
-    repo = real_hg_repo
-    hg("debugupgraderepo", "--run", "-q", "--config",
-       "format.revlog-compression=zstd-dict", cwd=repo)
-    schedule = random.Random(20261122)
-    for attempt in range(24):
-        command = ["zstd-train"] if attempt % 3 == 0 else ["zstd-recompress"]
-        if attempt % 3 == 1:
-            # A fresh dictionary gives recompress real work to do.
-            hg("zstd-train", "--dict-size", str(schedule.choice(
-                [8192, 16384, 32768, 65536])), cwd=repo)
-        _kill_at(hg, repo, command, schedule.uniform(0.1, 1.2))
-        verify = hg.proc("verify", "-q", cwd=repo)
-        assert verify.returncode == 0, (attempt, verify.stderr)
-        assert "error" not in verify.stderr
-    hg("zstd-train", cwd=repo)
-    hg("zstd-recompress", cwd=repo)
-    hg("verify", "-q", cwd=repo)
-    figures = stats(hg, repo)["changelog"]
-    assert figures["encodings"] == {"dictionary %d" % figures["active"]: 57}
-    leftovers = [name for root, _, files in os.walk(repo / ".hg" / "store")
-                 for name in files if name.startswith(".")]
-    assert leftovers == []
 
 
 def test_corrupt_chunk_is_reported_never_returned(hg, dict_repo):
@@ -540,3 +502,49 @@ def test_recompress_killed_with_the_changelog_inline_recovers(
     assert inline_with_data_file(store_dir) == []
     assert (store_dir / "00changelog.d").exists()
     hg("verify", "-q", cwd=repo)
+
+
+def stream_bundle(path, files):
+    """Write a stream clone bundle of ``files`` ((name, data) pairs, names
+    as a hostile server chooses them) for a zstd-dict repository."""
+    bundler = bundle2.bundle20(uimod.ui.load())
+    part = bundler.newpart(b"stream2", data=b"".join(
+        b"s" + util.uvarintencode(len(name)) + util.uvarintencode(len(data))
+        + name + data for name, data in files))
+    part.addparam(b"bytecount", b"%d" % sum(len(d) for _, d in files),
+                  mandatory=True)
+    part.addparam(b"filecount", b"%d" % len(files), mandatory=True)
+    part.addparam(b"requirements", urlutil.urlreq.quote(
+        b"dotencode,fncache,generaldelta,revlogv1,sparserevlog,store,"
+        b"exp-compression-zstd-dict"), mandatory=True)
+    with open(path, "wb") as fh:
+        for chunk in bundler.getchunks():
+            fh.write(chunk)
+
+
+def test_dictionary_names_from_a_peer_stay_in_the_store(hg, hgrc, tmp_path):
+    """Dictionary file names a hostile server sends in a stream clone:
+    none writes outside ``.hg/store``."""
+    hgrc.write_text(ENABLE)
+    marker = b"[hooks]\npre-commit = echo planted\n"
+    names = [b"zstd-dicts/../../hgrc", b"zstd-dicts/../../../victim",
+             b"zstd-dicts/" + b"../" * 12 + b"victim",
+             os.fsencode(tmp_path / "victim-absolute"),
+             b"zstd-dicts/.hg/hgrc", b"zstd-dicts/..",
+             b"zstd-dicts/active/../../../victim", b"zstd-dicts/~2e~2e/x"]
+    for n, name in enumerate(names):
+        bundle = tmp_path / ("crafted-%d.hg" % n)
+        stream_bundle(bundle, [(name, marker)])
+        repo = tmp_path / ("repo-%d" % n)
+        hg("init", repo)
+        proc = hg.proc("unbundle", bundle, cwd=repo)
+        assert proc.returncode == 0 or campaign.is_clean_abort(proc), \
+            (name, proc.stderr)
+        planted = [path.relative_to(tmp_path).parts
+                   for path in tmp_path.rglob("*")
+                   if path.is_file() and path.read_bytes() == marker]
+        assert all(parts[0].startswith("repo-")
+                   and parts[1:3] == (".hg", "store")
+                   for parts in planted), (name, planted)
+        assert "planted" not in hg.proc("commit", "-A", "-m", "x",
+                                        cwd=repo).stdout
