@@ -54,21 +54,28 @@ files are never deleted.
 
 ``hg zstd-recompress`` holds the store lock and replaces each revlog by
 renames that leave a valid revlog at every instant, so it can be killed at
-any point; running it again finishes the job.  Readers that opened a
-revlog before its replacement may fail to read it and must retry.
+any point; running it again finishes the job.  Readers keep working
+meanwhile (``hg log``, ``hg serve``): a reader that finds the revlog it
+loaded replaced loads it again and reads on.
 
 A missing or corrupt dictionary file stops any command that needs it with
 an error that names the file: copy it back from another clone of the
-repository (``.hg/store/zstd-dicts/ID``), or from a backup.
+repository (``.hg/store/zstd-dicts/ID``), or from a backup, or clone the
+repository again.  A damaged ``active`` file stops commands that write
+revisions, naming it; ``hg zstd-train`` writes a new one.  A stream clone
+checks the dictionaries and the ``active`` file it receives, and refuses
+damaged ones before the clone is used.
 """
 
 import array
+import contextlib
 import inspect
 import json
 import os
 import struct
 import threading
 import time
+import weakref
 
 from mercurial.i18n import _
 from mercurial import (
@@ -84,6 +91,7 @@ from mercurial import (
 )
 from mercurial.revlogutils import constants as revlogconst
 from mercurial.revlogutils import deltas as deltautil
+from mercurial.revlogutils import flagutil, randomaccessfile
 from mercurial.upgrade_utils import engine as upgrade_engine
 from mercurial.utils import compression, stringutil
 
@@ -114,6 +122,7 @@ HEADER = b'D'
 DICTS_DIR = b'zstd-dicts'
 ACTIVE_FILE = DICTS_DIR + b'/active'
 KINDS = (b'changelog', b'manifest', b'filelog')
+_KIND_NAMES = {kind.decode('ascii'): kind for kind in KINDS}
 
 #: Chunks shorter than this are stored raw, as core does.
 MIN_CHUNK = 50
@@ -147,7 +156,8 @@ class _DictsDir:
         self._local = threading.local()
 
     def active(self):
-        """``{kind: dict_id}`` of the dictionaries new chunks use."""
+        """``{kind: dict_id}`` of the dictionaries new chunks use; aborts
+        naming the ``active`` file if it is damaged."""
         path = os.path.join(self.path, b'active')
         try:
             st = os.stat(path)
@@ -174,11 +184,7 @@ class _DictsDir:
         try:
             return self.store.get(dict_id)
         except zstdwire.DictionaryError as err:
-            raise error.Abort(
-                _(b'zstd dictionary %d unusable: %s')
-                % (dict_id, stringutil.forcebytestr(err)),
-                hint=_(b'copy %s from another clone of this repository, or '
-                       b'restore it from a backup') % os.fsencode(err.path))
+            raise _unusable_dictionary(dict_id, err)
 
     def compressor(self, kind, level):
         dict_id = self.active().get(kind)
@@ -186,11 +192,25 @@ class _DictsDir:
             return None
         key = (dict_id, level)
         if key not in self._compressors:
-            dictionary = self.get(dict_id)
-            # A revlog verifies every revision's hash on read, so frames
-            # need no checksum of their own (core's zstd chunks have none).
-            self._compressors[key] = zstdwire.ChunkCompressor(
-                dictionary, level, checksum=False)
+            try:
+                stored = self.store.load(dict_id)
+                # A revlog verifies every revision's hash on read, so frames
+                # need no checksum of their own (core's zstd chunks have
+                # none).
+                compressor = zstdwire.ChunkCompressor(
+                    stored.dictionary, level, checksum=False)
+            except zstandard.ZstdError as err:
+                raise _unusable_dictionary(dict_id, zstdwire.DictionaryCorrupt(
+                    'not a zstd dictionary (%s)' % err,
+                    self.store.path(dict_id)))
+            except zstdwire.DictionaryError as err:
+                raise _unusable_dictionary(dict_id, err)
+            if stored.kind != kind.decode('ascii'):
+                raise _DamagedActive(
+                    os.path.join(self.path, b'active'),
+                    b'it names %s dictionary %d for %s'
+                    % (stored.kind.encode('ascii'), dict_id, kind))
+            self._compressors[key] = compressor
         return self._compressors[key]
 
 
@@ -203,10 +223,60 @@ def _dicts_dir(path):
     return _dicts_dirs[path]
 
 
+#: Far more than ``active`` ever holds; a bigger file is not one.
+ACTIVE_MAX_SIZE = 4096
+
+
 def read_active(path):
+    """The ``active`` file at ``path``, checked (see ``parse_active``)."""
     with open(path, 'rb') as fh:
-        data = json.loads(fh.read() or b'{}')
-    return {k.encode('ascii'): int(v) for k, v in data.items()}
+        data = fh.read(ACTIVE_MAX_SIZE + 1)
+    try:
+        return parse_active(data)
+    except ValueError as err:
+        raise _DamagedActive(path, stringutil.forcebytestr(err))
+
+
+def parse_active(data):
+    """``{kind: dict_id}`` from the contents of an ``active`` file: a JSON
+    object mapping some of ``KINDS`` to dictionary IDs.  Anything else
+    raises ``ValueError`` saying what is wrong."""
+    if len(data) > ACTIVE_MAX_SIZE:
+        raise ValueError('more than %d bytes' % ACTIVE_MAX_SIZE)
+    try:
+        parsed = json.loads(data.decode('ascii'))
+    except (ValueError, RecursionError):
+        # UnicodeDecodeError and JSONDecodeError are ValueErrors.
+        raise ValueError('not a JSON object of dictionary IDs')
+    if not isinstance(parsed, dict):
+        raise ValueError('not a JSON object of dictionary IDs')
+    active = {}
+    for name, dict_id in parsed.items():
+        kind = _KIND_NAMES.get(name)
+        if kind is None:
+            raise ValueError('unknown revlog class %s' % ascii(name)[:40])
+        # bool is an int to Python, not to JSON.
+        if type(dict_id) is not int or not 0 < dict_id < 2 ** 32:
+            raise ValueError('the %s entry is not a dictionary ID' % name)
+        active[kind] = dict_id
+    return active
+
+
+class _DamagedActive(error.Abort):
+    def __init__(self, path, reason):
+        super().__init__(
+            _(b'%s is damaged: %s') % (path, reason),
+            hint=_(b'copy it from another clone of this repository, or run '
+                   b'hg zstd-train to write a new one'))
+
+
+def _unusable_dictionary(dict_id, err):
+    return error.Abort(
+        _(b'zstd dictionary %d unusable: %s')
+        % (dict_id, stringutil.forcebytestr(err)),
+        hint=_(b'copy %s from another clone of this repository, restore it '
+               b'from a backup, or clone the repository again')
+        % os.fsencode(err.path))
 
 
 def _revlog_error(err):
@@ -307,6 +377,152 @@ def _revlog_init(orig, self, opener, *args, **kwargs):
             options[_OPT_LEVEL] = opener.options[_OPT_LEVEL]
 
 
+# Readers while hg zstd-recompress replaces revlogs ------------------------
+#
+# A revlog keeps its index in memory and opens its data file for each read
+# (or once per ``reading()``).  Recompression renames a new index and a new
+# data file into place (index first), so a reader that loaded the old index
+# and opens the data file afterwards would read the new file at the old
+# offsets.  Revlog version 1 has no docket to name data files per
+# generation, and nothing tells when the last reader of an old file is
+# gone; so readers check instead.  After opening a file of the revlog, a
+# reader compares the index file on disk with the one it loaded: unchanged
+# means the file it opened is the one its index describes (recompression
+# replaces a data file only after its index).  Otherwise it loads the
+# revlog again and reads through the new one.  Recompression keeps every
+# revision number, node and delta base, so what the reader computed from
+# the old index still holds; only offsets and stored lengths changed.
+
+
+class _RevlogReplaced(error.RevlogError):
+    """The files of a revlog changed since its index was loaded.  Caught
+    where a read can start over on the reloaded revlog; elsewhere the
+    message says what happened."""
+
+    def __init__(self, rl):
+        super().__init__(
+            _(b'%s was replaced while it was read') % rl.display_id,
+            hint=_(b'run the command again'))
+
+
+def _identity(opener, path):
+    """What tells one file at ``path`` from any later one: a replaced
+    file's inode may be reused, never with the same times and size."""
+    try:
+        st = opener.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _get_data(orig, self, filepath, *args, **kwargs):
+    """Note which index file a dictionary revlog loads.  Taken before the
+    read: if the file is replaced in between, the next check reloads for
+    nothing, but never misses a replacement."""
+    if self.feature_config.compression_engine == ENGINE:
+        self._zstdstore_index = (filepath, _identity(self.opener, filepath))
+    return orig(self, filepath, *args, **kwargs)
+
+
+class _LoadedIndex:
+    """The index file one inner revlog was built from."""
+
+    def __init__(self, rl, path, identity):
+        self._revlog = weakref.ref(rl)
+        self._inner = weakref.ref(rl._inner)
+        self.path = path
+        self.identity = identity
+
+    def replaced(self):
+        rl, inner = self._revlog(), self._inner()
+        if rl is None or inner is None or inner.is_writing or \
+                inner.is_delaying:
+            # This process writes the revlog: its index is the newest.
+            return False
+        return _identity(inner.opener, self.path) != self.identity
+
+    def reloaded(self):
+        """The revlog's current inner revlog, loaded again if this one is
+        still current."""
+        rl = self._revlog()
+        if rl._inner is self._inner():
+            _reload(rl)
+        return rl._inner
+
+
+# 7.2's _loadindex returns the index and the chunk cache, 6.9's only the
+# chunk cache.
+_LOAD_INNER_TAKES_INDEX = 'index' in inspect.signature(
+    revlog.revlog._load_inner).parameters
+
+
+def _reload(rl):
+    """Load ``rl`` from disk again, as core does after rewriting one."""
+    known = len(rl.index)
+    last = rl.index[known - 1][7] if known else None
+    # _loadindex registers the flag processors again, and resets what the
+    # changelog turns off after it.
+    rl._flagprocessors = dict(flagutil.flagprocessors)
+    storedeltachains = rl._storedeltachains
+    loaded = rl._loadindex()
+    if _LOAD_INNER_TAKES_INDEX:
+        rl._load_inner(*loaded)
+    else:
+        rl._load_inner(loaded)
+    rl._storedeltachains = storedeltachains
+    if len(rl.index) < known or (known and rl.index[known - 1][7] != last):
+        raise error.RevlogError(
+            _(b'%s was rewritten with other revisions while it was read')
+            % rl.display_id, hint=_(b'run the command again'))
+
+
+def _load_inner(orig, self, *args, **kwargs):
+    orig(self, *args, **kwargs)
+    path, identity = getattr(self, '_zstdstore_index', (None, None))
+    segments = getattr(self._inner, '_segmentfile', None)
+    if identity is not None and segments is not None:
+        self._inner._zstdstore_loaded = loaded = _LoadedIndex(
+            self, path, identity)
+        segments._zstdstore_loaded = loaded
+
+
+def _open_segment(orig, self, *args, **kwargs):
+    """Open a revlog file for reading, unless the revlog was replaced
+    since its index was loaded."""
+    fp = orig(self, *args, **kwargs)
+    loaded = getattr(self, '_zstdstore_loaded', None)
+    if loaded is not None and loaded.replaced():
+        fp.close()
+        raise _RevlogReplaced(loaded._revlog())
+    return fp
+
+
+def _inner_chunk(orig, self, rev, *args, **kwargs):
+    try:
+        return orig(self, rev, *args, **kwargs)
+    except _RevlogReplaced:
+        return self._zstdstore_loaded.reloaded()._chunk(rev, *args, **kwargs)
+
+
+def _raw_comp_chunk(orig, self, rev, *args, **kwargs):
+    try:
+        return orig(self, rev, *args, **kwargs)
+    except _RevlogReplaced:
+        self._inner._zstdstore_loaded.reloaded()
+        return self.raw_comp_chunk(rev, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _reading(orig, self, *args, **kwargs):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(orig(self, *args, **kwargs))
+        except _RevlogReplaced:
+            self._inner._zstdstore_loaded.reloaded()
+            stack.enter_context(self.reading(*args, **kwargs))
+        yield
+
+
 #: Decoded changelog chunks at least this big go into core's uncompressed
 #: chunk cache, and every manifest and filelog chunk.  Measured on ipython
 #: and requests: caching none made full-text manifest reads up to 2.1x
@@ -318,6 +534,14 @@ CACHED_CHANGELOG_CHUNK_MIN = 1024
 
 
 def _chunks(orig, self, revs, targetsize=None, *args, **kwargs):
+    try:
+        return _decode_chunks(orig, self, revs, targetsize, *args, **kwargs)
+    except _RevlogReplaced:
+        return self._zstdstore_loaded.reloaded()._chunks(
+            revs, targetsize, *args, **kwargs)
+
+
+def _decode_chunks(orig, self, revs, targetsize, *args, **kwargs):
     """Decompress the dictionary chunks of one read in a single call.
 
     This covers single-chunk reads too: reading history in order (``hg
@@ -408,6 +632,53 @@ def _decode_slice(inner, revs, found):
         found.update(zip(batched, decoded))
 
 
+def _check_streamed(orig, repo, *args, **kwargs):
+    """Refuse a stream clone whose dictionaries its repository could not
+    use, before anything reads or writes with them."""
+    orig(repo, *args, **kwargs)
+    _check_received_dictionaries(repo)
+
+
+def _check_local_copy(orig, src_repo, dest_repo, *args, **kwargs):
+    orig(src_repo, dest_repo, *args, **kwargs)
+    _check_received_dictionaries(dest_repo)
+
+
+def _check_received_dictionaries(repo):
+    if not repo.svfs.isdir(DICTS_DIR):
+        return
+    dicts = zstdwire.DictionaryStore(os.fsdecode(repo.svfs.join(DICTS_DIR)))
+    without = _(b'; a clone without --stream does not need it')
+    kinds = {}
+    for dict_id in dicts.ids():
+        try:
+            kinds[dict_id] = dicts.load(dict_id).kind.encode('ascii')
+        except zstdwire.DictionaryError as err:
+            raise error.Abort(
+                _(b'zstd dictionary %d of the source is unusable: %s')
+                % (dict_id, stringutil.forcebytestr(err)),
+                hint=_(b'the source needs its %s/%d copied from another '
+                       b'clone or a backup') % (DICTS_DIR, dict_id) + without)
+    if not repo.svfs.exists(ACTIVE_FILE):
+        return
+    with repo.svfs(ACTIVE_FILE, b'rb') as fh:
+        data = fh.read(ACTIVE_MAX_SIZE + 1)
+    try:
+        active = parse_active(data)
+    except ValueError as err:
+        reason = stringutil.forcebytestr(err)
+    else:
+        wrong = [(kind, dict_id) for kind, dict_id in sorted(active.items())
+                 if kinds.get(dict_id) != kind]
+        if not wrong:
+            return
+        reason = b'it names dictionary %d for %s, which the source has ' \
+            b'not as a %s dictionary' % (wrong[0][1], wrong[0][0], wrong[0][0])
+    raise error.Abort(_(b'%s of the source is damaged: %s')
+                      % (ACTIVE_FILE, reason),
+                      hint=_(b'the source needs hg zstd-train') + without)
+
+
 def _walkstreamfiles(orig, repo, *args, **kwargs):
     """Send dictionaries with stream clones, stream bundles and local
     clones: without them the copied revlogs cannot be read."""
@@ -448,7 +719,19 @@ def extsetup(ui):
         util.compengines.register(_ZstdDictEngine())
     extensions.wrapfunction(revlog.revlog, '__init__', _revlog_init)
     extensions.wrapfunction(revlog._InnerRevlog, '_chunks', _chunks)
+    extensions.wrapfunction(revlog._InnerRevlog, '_chunk', _inner_chunk)
+    extensions.wrapfunction(revlog.revlog, '_get_data', _get_data)
+    extensions.wrapfunction(revlog.revlog, '_load_inner', _load_inner)
+    extensions.wrapfunction(revlog.revlog, 'reading', _reading)
+    if hasattr(revlog.revlog, 'raw_comp_chunk'):  # not in 6.9
+        extensions.wrapfunction(revlog.revlog, 'raw_comp_chunk',
+                                _raw_comp_chunk)
+    extensions.wrapfunction(randomaccessfile.randomaccessfile, '_open',
+                            _open_segment)
     extensions.wrapfunction(streamclone, '_walkstreamfiles', _walkstreamfiles)
+    for consume in ('consumev1', 'consumev2', 'consumev3'):
+        extensions.wrapfunction(streamclone, consume, _check_streamed)
+    extensions.wrapfunction(streamclone, 'local_copy', _check_local_copy)
     extensions.wrapfunction(upgrade_engine, '_clonerevlogs', _clonerevlogs)
 
 
@@ -558,7 +841,12 @@ def zstd_train(ui, repo, **opts):
         by_kind = {kind: [] for kind in KINDS}
         for kind, rl in _store_revlogs(repo):
             by_kind[kind].append(rl)
-        active = dict(dicts.active())
+        try:
+            active = dict(dicts.active())
+        except _DamagedActive as err:
+            # Training writes a new one: keep nothing from the old.
+            ui.warn(_(b'warning: %s\n') % err.message)
+            active = {}
         for kind in KINDS:
             start = time.monotonic()
             samples = zstdwire.select_recent(
@@ -590,7 +878,9 @@ def _rewrite_revlog(repo, rl):
     Returns False when no chunk changes.  The revlog stays valid at every
     instant: an inline revlog is replaced by one rename; a split one first
     becomes inline (its data file is then unused), then gets its new data
-    file, then its new split index.
+    file, then its new split index.  A run killed in between leaves it
+    inline beside its data file: the next run splits it again, even with
+    no chunk to change.
     """
     if rl._format_version != revlogconst.REVLOGV1:
         raise error.Abort(_(b'%s: only revlog version 1 can be recompressed')
@@ -623,7 +913,7 @@ def _rewrite_revlog(repo, rl):
                     data_fh.write(chunk)
                     entries.append(packed)
                 offset += len(chunk)
-        if not changed:
+        if not changed and not (split and rl._inline):
             return False
         inline_fh.close()
         if split:

@@ -3,16 +3,18 @@ with the real hg on the real-content repository."""
 
 import json
 import os
-import random
 import re
-import signal
-import subprocess
+import threading
 import time
+import urllib.request
 
 import pytest
-from mercurial import store
+from mercurial import bundle2, store, ui as uimod, util
+from mercurial.utils import urlutil
 
 from vcsperf import storebench
+
+import campaign
 
 ENABLE = "[extensions]\nzstdstore =\n"
 
@@ -37,6 +39,24 @@ def dict_repo(hg, hgrc, real_hg_repo):
     hg("zstd-train", cwd=real_hg_repo)
     hg("zstd-recompress", cwd=real_hg_repo)
     return real_hg_repo
+
+
+@pytest.fixture
+def trained_repo(hg, hgrc, real_hg_repo):
+    """The real-content repository converted to zstd-dict, with small
+    dictionaries trained quickly; its chunks are not recompressed."""
+    hgrc.write_text(ENABLE)
+    hg("debugupgraderepo", "--run", "-q", "--config",
+       "format.revlog-compression=zstd-dict", cwd=real_hg_repo)
+    hg("zstd-train", "--dict-size", 16384, "--sample-budget", 1000000,
+       cwd=real_hg_repo)
+    return real_hg_repo
+
+
+def is_clean_abort(proc):
+    """A clean abort (see campaign.py) whose last line is its hint."""
+    return campaign.is_clean_abort(proc) and \
+        proc.stderr.splitlines()[-1].startswith("(")
 
 
 def test_story_on_real_history(hg, hgrc, real_hg_repo):
@@ -183,46 +203,11 @@ def test_unusable_dictionary_aborts_naming_the_file(hg, dict_repo, tmp_path,
     assert str(path) in lines[0]
     assert "missing" in lines[0] if damage == "missing" else \
         "checksum mismatch" in lines[0]
-    assert lines[1] == ("(copy %s from another clone of this repository, or "
-                        "restore it from a backup)" % path)
+    assert lines[1] == ("(copy %s from another clone of this repository, "
+                        "restore it from a backup, or clone the repository "
+                        "again)" % path)
     path.write_bytes(backup)
     hg("verify", "-q", cwd=dict_repo)
-
-
-def _kill_at(hg, repo, args, delay):
-    proc = subprocess.Popen([hg.binary, *args], cwd=repo, env=hg.env,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-
-
-def test_killed_train_and_recompress_leave_a_valid_repo(hg, hgrc,
-                                                        real_hg_repo):
-    hgrc.write_text(ENABLE)
-    repo = real_hg_repo
-    hg("debugupgraderepo", "--run", "-q", "--config",
-       "format.revlog-compression=zstd-dict", cwd=repo)
-    schedule = random.Random(20261122)
-    for attempt in range(24):
-        command = ["zstd-train"] if attempt % 3 == 0 else ["zstd-recompress"]
-        if attempt % 3 == 1:
-            # A fresh dictionary gives recompress real work to do.
-            hg("zstd-train", "--dict-size", str(schedule.choice(
-                [8192, 16384, 32768, 65536])), cwd=repo)
-        _kill_at(hg, repo, command, schedule.uniform(0.1, 1.2))
-        verify = hg.proc("verify", "-q", cwd=repo)
-        assert verify.returncode == 0, (attempt, verify.stderr)
-        assert "error" not in verify.stderr
-    hg("zstd-train", cwd=repo)
-    hg("zstd-recompress", cwd=repo)
-    hg("verify", "-q", cwd=repo)
-    figures = stats(hg, repo)["changelog"]
-    assert figures["encodings"] == {"dictionary %d" % figures["active"]: 57}
-    leftovers = [name for root, _, files in os.walk(repo / ".hg" / "store")
-                 for name in files if name.startswith(".")]
-    assert leftovers == []
 
 
 def test_corrupt_chunk_is_reported_never_returned(hg, dict_repo):
@@ -241,3 +226,325 @@ def test_corrupt_chunk_is_reported_never_returned(hg, dict_repo):
     cat = hg.proc("cat", "-r", damaged.group(1), tracked, cwd=dict_repo)
     assert cat.returncode == 255 and cat.stdout == ""
     assert "corrupt zstd frame" in cat.stderr
+
+
+# Files of the real history whose revlogs are split (index and data
+# file): the ones whose readers a replacement can strand.
+SPLIT_FILES = ["pip/_vendor/pyparsing.py", "pip/_vendor/idna/uts46data.py",
+               "pip/_vendor/certifi/cacert.pem",
+               "pip/_vendor/pkg_resources/__init__.py"]
+
+
+def test_readers_during_recompress_read_what_they_read_before(
+        hg, hgrc, real_hg_repo, hgserve, tmp_path):
+    """Local ``hg log -p`` and an ``hg serve`` answering diffs, clones and
+    pulls, in a loop while ``hg zstd-recompress`` rewrites every revlog
+    again and again: no read fails, and each returns what it returned
+    before."""
+    hgrc.write_text(ENABLE)
+    repo = real_hg_repo
+    hg("debugupgraderepo", "--run", "-q", "--config",
+       "format.revlog-compression=zstd-dict", cwd=repo)
+    active_file = repo / ".hg" / "store" / "zstd-dicts" / "active"
+    # Two sets of dictionaries; each round of recompression switches to
+    # the other one, so it rewrites every chunk.
+    actives = []
+    for size in (16384, 8192):
+        hg("zstd-train", "--dict-size", size, "--sample-budget", 1000000,
+           cwd=repo)
+        actives.append(active_file.read_bytes())
+    split = [path for path in SPLIT_FILES if (
+        repo / ".hg" / "store" / "data" / store.encodefilename(
+            path.encode()).decode()).with_suffix(".py.d" if path.endswith(
+                ".py") else ".pem.d").exists()]
+    assert split == SPLIT_FILES
+    includes = [arg for path in SPLIT_FILES for arg in ("-I", path)]
+    # A small chunk cache makes the reader go back to the files often, as
+    # on a history far longer than this one, where a read spans many
+    # times the cache.
+    log_p = ["log", "-p", "-r", "all()", *includes,
+             "--config", "format.chunkcachesize=1024"]
+    nodes = hg("log", "-T", "{node}\n", cwd=repo)
+    expected_log = hg.proc(*log_p, cwd=repo).stdout
+    base = tmp_path / "base"
+    hg("clone", "-q", "-U", "-r", "20", repo, base)
+    server = hgserve(repo)
+    diff_nodes = nodes.split()[-3:]
+    expected_diffs = {node: urllib.request.urlopen(
+        server.url + "raw-rev/" + node, timeout=120).read()
+        for node in diff_nodes}
+    assert all(len(diff) > 10000 for diff in expected_diffs.values())
+
+    def local_log(n):
+        proc = hg.proc(*log_p, cwd=repo)
+        return proc.returncode == 0 and proc.stdout == expected_log, \
+            proc.stderr[-300:]
+
+    def http_diff(n):
+        node = diff_nodes[n % len(diff_nodes)]
+        try:
+            got = urllib.request.urlopen(server.url + "raw-rev/" + node,
+                                         timeout=120).read()
+        except OSError as err:
+            return False, repr(err)
+        return got == expected_diffs[node], "raw-rev %s differs" % node
+
+    def http_clone(n):
+        dest = tmp_path / ("clone-%d" % n)
+        proc = hg.proc("clone", "-q", "-U", server.url, dest)
+        return proc.returncode == 0 and hg(
+            "log", "-T", "{node}\n", cwd=dest) == nodes, proc.stderr[-300:]
+
+    def http_pull(n):
+        dest = tmp_path / ("pull-%d" % n)
+        hg("clone", "-q", "-U", base, dest)
+        proc = hg.proc("pull", "-q", server.url, cwd=dest)
+        return proc.returncode == 0 and hg(
+            "log", "-T", "{node}\n", cwd=dest) == nodes, proc.stderr[-300:]
+
+    readers = [local_log, http_diff, http_clone, http_pull]
+    reads = {reader.__name__: [] for reader in readers}
+    stop = threading.Event()
+
+    def loop(reader):
+        n = 0
+        while not stop.is_set():
+            start = time.monotonic()
+            ok, detail = reader(n)
+            reads[reader.__name__].append(
+                (start, time.monotonic(), ok, detail))
+            n += 1
+
+    windows = []
+
+    def during(read):
+        return any(read[0] < end and read[1] > start
+                   for start, end in windows)
+
+    def enough(reads):
+        overlapping = {name: sum(map(during, done))
+                       for name, done in reads.items()}
+        return overlapping["local_log"] >= 4 and all(overlapping.values())
+
+    threads = [threading.Thread(target=loop, args=(reader,))
+               for reader in readers]
+    for thread in threads:
+        thread.start()
+    try:
+        for round_ in range(12):
+            active_file.write_bytes(actives[round_ % 2])
+            start = time.monotonic()
+            out = hg("zstd-recompress", cwd=repo)
+            windows.append((start, time.monotonic()))
+            assert not out.startswith("recompressed 0 ")
+            if enough(reads):
+                break
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    overlapping = {name: sum(map(during, done))
+                   for name, done in reads.items()}
+    print("reads during recompression:", overlapping, "in",
+          len(windows), "rounds")
+    failed = [(name, read[3]) for name, done in reads.items()
+              for read in done if not read[2]]
+    assert failed == []
+    assert enough(reads), overlapping
+    # Clients check each revision's hash as they add it; the last clone
+    # and pull once more as a whole.
+    for kind in ("clone", "pull"):
+        hg("verify", "-q", cwd=tmp_path / (
+            "%s-%d" % (kind, len(reads["http_" + kind]) - 1)))
+    hg("verify", "-q", cwd=repo)
+
+
+def damaged_actives(dicts):
+    """Contents of ``active`` that are not one, by what is wrong."""
+    active = json.loads((dicts / "active").read_text())
+    return {
+        "garbage": b"\x8f\x00\xffgarbage",
+        "truncated": (dicts / "active").read_bytes()[:15],
+        "empty": b"",
+        "a list": b"[1, 2]",
+        "a string ID": b'{"changelog": "%d"}' % active["changelog"],
+        "a boolean ID": b'{"changelog": true}',
+        "a negative ID": b'{"changelog": -5}',
+        "an ID over 32 bits": b'{"changelog": 99999999999999999999}',
+        "an unknown class": b'{"tags": 12}',
+        "a non-ASCII class": b'{"chang\\u00e9log": 12}',
+        "deep nesting": b'{"changelog": ' + b"[" * 1500 + b"]" * 1500 + b"}",
+        "oversized": b" " * 5000 + b"{}",
+        "a missing dictionary": b'{"changelog": 12345}',
+        "another class's dictionary": b'{"changelog": %d}' % active["filelog"],
+    }
+
+
+PATCH = """\
+diff --git a/NEWFILE.txt b/NEWFILE.txt
+new file mode 100644
+--- /dev/null
++++ b/NEWFILE.txt
+@@ -0,0 +1,1 @@
++%s
+"""
+
+
+def test_damaged_active_file_aborts_writes_cleanly(hg, trained_repo,
+                                                   tmp_path):
+    """Every way ``active`` can be damaged: a command that writes
+    revisions stops with one ``abort:`` line naming the file and a hint;
+    ``hg zstd-train`` (the hint) writes a good one again."""
+    repo = trained_repo
+    dicts = repo / ".hg" / "store" / "zstd-dicts"
+    good = (dicts / "active").read_bytes()
+    patch = tmp_path / "new.patch"
+    patch.write_text(PATCH % "a new file")
+    commit = ("import", "--bypass", "-m", "new file", patch)
+    damaged = damaged_actives(dicts)
+    for damage, data in damaged.items():
+        (dicts / "active").write_bytes(data)
+        proc = hg.proc(*commit, cwd=repo)
+        assert is_clean_abort(proc), (damage, proc.stderr)
+        # After "transaction abort!" and "rollback completed".
+        lines = proc.stderr.splitlines()[-2:]
+        if damage == "a missing dictionary":
+            assert str(dicts / "12345") in lines[0], lines
+        else:
+            assert str(dicts / "active") in lines[0] and " is damaged: " in \
+                lines[0], (damage, lines)
+            assert lines[1] == (
+                "(copy it from another clone of this repository, or run hg "
+                "zstd-train to write a new one)")
+    # Nothing was written meanwhile.
+    hg("verify", "-q", cwd=repo)
+    assert hg("log", "-r", "tip", "-T", "{desc}", cwd=repo) != "new file"
+    (dicts / "active").write_bytes(damaged["garbage"])
+    proc = hg.proc("zstd-train", "--dict-size", 8192, "--sample-budget",
+                   1000000, cwd=repo)
+    assert proc.returncode == 0
+    assert "warning: %s is damaged" % (dicts / "active") in proc.stderr
+    assert (dicts / "active").read_bytes() != good
+    hg(*commit, cwd=repo)
+    assert hg("log", "-r", "tip", "-T", "{desc}", cwd=repo) == "new file"
+    hg("verify", "-q", cwd=repo)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "another class's dictionary",
+                                    "dictionary"])
+def test_stream_clone_refuses_damaged_dictionaries(hg, trained_repo, hgserve,
+                                                   tmp_path, damage):
+    """What a stream clone receives is checked before it is used: a
+    damaged ``active`` or dictionary of the source stops the clone with
+    one ``abort:`` line, and leaves no clone whose commits would fail."""
+    repo = trained_repo
+    dicts = repo / ".hg" / "store" / "zstd-dicts"
+    if damage == "dictionary":
+        active = json.loads((dicts / "active").read_text())
+        path = dicts / str(active["manifest"])
+        data = bytearray(path.read_bytes())
+        data[-7] ^= 0x10
+        path.write_bytes(bytes(data))
+        expected = "abort: zstd dictionary %d of the source is unusable: " \
+            % active["manifest"]
+    else:
+        (dicts / "active").write_bytes(damaged_actives(dicts)[damage])
+        expected = "abort: zstd-dicts/active of the source is damaged: "
+    server = hgserve(repo)
+    for source, args in ((server.url, ["--stream"]), (repo, [])):
+        dest = tmp_path / "clone"
+        proc = hg.proc("clone", "-q", "-U", *args, source, dest)
+        assert is_clean_abort(proc), proc.stderr
+        assert proc.stderr.startswith(expected), proc.stderr
+        assert "a clone without --stream does not need it" in proc.stderr
+        assert not dest.exists()
+
+
+# Kills hg right after the first rename onto 00changelog.i: the moment
+# hg zstd-recompress has made the changelog inline, before its new data
+# file and split index.
+KILL_AFTER_INLINE_CHANGELOG = """
+import os
+from mercurial import extensions, util
+
+def close(orig, self):
+    orig(self)
+    if self._atomictempfile__name.endswith(b'00changelog.i'):
+        os._exit(137)
+
+def extsetup(ui):
+    extensions.wrapfunction(util.atomictempfile, 'close', close)
+"""
+
+
+def inline_with_data_file(store):
+    """Revlogs whose index says inline while a data file sits beside."""
+    found = []
+    for index in store.rglob("*.i"):
+        flags = int.from_bytes(index.read_bytes()[:4], "big") >> 16
+        if flags & 1 and index.with_suffix(".d").exists():
+            found.append(index.name)
+    return found
+
+
+def test_recompress_killed_with_the_changelog_inline_recovers(
+        hg, trained_repo, tmp_path):
+    repo = trained_repo
+    store_dir = repo / ".hg" / "store"
+    killer = tmp_path / "killer.py"
+    killer.write_text(KILL_AFTER_INLINE_CHANGELOG)
+    proc = hg.proc("zstd-recompress", "--config",
+                   "extensions.killer=%s" % killer, cwd=repo)
+    assert proc.returncode == 137, proc.stderr
+    assert inline_with_data_file(store_dir) == ["00changelog.i"]
+    hg("verify", "-q", cwd=repo)
+    hg("zstd-recompress", cwd=repo)
+    assert inline_with_data_file(store_dir) == []
+    assert (store_dir / "00changelog.d").exists()
+    hg("verify", "-q", cwd=repo)
+
+
+def stream_bundle(path, files):
+    """Write a stream clone bundle of ``files`` ((name, data) pairs, names
+    as a hostile server chooses them) for a zstd-dict repository."""
+    bundler = bundle2.bundle20(uimod.ui.load())
+    part = bundler.newpart(b"stream2", data=b"".join(
+        b"s" + util.uvarintencode(len(name)) + util.uvarintencode(len(data))
+        + name + data for name, data in files))
+    part.addparam(b"bytecount", b"%d" % sum(len(d) for _, d in files),
+                  mandatory=True)
+    part.addparam(b"filecount", b"%d" % len(files), mandatory=True)
+    part.addparam(b"requirements", urlutil.urlreq.quote(
+        b"dotencode,fncache,generaldelta,revlogv1,sparserevlog,store,"
+        b"exp-compression-zstd-dict"), mandatory=True)
+    with open(path, "wb") as fh:
+        for chunk in bundler.getchunks():
+            fh.write(chunk)
+
+
+def test_dictionary_names_from_a_peer_stay_in_the_store(hg, hgrc, tmp_path):
+    """Dictionary file names a hostile server sends in a stream clone:
+    none writes outside ``.hg/store``."""
+    hgrc.write_text(ENABLE)
+    marker = b"[hooks]\npre-commit = echo planted\n"
+    names = [b"zstd-dicts/../../hgrc", b"zstd-dicts/../../../victim",
+             b"zstd-dicts/" + b"../" * 12 + b"victim",
+             os.fsencode(tmp_path / "victim-absolute"),
+             b"zstd-dicts/.hg/hgrc", b"zstd-dicts/..",
+             b"zstd-dicts/active/../../../victim", b"zstd-dicts/~2e~2e/x"]
+    for n, name in enumerate(names):
+        bundle = tmp_path / ("crafted-%d.hg" % n)
+        stream_bundle(bundle, [(name, marker)])
+        repo = tmp_path / ("repo-%d" % n)
+        hg("init", repo)
+        proc = hg.proc("unbundle", bundle, cwd=repo)
+        assert proc.returncode == 0 or campaign.is_clean_abort(proc), \
+            (name, proc.stderr)
+        planted = [path.relative_to(tmp_path).parts
+                   for path in tmp_path.rglob("*")
+                   if path.is_file() and path.read_bytes() == marker]
+        assert all(parts[0].startswith("repo-")
+                   and parts[1:3] == (".hg", "store")
+                   for parts in planted), (name, planted)
+        assert "planted" not in hg.proc("commit", "-A", "-m", "x",
+                                        cwd=repo).stdout

@@ -69,10 +69,10 @@ def decode(data, path):
     offset = _FIXED.size + label_len
     if len(data) < offset + _TAIL.size:
         raise DictionaryCorrupt("truncated dictionary header", path)
-    try:
-        kind = data[_FIXED.size:offset].decode("ascii")
-    except UnicodeDecodeError:
-        raise DictionaryCorrupt("dictionary kind is not ASCII", path)
+    kind = data[_FIXED.size:offset].decode("latin-1")
+    if not (kind and kind.isascii() and kind.isprintable()):
+        raise DictionaryCorrupt("dictionary kind is not printable ASCII",
+                                path)
     size, digest = _TAIL.unpack_from(data, offset)
     payload = data[offset + _TAIL.size:]
     if len(payload) != size:
@@ -105,7 +105,7 @@ class DictionaryStore:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return []
-        return sorted(int(name) for name in names if name.isdigit())
+        return sorted(int(name) for name in names if _is_id(name))
 
     def __contains__(self, dict_id):
         return os.path.exists(self.path(dict_id))
@@ -150,9 +150,8 @@ class DictionaryStore:
             with open(path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError:
-            raise DictionaryMissing(
-                "dictionary %d is missing (copy it from the repository it "
-                "came from, or recompress without it)" % dict_id, path)
+            raise DictionaryMissing("dictionary %d is missing" % dict_id,
+                                    path)
         kind, dictionary = decode(data, path)
         if dictionary.dict_id() != dict_id:
             raise DictionaryCorrupt(
@@ -170,6 +169,12 @@ class DictionaryStore:
             if dict_id not in self._loaded:
                 self._loaded[dict_id] = self.load(dict_id).dictionary
             return self._loaded[dict_id]
+
+
+def _is_id(name):
+    """Whether a file name is one ``path()`` gives: decimal, no sign, no
+    leading zero (``str.isdigit`` also takes "²")."""
+    return name.isascii() and name.isdigit() and name == "%d" % int(name)
 
 
 def _fsync_directory(directory):
