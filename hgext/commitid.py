@@ -60,6 +60,7 @@ from mercurial import (
     extensions,
     localrepo,
     node as nodemod,
+    pycompat,
     registrar,
     revsetlang,
     rewriteutil,
@@ -121,6 +122,7 @@ def reposetup(ui, repo):
 
 def extsetup(ui):
     extensions.wrapfunction(cmdutil, 'tryimportone', _tryimportone)
+    extensions.wrapfunction(cmdutil, 'amend', _amend)
     extensions.afterloaded(b'split', _wrapsplit)
     extensions.afterloaded(b'convert', _wrapconvert)
 
@@ -194,6 +196,24 @@ def _tryimportone(orig, ui, repo, patchdata, parents, opts, *args, **kwargs):
         return orig(ui, repo, patchdata, parents, opts, *args, **kwargs)
     with _repo_state(repo, '_commitid_suspended', True):
         return orig(ui, repo, patchdata, parents, opts, *args, **kwargs)
+
+
+def _amend(orig, ui, repo, old, extra, pats, opts, *args, **kwargs):
+    # Core compares the new message with the old one to tell "nothing
+    # changed"; a message given with -m or -l lacks the ID the amended
+    # changeset will get back, so give it back before that comparison.
+    # Mercurial 7.x passes str keys here, 6.9 bytes keys.
+    str_keys = any(isinstance(k, str) for k in opts)
+    key = pycompat.sysstr if str_keys else bytes
+    old_id = commit_id(old.description())
+    message = cmdutil.logmessage(
+        ui, pycompat.byteskwargs(opts) if str_keys else opts)
+    if old_id and message:
+        with_id = commitids.ensure_id(_text(message), lambda: _text(old_id),
+                                      parents=_parent_count(old))
+        opts = dict(opts)
+        opts[key(b'message')], opts[key(b'logfile')] = _bytes(with_id), None
+    return orig(ui, repo, old, extra, pats, opts, *args, **kwargs)
 
 
 def _wrapconvert(loaded):

@@ -153,6 +153,19 @@ def test_skipped_changesets(hg, repo):
     assert desc(hg, repo) == "Merge"
 
 
+def test_amend_with_the_same_message_changes_nothing(hg, repo):
+    """As in core: ``commit --amend -m`` with the changeset's message and
+    no change is "nothing changed", exit 1, though the message given
+    lacks the ID line (Mercurial's test-commit-amend.t)."""
+    node = hg("log", "-r", ".", "-T", "{node}", cwd=repo)
+    subject = desc(hg, repo).split("\n")[0]
+    proc = hg.proc("commit", "--amend", "-m", subject, cwd=repo)
+    assert (proc.returncode, proc.stdout) == (1, "nothing changed\n")
+    assert hg("log", "-r", ".", "-T", "{node}", cwd=repo) == node
+    assert hg("log", "--hidden", "-r", "all()", "-T", "x", cwd=repo) == \
+        hg("log", "-r", "all()", "-T", "x", cwd=repo)
+
+
 def test_amend_keeps_the_id(hg, repo):
     before = the_id(hg, repo)
     (repo / "three").write_text("amended\n")
