@@ -9,6 +9,7 @@ import pathlib
 import random
 import re
 import signal
+import struct
 import subprocess
 import time
 
@@ -414,6 +415,42 @@ def _corrupt_store(hg, source, served, tmp_path):
     hg("update", "-q", "null", cwd=tmp_path / "co")
 
 
+def damage_delta_bases(index):
+    """Set the delta base of every entry of the revlog ``index`` above its
+    own revision, as disk damage may (Mercurial's C index then raises
+    ``ValueError: corrupted revlog, revision base above revision``)."""
+    data = bytearray(index.read_bytes())
+    inline = struct.unpack(">I", data[:4])[0] & (1 << 16)
+    position, rev = 0, 0
+    while position + 64 <= len(data):
+        struct.pack_into(">i", data, position + 16, rev + 1000)
+        length = struct.unpack(">i", data[position + 8:position + 12])[0]
+        position += 64 + (length if inline else 0)
+        rev += 1
+    index.write_bytes(bytes(data))
+
+
+def garbage_dirstate(dest):
+    """Keep the dirstate's parents, make the rest garbage."""
+    dirstate = dest / ".hg" / "dirstate"
+    parents = dirstate.read_bytes()[:40]
+    dirstate.write_bytes(parents + bytes(range(256)) * 8)
+
+
+def _damaged_filelog_index(hg, source, served, tmp_path):
+    """issue 18: every rerun crashed with ValueError from the index."""
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    damage_delta_bases(_store(tmp_path, source)
+                       / ".hg/store/data/docs/readme.txt.i")
+
+
+def _garbage_dirstate(hg, source, served, tmp_path):
+    """issue 18: every rerun crashed with ValueError: overflow in
+    dirstate."""
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    garbage_dirstate(tmp_path / "co")
+
+
 def _missing_requirements(hg, source, served, tmp_path):
     checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
     requires = _store(tmp_path, source) / ".hg/store/requires"
@@ -496,6 +533,11 @@ RECOVERIES = {
                                   "(could not recover repo state; deleting "
                                   "shared store)"),
     "corrupt store": (_corrupt_store, "(repo corruption: "),
+    "damaged filelog index": (_damaged_filelog_index,
+                              "(repo corruption: corrupted revlog, "
+                              "revision base above revision"),
+    "garbage dirstate": (_garbage_dirstate,
+                         "(working directory state is unreadable: "),
     "missing requirements": (_missing_requirements,
                              "(shared store missing requirements: fncache; "
                              "deleting store and destination"),
@@ -527,7 +569,7 @@ def test_recovers_and_says_what_it_does(hg, source, served, tmp_path,
     proc = checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[2],
                     "--config", "sharepool.private-cache=true")
     assert message in proc.stderr, proc.stderr
-    assert "(waiting" not in proc.stderr
+    assert "(waiting" not in proc.stderr and "Traceback" not in proc.stderr
     assert parent(hg, tmp_path / "co") == source.nodes[2]
     assert hg("status", cwd=tmp_path / "co") == ""
     hg("verify", "-q", cwd=_store(tmp_path, source))
@@ -718,3 +760,35 @@ def test_real_history_checkouts_match_the_repository(hg, real_hg_repo,
         assert (tmp_path / "co" / some).read_bytes() == hg(
             "cat", "-r", node, some, cwd=real_hg_repo).encode()
         assert parent(hg, tmp_path / "co") == node
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["filelog index", "dirstate"])
+def test_real_history_recovers_from_a_damaged_index_or_dirstate(
+        hg, real_hg_repo, hgserve, tmp_path, damage):
+    """issue 18: a damaged filelog index in the pool (ValueError from
+    Mercurial's C index; the update runs in worker processes) or a garbage
+    dirstate in DEST crashed every rerun, the first leaving DEST on the
+    old revision with modified files.  Now the rerun repairs and
+    finishes, and the run after it finds nothing to repair."""
+    server = hgserve(real_hg_repo)
+    nodes = hg("log", "-T", "{node}\n", cwd=real_hg_repo).split()[::-1]
+    dest, store = tmp_path / "co", tmp_path / "pool" / nodes[0]
+    checkout(hg, server.url, dest, "-r", nodes[10])
+    if damage == "dirstate":
+        garbage_dirstate(dest)
+        expected = "(working directory state is unreadable: "
+    else:
+        # pip/__init__.py holds the version: it changes in every release
+        damage_delta_bases(store / ".hg/store/data/pip/____init____.py.i")
+        expected = ("(repo corruption: corrupted revlog, revision base "
+                    "above revision")
+    rerun = checkout(hg, server.url, dest, "-r", nodes[-1], check=False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert expected in rerun.stderr
+    assert hg("id", "--debug", "-i", cwd=dest).strip() == nodes[-1]
+    assert hg("status", cwd=dest) == ""
+    hg("verify", "-q", cwd=store)
+    again = checkout(hg, server.url, dest, "-r", nodes[-1])
+    assert "(repo corruption" not in again.stderr
+    assert "Traceback" not in again.stderr
