@@ -547,13 +547,11 @@ class _Run:
     def waiting(self, what):
         """What to say before waiting for the lock on ``what``."""
         def say(owner, seconds, takeover):
-            host, _sep, pid = owner.rpartition(':')
             then = (_(b'taking it over then') if takeover
                     else _(b'giving up then'))
             self.ui.warn(_(b'(waiting up to %d seconds for lock on %s held '
-                           b'by process %s on host %s; %s)\n')
-                         % (seconds, what, pycompat.bytestr(pid),
-                            pycompat.bytestr(host), then))
+                           b'by %s; %s)\n')
+                         % (seconds, what, _owner(owner), then))
         return say
 
     def remove(self, path, behavior):
@@ -699,9 +697,15 @@ class _Run:
         ``name`` (the same file, in Mercurial's format), under the run's
         lock policy."""
         what = _(b'pooled store %s') % name
+
+        def taken_over(owner):
+            self.ui.warn(_(b'(took over the lock on %s from %s)\n')
+                         % (what, _owner(owner)))
+
         lock = pooling.PidLock(os.fsdecode(os.path.join(sharebase,
                                                         name + b'.lock')),
-                               self.lock_policy, self.waiting(what))
+                               self.lock_policy, self.waiting(what),
+                               taken_over)
         with _lock_timeout_abort(what):
             lock.acquire()
         try:
@@ -939,6 +943,11 @@ class _outside_sparse_too:
 
     def __exit__(self, *exc):
         self.dirstate._sparsematchfn = self.saved
+
+
+def _owner(owner):
+    """Who holds a lock, for a message."""
+    return stringutil.forcebytestr(pooling.describe_owner(owner))
 
 
 def _recover(ui, repo):

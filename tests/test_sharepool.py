@@ -512,6 +512,18 @@ def _foreign_store_lock(hg, source, served, tmp_path):
     _foreign_lock(_store(tmp_path, source) / ".hg" / "store" / "lock")
 
 
+def _garbage_lock(path):
+    """A lock file of bytes that are not host:pid, left a minute ago."""
+    path.write_bytes(b"\xff\x00 not a lock \x80")
+    stamp = time.time() - 60
+    os.utime(path, (stamp, stamp))
+
+
+def _garbage_store_lock(hg, source, served, tmp_path):
+    checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[0])
+    _garbage_lock(_store(tmp_path, source) / ".hg" / "store" / "lock")
+
+
 def _lock_host():
     return pooling.owner_identity().rpartition(":")[0]
 
@@ -557,6 +569,7 @@ RECOVERIES = {
     "stale wlock": (_stale_working_directory_lock, STALE_WLOCK),
     "another host's wlock": (_foreign_working_directory_lock, STALE_WLOCK),
     "another host's store lock": (_foreign_store_lock, STALE_STORE_LOCK),
+    "garbage store lock": (_garbage_store_lock, STALE_STORE_LOCK),
 }
 
 
@@ -590,6 +603,24 @@ def test_another_hosts_lock_is_waited_for_then_taken_over(hg, source,
                      r"then\)", proc.stderr), proc.stderr
     assert STALE_WLOCK in proc.stderr
     assert parent(hg, tmp_path / "co") == source.nodes[2]
+
+
+def test_garbage_pool_lock_is_taken_over(hg, source, served, tmp_path):
+    """issue 18: a pool entry's lock whose content is not host:pid was
+    waited for until sharepool.lock-timeout (3600 s)."""
+    (tmp_path / "pool").mkdir()
+    lock = tmp_path / "pool" / (source.nodes[0] + ".lock")
+    os.symlink("%s:not-a-pid" % _lock_host(), lock)
+    start = time.monotonic()
+    proc = checkout(hg, served.url, tmp_path / "co", "-r", source.nodes[2],
+                    "--config", "sharepool.lock-timeout=30", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert ("(took over the lock on pooled store %s from no valid owner "
+            "(the lock holds '%s:not-a-pid', not host:pid))"
+            % (source.nodes[0], _lock_host())) in proc.stderr
+    assert time.monotonic() - start < 25
+    assert parent(hg, tmp_path / "co") == source.nodes[2]
+    assert not os.path.lexists(lock)
 
 
 def test_leaves_a_directory_that_is_not_a_checkout_alone(hg, served,
