@@ -1,7 +1,8 @@
 """hg robustcheckout (the sharepool extension) against real ``hg serve``
 servers on 127.0.0.1: the CI story, every recovery, a misbehaving proxy
-driving the retries, kill -9 at random moments, concurrent checkouts into
-one pool, and the aborts for bad input."""
+driving the retries, concurrent checkouts into one pool, and the aborts
+for bad input.  Kills at random moments and flipped bytes are in the
+campaign (test_campaign_checkout.py)."""
 
 import json
 import os
@@ -688,62 +689,6 @@ def test_backoff_grows_and_is_jittered():
         delay = attempts.delay(failures)
         base = (2 ** failures - 1) * 1.5
         assert base + 1.0 <= delay <= base + 5.0
-
-
-# kill -9 at random moments ---------------------------------------------------
-
-@pytest.mark.slow
-def test_kill_at_random_moments_then_rerun_succeeds(
-        hg, real_hg_repo, hgserve, tmp_path):
-    """21 robustcheckouts of real history (a clone, a pull or an update),
-    each killed with SIGKILL at a seeded random moment: the next run always
-    finishes the checkout, and the store always passes hg verify."""
-    server = hgserve(real_hg_repo)
-    nodes = hg("log", "-T", "{node}\n", cwd=real_hg_repo).split()[::-1]
-    pool, dest = tmp_path / "pool", tmp_path / "co"
-    store = pool / nodes[0]
-    old_store = tmp_path / "old-store"
-    hg("clone", "-q", "-U", "-r", nodes[20], real_hg_repo, old_store)
-    rng = random.Random(20240605)
-
-    def prepare(kind):
-        """The starting state of a round, and the revision it asks for."""
-        if kind != "update":
-            subprocess.run(["rm", "-rf", str(pool), str(dest)], check=True)
-        if kind == "pull":
-            hg("clone", "-q", "-U", old_store, store)
-        return rng.choice(nodes[25:] if kind != "update" else nodes)
-
-    def command(node):
-        return [hg.binary, "robustcheckout", "--sharebase", str(pool),
-                "--purge", "-r", node, server.url, str(dest)]
-
-    durations = {}
-    for kind in ("clone", "pull", "update"):
-        node = prepare(kind)
-        start = time.monotonic()
-        subprocess.run(command(node), env=hg.env, check=True,
-                       capture_output=True)
-        durations[kind] = time.monotonic() - start
-
-    killed = 0
-    for round_ in range(21):
-        kind = ("clone", "pull", "update")[round_ % 3]
-        node = prepare(kind)
-        victim = subprocess.Popen(command(node), env=hg.env,
-                                  stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, durations[kind]))
-        victim.send_signal(signal.SIGKILL)
-        killed += victim.wait() == -signal.SIGKILL
-        rerun = subprocess.run(command(node), env=hg.env,
-                               capture_output=True, text=True)
-        assert rerun.returncode == 0, (round_, kind, rerun.stderr)
-        # the full node with no "+": that revision, nothing modified
-        assert hg("id", "--debug", "-i", cwd=dest).strip() == node
-        hg("verify", "-q", cwd=store)
-        assert os.listdir(pool) == [nodes[0]], (round_, os.listdir(pool))
-    assert killed >= 15  # the signal really came before the end
 
 
 # Many processes, one pool ----------------------------------------------------
