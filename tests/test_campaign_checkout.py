@@ -98,6 +98,65 @@ def test_any_lock_file_is_judged_and_never_waited_for_unboundedly(
     tally.check()
 
 
+# Rounds, for both commands ---------------------------------------------------
+
+def _kill_rounds(pool, tally, prepare, env):
+    """Run the checkout of ``pool``, each round from the state
+    ``prepare(kind)`` makes (it returns the revision to ask for), and kill
+    it at a seeded moment within how long that kind of run takes
+    unharmed; then the rerun must leave no ``pool.problems``."""
+    durations = {}
+    rounds, killed = campaign.size(2, 24), 0
+    for round_ in range(rounds):
+        kind = KINDS[round_ % len(KINDS)]
+        if kind not in durations:
+            start = time.monotonic()
+            warmup = pool.run(prepare(kind))
+            assert warmup.returncode == 0, (kind, warmup.stderr)
+            durations[kind] = time.monotonic() - start
+        revision = prepare(kind)
+        delay = tally.rng.uniform(0.02, durations[kind])
+        killed += campaign.kill_after(pool.command(revision), env, delay)
+        problems = pool.problems(pool.run(revision), revision)
+        tally.case(not problems, "round %d: %s killed after %.2f s: %s"
+                   % (round_, kind, delay, problems))
+    print("%d kill points, %d before the command ended" % (rounds, killed))
+    assert killed >= rounds // 2  # the signal really came mid-run
+    tally.check()
+
+
+def _flip_rounds(pool, tally, revisions, damage_store, checkout_state):
+    """Check out one revision, damage the pool (``damage_store(old,
+    new)``) or DEST (its file ``checkout_state``) with flipped bytes, then
+    check out another: it must leave no ``pool.problems``."""
+    rng = tally.rng
+    rounds = campaign.size(2, 16)
+    for round_ in range(rounds):
+        old, new = rng.sample(revisions, 2)
+        first = pool.run(old)
+        assert first.returncode == 0, first.stderr
+        if round_ % 2:
+            damage = _flip_bytes(pool.dest / checkout_state, rng)
+        else:
+            damage = damage_store(old, new)
+        problems = pool.problems(pool.run(new), new)
+        tally.case(not problems, "round %d, %s: %s"
+                   % (round_, damage, problems))
+    print("%d rounds of flipped bytes" % rounds)
+    tally.check()
+
+
+def _flip_bytes(path, rng):
+    """Flip one to eight bytes of the file ``path``; says which."""
+    data = bytearray(path.read_bytes())
+    spots = sorted(rng.randrange(len(data))
+                   for _ in range(rng.randint(1, 8)))
+    for spot in spots:
+        data[spot] ^= rng.randrange(1, 256)
+    path.write_bytes(bytes(data))
+    return "%s bytes %s" % (path.name, spots)
+
+
 # hg robustcheckout ---------------------------------------------------------
 
 @pytest.fixture
@@ -200,23 +259,7 @@ def test_robustcheckout_killed_at_random_moments_then_rerun_finishes(
         return tally.rng.choice(pool.nodes[25:] if kind != "update"
                                 else pool.nodes)
 
-    durations = {}
-    rounds, killed = campaign.size(2, 24), 0
-    for round_ in range(rounds):
-        kind = KINDS[round_ % len(KINDS)]
-        if kind not in durations:  # how long it takes unharmed
-            start = time.monotonic()
-            assert pool.run(prepare(kind)).returncode == 0, kind
-            durations[kind] = time.monotonic() - start
-        node = prepare(kind)
-        delay = tally.rng.uniform(0.05, durations[kind])
-        killed += campaign.kill_after(pool.command(node), hg.env, delay)
-        problems = pool.problems(pool.run(node), node)
-        tally.case(not problems, "round %d: %s killed after %.2f s: %s"
-                   % (round_, kind, delay, problems))
-    print("%d kill points, %d before the command ended" % (rounds, killed))
-    assert killed >= rounds // 2  # the signal really came mid-run
-    tally.check()
+    _kill_rounds(pool, tally, prepare, hg.env)
 
 
 #: Bytes of a revlog index entry that reading the revision depends on:
@@ -253,17 +296,6 @@ def _flip_filelog_entry(pool, rng, path, node):
     return "%s rev %d byte %d" % (path, rev, spot)
 
 
-def _flip_dirstate(pool, rng):
-    dirstate = pool.dest / ".hg" / "dirstate"
-    data = bytearray(dirstate.read_bytes())
-    spots = sorted(rng.randrange(len(data))
-                   for _ in range(rng.randint(1, 8)))
-    for spot in spots:
-        data[spot] ^= rng.randrange(1, 256)
-    dirstate.write_bytes(bytes(data))
-    return "dirstate bytes %s" % spots
-
-
 @pytest.mark.slow
 @pytest.mark.campaign
 def test_robustcheckout_recovers_from_flipped_bytes(hg_pool, tally):
@@ -272,25 +304,16 @@ def test_robustcheckout_recovers_from_flipped_bytes(hg_pool, tally):
     bytes flipped in DEST's dirstate -- then a checkout of another
     revision: it finishes with exactly the served files, and the store
     passes hg verify."""
-    pool, rng = hg_pool, tally.rng
-    rounds = campaign.size(2, 16)
-    for round_ in range(rounds):
-        old, new = rng.sample(pool.nodes, 2)
-        first = pool.run(old)
-        assert first.returncode == 0, first.stderr
-        if round_ % 2:
-            damage = _flip_dirstate(pool, rng)
-        else:
-            changed = pool.hg("status", "-n", "-ma", "--rev", old, "--rev",
-                              new, cwd=pool.repo).split("\n")
-            damage = _flip_filelog_entry(
-                pool, rng, rng.choice([name for name in changed if name]),
-                new)
-        problems = pool.problems(pool.run(new), new)
-        tally.case(not problems, "round %d, %s: %s"
-                   % (round_, damage, problems))
-    print("%d rounds of flipped bytes" % rounds)
-    tally.check()
+    pool = hg_pool
+
+    def damage_store(old, new):
+        changed = pool.hg("status", "-n", "-ma", "--rev", old, "--rev", new,
+                          cwd=pool.repo).splitlines()
+        return _flip_filelog_entry(pool, tally.rng,
+                                   tally.rng.choice(changed), new)
+
+    _flip_rounds(pool, tally, pool.nodes, damage_store,
+                 os.path.join(".hg", "dirstate"))
 
 
 # gitbridge checkout ----------------------------------------------------------
@@ -381,24 +404,7 @@ def test_gitbridge_checkout_killed_at_random_moments_then_rerun_finishes(
         return tally.rng.choice(pool.commits[25:] if kind != "update"
                                 else pool.commits)
 
-    durations = {}
-    rounds, killed = campaign.size(2, 24), 0
-    for round_ in range(rounds):
-        kind = KINDS[round_ % len(KINDS)]
-        if kind not in durations:  # how long it takes unharmed
-            start = time.monotonic()
-            warmup = pool.run(prepare(kind))
-            assert warmup.returncode == 0, (kind, warmup.stderr)
-            durations[kind] = time.monotonic() - start
-        commit = prepare(kind)
-        delay = tally.rng.uniform(0.02, durations[kind])
-        killed += campaign.kill_after(pool.command(commit), git.env, delay)
-        problems = pool.problems(pool.run(commit), commit)
-        tally.case(not problems, "round %d: %s killed after %.2f s: %s"
-                   % (round_, kind, delay, problems))
-    print("%d kill points, %d before the command ended" % (rounds, killed))
-    assert killed >= rounds // 2
-    tally.check()
+    _kill_rounds(pool, tally, prepare, git.env)
 
 
 def _flip_packed_object(pool, rng, path, commit):
@@ -422,17 +428,6 @@ def _flip_packed_object(pool, rng, path, commit):
     raise AssertionError("%s not packed in the store" % blob)
 
 
-def _flip_index(pool, rng):
-    index = pool.dest / ".git" / "index"
-    data = bytearray(index.read_bytes())
-    spots = sorted(rng.randrange(len(data))
-                   for _ in range(rng.randint(1, 8)))
-    for spot in spots:
-        data[spot] ^= rng.randrange(1, 256)
-    index.write_bytes(bytes(data))
-    return "index bytes %s" % spots
-
-
 @pytest.mark.slow
 @pytest.mark.campaign
 def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
@@ -441,20 +436,13 @@ def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
     flipped in DEST's index -- then a checkout of another commit: it
     finishes with exactly the served files, and the store passes git
     fsck."""
-    pool, rng = git_pool, tally.rng
-    rounds = campaign.size(2, 16)
-    for round_ in range(rounds):
-        old, new = rng.sample(pool.commits, 2)
-        first = pool.run(old)
-        assert first.returncode == 0, first.stderr
-        if round_ % 2:
-            damage = _flip_index(pool, rng)
-        else:
-            changed = pool.git("-C", pool.repo, "diff", "--name-only",
-                               "--diff-filter=AM", old, new).split()
-            damage = _flip_packed_object(pool, rng, rng.choice(changed), new)
-        problems = pool.problems(pool.run(new), new)
-        tally.case(not problems, "round %d, %s: %s"
-                   % (round_, damage, problems))
-    print("%d rounds of flipped bytes" % rounds)
-    tally.check()
+    pool = git_pool
+
+    def damage_store(old, new):
+        changed = pool.git("-C", pool.repo, "diff", "--name-only",
+                           "--diff-filter=AM", old, new).splitlines()
+        return _flip_packed_object(pool, tally.rng,
+                                   tally.rng.choice(changed), new)
+
+    _flip_rounds(pool, tally, pool.commits, damage_store,
+                 os.path.join(".git", "index"))
