@@ -24,6 +24,8 @@ from vcsperf import pooling
 from vcsperf.gitserve import GitServer
 
 KINDS = ("clone", "pull", "update")
+#: A full campaign runs longer than the suite's timeout per test.
+_TIMEOUT = pytest.mark.timeout(campaign.size(600, 3600))
 
 # Lock files ---------------------------------------------------------------
 
@@ -40,6 +42,7 @@ _LOCKISH = st.builds(
 
 
 @pytest.mark.campaign
+@_TIMEOUT
 def test_any_lock_file_is_judged_and_never_waited_for_unboundedly(
         tmp_path, tally):
     """Property, for any bytes in a lock (a regular file's content or a
@@ -49,7 +52,7 @@ def test_any_lock_file_is_judged_and_never_waited_for_unboundedly(
     is a finite wait.  An old garbage lock is taken over at once."""
     path = str(tmp_path / "pool.lock")
 
-    @settings(max_examples=campaign.size(300, 20000), deadline=None,
+    @settings(max_examples=campaign.size(300, 5000), deadline=None,
               derandomize=not campaign.FULL)
     @given(content=st.one_of(st.binary(max_size=300), _LOCKISH),
            kind=st.sampled_from(["file", "symlink", "directory"]),
@@ -240,6 +243,7 @@ def hg_pool(hg, real_hg_repo, hgserve, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.campaign
+@_TIMEOUT
 def test_robustcheckout_killed_at_random_moments_then_rerun_finishes(
         hg, hg_pool, tmp_path, tally):
     """robustcheckouts of real history -- a clone, a pull or an update --
@@ -298,6 +302,7 @@ def _flip_filelog_entry(pool, rng, path, node):
 
 @pytest.mark.slow
 @pytest.mark.campaign
+@_TIMEOUT
 def test_robustcheckout_recovers_from_flipped_bytes(hg_pool, tally):
     """A checkout of one revision, then damage -- a byte flipped in the
     pool's filelog index entry that the next revision's update reads, or
@@ -381,6 +386,7 @@ def git_pool(git, gitbridge, real_git_repo, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.campaign
+@_TIMEOUT
 def test_gitbridge_checkout_killed_at_random_moments_then_rerun_finishes(
         git, git_pool, tmp_path, tally):
     """gitbridge checkouts of real history -- clone, fetch or update --
@@ -430,6 +436,7 @@ def _flip_packed_object(pool, rng, path, commit):
 
 @pytest.mark.slow
 @pytest.mark.campaign
+@_TIMEOUT
 def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
     """A checkout of one commit, then damage -- a byte flipped in the
     pool's packed object that the next commit's checkout reads, or bytes
