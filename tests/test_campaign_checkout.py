@@ -112,9 +112,9 @@ def _kill_rounds(pool, tally, prepare, env):
     """Run the checkout of ``pool``, each round from the state
     ``prepare(kind)`` makes (it returns the revision to ask for), and kill
     it at a seeded moment within how long that kind of run takes
-    unharmed; then the rerun must leave no ``pool.problems``.  Rounds go
-    on until the campaign's number of kills came before the command
-    ended (on a busy machine a run may end sooner than drawn)."""
+    unharmed (the last run that ended by itself); then the rerun must
+    leave no ``pool.problems``.  Rounds go on until the campaign's number
+    of kills came before the command ended."""
     durations = {}
     wanted, rounds, killed = campaign.size(2, 24), 0, 0
     while killed < wanted and rounds < 3 * wanted:
@@ -126,7 +126,11 @@ def _kill_rounds(pool, tally, prepare, env):
             durations[kind] = time.monotonic() - start
         revision = prepare(kind)
         delay = tally.rng.uniform(0.02, durations[kind])
-        killed += campaign.kill_after(pool.command(revision), env, delay)
+        start = time.monotonic()
+        if campaign.kill_after(pool.command(revision), env, delay):
+            killed += 1
+        else:  # it ended by itself: how long such a run takes now
+            durations[kind] = time.monotonic() - start
         problems = pool.problems(pool.run(revision), revision)
         tally.case(not problems, "round %d: %s killed after %.2f s: %s"
                    % (rounds, kind, delay, problems))
