@@ -498,14 +498,17 @@ class Run:
     @contextlib.contextmanager
     def lock(self, path, what):
         def waiting(owner, seconds, takeover):
-            host, _, pid = owner.rpartition(":")
             self.warn("(waiting up to %d seconds for lock on %s held by "
-                      "process %s on host %s; %s then)"
-                      % (seconds, what, pid, host,
+                      "%s; %s then)"
+                      % (seconds, what, pooling.describe_owner(owner),
                          "taking it over" if takeover else "giving up"))
 
+        def taken_over(owner):
+            self.warn("(took over the lock on %s from %s)"
+                      % (what, pooling.describe_owner(owner)))
+
         lock = pooling.PidLock(path + ".lock", self.request.lock_policy,
-                               waiting)
+                               waiting, taken_over)
         try:
             lock.acquire()
         except pooling.LockTimeout as timeout:

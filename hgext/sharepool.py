@@ -50,13 +50,13 @@ pull
   the server, once): just the wanted head, into DEST (whose lock comes
   before the store's).  A pull that finds an unrelated repository deletes
   DEST; an abandoned transaction is rolled back with ``hg recover`` (the
-  store is deleted if that fails); a corrupt store is deleted; then the
-  run starts over.
+  store is deleted if that fails); then the run starts over.
 purge
   With ``--purge``, and only when DEST already existed: untracked and
   ignored files are removed, outside a sparse profile too.
 update
-  ``hg update --clean`` to the full node.  With ``--sparseprofile PATH``
+  ``hg update --clean`` to the full node.  A DEST whose dirstate Mercurial
+  cannot parse is deleted first.  With ``--sparseprofile PATH``
   (needs the ``sparse`` extension) the sparse config becomes that profile
   alone; a profile missing at the revision aborts.  ``-U`` skips purge,
   update and verify.
@@ -67,6 +67,12 @@ verify
   says so, and prints how many files purge removed and the bytes the
   store and the checkout use on disk (``sharepool.disk-report`` prints
   that line always).
+
+Damage to the store's data found by any step (a revlog error, or the
+ValueError Mercurial's C index raises for a damaged index file) deletes
+the store, under the pool entry's lock, and the run starts over.  An
+update whose worker process died is run again without workers, to learn
+why.
 
 Every recovery prints what it does, in parentheses, so a CI log explains
 itself.  After a failure in any step, or a ``kill -9`` at any moment, the
@@ -144,12 +150,13 @@ from mercurial import (
     extensions,
     hg,
     merge as mergemod,
+    policy,
     pycompat,
     registrar,
     scmutil,
     util,
 )
-from mercurial.utils import urlutil
+from mercurial.utils import stringutil, urlutil
 
 from vcsperf import pooling
 
@@ -160,6 +167,7 @@ except ImportError:
     repofactory = cloneimpl = hg
 
 urlerr = util.urlerr
+mpatch = policy.importmod('mpatch')
 
 testedwith = b'6.9 7.0 7.2'
 minimumhgversion = b'6.9'
@@ -190,6 +198,14 @@ configitem(b'robustcheckout', b'retryjittermax',
 
 #: Requirements every pooled store must have.
 REQUIRED = {b'store', b'fncache', b'dotencode'}
+#: What Mercurial's parsers of indexes, patches and dirstates (C code)
+#: raise for damaged bytes, beside the StorageError of its revlogs.
+_PARSE_ERRORS = (ValueError, IndexError, OverflowError, mpatch.mpatchError)
+STORE_DAMAGE = (error.StorageError,) + _PARSE_ERRORS
+DIRSTATE_DAMAGE = (error.CorruptedDirstate,) + _PARSE_ERRORS
+#: Raised while reading the store, but not damage a new clone repairs: a
+#: revision censored on purpose, a bundle part the server should not send.
+_NOT_DAMAGE = (error.CensoredNodeError, error.BundleValueError)
 #: How often damage found and repaired mid-run may restart the run.
 MAX_RESTARTS = 2
 HTTP_TIMEOUT = b'600'
@@ -454,18 +470,22 @@ class _Run:
         if request.noupdate:
             self.ui.write(_(b'(skipping update since `-U` was passed)\n'))
             return
-        self.check_parent_known(repo)
-        if request.purge and not created:
-            with step('purge'):
-                self.purge(repo)
-        self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
-                           else 'populated-wdir')
-        if request.sparseprofile:
-            self.set_sparse_profile(repo, node)
-        with step('update_sparse' if request.sparseprofile else 'update'):
-            self.update(repo, node, storepath)
-        with step('verify'):
-            self.verify(node)
+        if not created:
+            self.check_working_state(repo)
+        with self.reading_store(storepath):
+            self.check_parent_known(repo)
+            if request.purge and not created:
+                with step('purge'):
+                    self.purge(repo)
+            self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
+                               else 'populated-wdir')
+            if request.sparseprofile:
+                self.set_sparse_profile(repo, node)
+            with step('update_sparse' if request.sparseprofile
+                      else 'update'):
+                self.update(repo, node)
+            with step('verify'):
+                self.verify(node)
         if (self.ui.verbose
                 or self.ui.configbool(b'sharepool', b'disk-report')):
             with step('disk'):
@@ -527,19 +547,39 @@ class _Run:
     def waiting(self, what):
         """What to say before waiting for the lock on ``what``."""
         def say(owner, seconds, takeover):
-            host, _sep, pid = owner.rpartition(':')
             then = (_(b'taking it over then') if takeover
                     else _(b'giving up then'))
             self.ui.warn(_(b'(waiting up to %d seconds for lock on %s held '
-                           b'by process %s on host %s; %s)\n')
-                         % (seconds, what, pycompat.bytestr(pid),
-                            pycompat.bytestr(host), then))
+                           b'by %s; %s)\n')
+                         % (seconds, what, _owner(owner), then))
         return say
 
     def remove(self, path, behavior):
         with self.timer.step(behavior.replace('-', '_')):
             pooling.discard(path)
         self.behaviors.add(behavior)
+
+    def remove_store(self, storepath):
+        """Delete a pooled store under its pool entry's lock, so that no
+        other checkout starts sharing it meanwhile."""
+        with self.pool_lock(*os.path.split(storepath)):
+            self.remove(storepath, 'remove-store')
+
+    @contextlib.contextmanager
+    def reading_store(self, storepath):
+        """Damage found in the store's data while reading it deletes the
+        store and starts the run over, as robustcheckout does for a
+        RevlogError; Mercurial's C parsers raise ValueError and its kin
+        for a damaged index, which robustcheckout does not catch."""
+        try:
+            yield
+        except _NOT_DAMAGE:
+            raise
+        except STORE_DAMAGE as inst:
+            self.ui.warn(_(b'(repo corruption: %s; deleting shared store)\n')
+                         % stringutil.forcebytestr(inst))
+            self.remove_store(storepath)
+            raise _Restart(announce=False)
 
     # destination ---------------------------------------------------------
 
@@ -618,7 +658,7 @@ class _Run:
             self.ui.warn(b'(%s)\n' % problem)
             if os.path.lexists(self.request.dest):
                 self.remove(self.request.dest, 'remove-wdir')
-            self.remove(storepath, 'remove-store')
+            self.remove_store(storepath)
 
     def create_share(self, storepath, root):
         """DEST as a new share of the store, cloned first if missing, then
@@ -657,9 +697,15 @@ class _Run:
         ``name`` (the same file, in Mercurial's format), under the run's
         lock policy."""
         what = _(b'pooled store %s') % name
+
+        def taken_over(owner):
+            self.ui.warn(_(b'(took over the lock on %s from %s)\n')
+                         % (what, _owner(owner)))
+
         lock = pooling.PidLock(os.fsdecode(os.path.join(sharebase,
                                                         name + b'.lock')),
-                               self.lock_policy, self.waiting(what))
+                               self.lock_policy, self.waiting(what),
+                               taken_over)
         with _lock_timeout_abort(what):
             lock.acquire()
         try:
@@ -700,7 +746,8 @@ class _Run:
         it; a branch is resolved on the server every time."""
         request = self.request
         if request.revision:
-            node = _local_node(repo, request.revision)
+            with self.reading_store(storepath):
+                node = _local_node(repo, request.revision)
             if node is not None:
                 return node
         self.ui.write(_(b'(pulling to obtain %s)\n') % request.wanted)
@@ -711,7 +758,9 @@ class _Run:
                            b'deterministic)\n') % (request.branch, hex(node)))
         elif not hex(node).startswith(request.revision):
             raise _ambiguous()
-        if repo.unfiltered().changelog.hasnode(node):
+        with self.reading_store(storepath):
+            present = repo.unfiltered().changelog.hasnode(node)
+        if present:
             self.ui.warn(_(b'(revision already present locally; not '
                            b'pulling)\n'))
             return node
@@ -727,8 +776,9 @@ class _Run:
         """Pull ``heads`` (None: all) from ``url`` into the share ``repo``;
         damage found on the way is repaired and restarts the run."""
         try:
-            return self.network(lambda: exchange.pull(
-                repo, self.connect(url), heads=heads))
+            with self.reading_store(storepath):
+                return self.network(lambda: exchange.pull(
+                    repo, self.connect(url), heads=heads))
         except error.Abort as inst:
             if inst.message != _(b'repository is unrelated'):
                 raise
@@ -743,13 +793,8 @@ class _Run:
             if not _recover(self.ui, repo):
                 self.ui.warn(_(b'(could not recover repo state; deleting '
                                b'shared store)\n'))
-                self.remove(storepath, 'remove-store')
+                self.remove_store(storepath)
             raise _Restart(announce=True)
-        except error.StorageError as inst:
-            self.ui.warn(_(b'(repo corruption: %s; deleting shared store)\n')
-                         % pycompat.bytestr(inst))
-            self.remove(storepath, 'remove-store')
-            raise _Restart(announce=False)
 
     # purge, update, verify, disk -----------------------------------------
 
@@ -801,15 +846,34 @@ class _Run:
                          b'conflicting\n') % (added, dropped, conflicting))
         self.ui.write(_(b'(sparse refresh complete)\n'))
 
-    def update(self, repo, node, storepath):
+    def check_working_state(self, repo):
+        """DEST's dirstate must be readable; one Mercurial cannot parse
+        (disk damage, a garbage file) makes DEST a new share."""
         try:
-            if commands.update(self.ui, repo, rev=hex(node), clean=True):
-                raise error.Abort(_(b'error updating'))
-        except error.StorageError as inst:
-            self.ui.warn(_(b'(repo corruption: %s; deleting shared store)\n')
-                         % pycompat.bytestr(inst))
-            self.remove(storepath, 'remove-store')
-            raise _Restart(announce=False)
+            repo.dirstate.p1()
+            b'' in repo.dirstate  # parses every entry
+        except DIRSTATE_DAMAGE as inst:
+            self.ui.warn(_(b'(working directory state is unreadable: %s; '
+                           b'deleting destination)\n')
+                         % stringutil.forcebytestr(inst))
+            self.remove(self.request.dest, 'remove-wdir')
+            raise _Restart(announce=True)
+
+    def update(self, repo, node):
+        try:
+            updated = commands.update(self.ui, repo, rev=hex(node),
+                                      clean=True)
+        except error.WorkerError:
+            # Why a worker died (damage in the store, say) is learnt only
+            # where the exception is raised: once more, in this process.
+            self.ui.warn(_(b'(an update worker failed; updating again '
+                           b'without workers)\n'))
+            with repo.ui.configoverride({(b'worker', b'enabled'): False},
+                                        b'sharepool'):
+                updated = commands.update(self.ui, repo, rev=hex(node),
+                                          clean=True)
+        if updated:
+            raise error.Abort(_(b'error updating'))
         self.ui.write(_(b'updated to %s\n') % hex(node))
 
     def verify(self, node):
@@ -879,6 +943,11 @@ class _outside_sparse_too:
 
     def __exit__(self, *exc):
         self.dirstate._sparsematchfn = self.saved
+
+
+def _owner(owner):
+    """Who holds a lock, for a message."""
+    return stringutil.forcebytestr(pooling.describe_owner(owner))
 
 
 def _recover(ui, repo):

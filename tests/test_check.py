@@ -165,6 +165,85 @@ def test_damaged_original_is_reported_not_touched(env, real_hg_repo,
     assert os.listdir(scratch) == []
 
 
+FEATURE_FUNCTIONS = ["dictionaries", "bundles", "wire", "checkouts",
+                     "commit_ids", "importer"]
+
+
+def _only_the_copy(monkeypatch, feature=None):
+    """Every feature skipped (or running ``feature``): the run makes the
+    copy, fingerprints the original and reports, in seconds."""
+    for name in FEATURE_FUNCTIONS:
+        monkeypatch.setattr(check, name, feature or (
+            lambda check, work: "not in this test"))
+
+
+def _directory_times(root):
+    return {top: os.stat(top).st_mtime_ns for top, _, _ in os.walk(root)}
+
+
+def test_copy_leaves_the_original_untouched(hg, real_hg_repo, tmp_path,
+                                            monkeypatch):
+    """issue 18: the copy was an ``hg clone``, which takes the original's
+    store lock: .hg/store changed (a lock created and removed).  The copy
+    takes no lock, and is a whole repository."""
+    _only_the_copy(monkeypatch)
+    times = _directory_times(real_hg_repo / ".hg")
+    before = _digest_tree(real_hg_repo / ".hg")
+    scratch = tmp_path / "scratch"
+    report = check.Check(str(real_hg_repo), quick=True, scratch=str(scratch),
+                         keep=True).run()
+    assert _directory_times(real_hg_repo / ".hg") == times
+    assert _digest_tree(real_hg_repo / ".hg") == before
+    assert report["original_unchanged"], report["original_changed_files"]
+    copy = os.path.join(report["scratch"]["path"], "copy")
+    hg("verify", "-q", cwd=copy)
+    assert hg("log", "-T", "{node}\n", cwd=copy) == hg(
+        "log", "-T", "{node}\n", cwd=real_hg_repo)
+    # the copy's files are the original's (hardlinks), not copies of them
+    index = os.path.join(".hg", "store", "00changelog.i")
+    assert os.stat(os.path.join(copy, index)).st_ino == os.stat(
+        real_hg_repo / index).st_ino
+
+
+def test_a_lock_taken_on_the_original_is_reported(real_hg_repo, tmp_path,
+                                                  monkeypatch):
+    """A lock created and removed in the original's store leaves no file
+    behind, only the directory's modification time: the report says
+    the original changed."""
+    store = real_hg_repo / ".hg" / "store"
+
+    def lock_the_original(check, work):
+        os.symlink("elsewhere:1", store / "lock")
+        os.unlink(store / "lock")
+
+    _only_the_copy(monkeypatch, lock_the_original)
+    report = check.Check(str(real_hg_repo), quick=True,
+                         scratch=str(tmp_path / "scratch")).run()
+    assert not report["original_unchanged"] and not report["passed"]
+    assert report["original_changed_files"] == ["store/"]
+
+
+def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
+    """A lock or a journal in the store: a transaction is under way, so
+    the copy is refused (the run then clones by pull); a share is copied
+    from the store it shares."""
+    (hgrepo / "a").write_text("a\n")
+    hg("commit", "-q", "-A", "-m", "a", cwd=hgrepo)
+    hg("--config", "extensions.share=", "share", "-q", "-U", hgrepo,
+       tmp_path / "share")
+    store = hgrepo / ".hg" / "store"
+    for name in ("lock", "journal"):
+        os.symlink("elsewhere:1", store / name)
+        assert not check.copy_repository(str(tmp_path / "share"),
+                                         str(tmp_path / "copy"))
+        assert not (tmp_path / "copy").exists()
+        os.unlink(store / name)
+    assert check.copy_repository(str(tmp_path / "share"),
+                                 str(tmp_path / "copy"))
+    hg("verify", "-q", cwd=tmp_path / "copy")
+    assert "shared" not in (tmp_path / "copy/.hg/requires").read_text()
+
+
 def _hg_serve_processes(path):
     """Pids of processes whose command line mentions ``path``."""
     found = []

@@ -4,11 +4,8 @@ real smart-HTTP Git server (git http-backend) on 127.0.0.1."""
 import hashlib
 import json
 import os
-import random
 import shutil
-import signal
 import subprocess
-import time
 
 import pytest
 
@@ -371,62 +368,3 @@ def test_eight_concurrent_checkouts_clone_once(git, gitbridge, real_served,
     outputs = "".join(out + err for _, out, err in results)
     assert outputs.count("(cloning ") == 1
     assert "for lock on pool entry for " in outputs
-
-
-@pytest.mark.slow
-def test_kill_at_random_moments_then_rerun_succeeds(
-        git, gitbridge, real_served, real_git_repo, tmp_path):
-    """21 checkouts of real history (clone, fetch or update), each killed
-    with SIGKILL at a seeded random moment: the next run finishes and the
-    store passes git fsck."""
-    commits = git("-C", real_git_repo, "rev-list", "main").split()[::-1]
-    pool, dest = tmp_path / "pool", tmp_path / "co"
-    store = pool / (commits[0] + ".git")
-    # a store that saw only the first 21 releases, copied in for each
-    # "pull" round (the URL's root is known from the first round on)
-    old_store = tmp_path / "old-store.git"
-    key = hashlib.sha256(real_served.repo_url.encode()).hexdigest()[:20]
-    git("init", "-q", "--bare", old_store)
-    git("-C", old_store, "fetch", "-q", real_git_repo,
-        "%s:refs/pool/%s/heads/main" % (commits[20], key))
-    rng = random.Random(20240605)
-
-    def prepare(kind):
-        if kind != "update":
-            subprocess.run(["rm", "-rf", str(store), str(dest)], check=True)
-        if kind == "pull":
-            shutil.copytree(old_store, store, symlinks=True)
-        return rng.choice(commits[25:] if kind != "update" else commits)
-
-    def command(commit):
-        return [gitbridge.binary, "checkout", "--sharebase", str(pool),
-                "--purge", "-r", commit, real_served.repo_url, str(dest)]
-
-    durations = {}
-    for kind in ("clone", "pull", "update"):
-        commit_ = prepare(kind)
-        start = time.monotonic()
-        warmup = subprocess.run(command(commit_), env=git.env,
-                                capture_output=True, text=True)
-        assert warmup.returncode == 0, (kind, warmup.stderr)
-        durations[kind] = time.monotonic() - start
-
-    killed = 0
-    for round_ in range(21):
-        kind = ("clone", "pull", "update")[round_ % 3]
-        commit_ = prepare(kind)
-        victim = subprocess.Popen(command(commit_), env=git.env,
-                                  start_new_session=True,
-                                  stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.02, durations[kind]))
-        # the whole process group: git children die with their parent
-        os.killpg(victim.pid, signal.SIGKILL)
-        killed += victim.wait() == -signal.SIGKILL
-        rerun = subprocess.run(command(commit_), env=git.env,
-                               capture_output=True, text=True)
-        assert rerun.returncode == 0, (round_, kind, rerun.stderr)
-        assert head(git, dest) == commit_
-        assert git("-C", dest, "status", "--porcelain") == ""
-        git("-C", store, "fsck", "--no-progress")
-    assert killed >= 15

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import random
 import subprocess
+import threading
 import time
 
 import pytest
@@ -163,3 +164,91 @@ def test_discard_renames_before_deleting(tmp_path):
     assert not entry.exists()
     assert os.listdir(tmp_path) == []
     pooling.discard(entry)  # already gone: nothing to do
+
+
+# Damaged lock files (issue 18) ------------------------------------------------
+
+def _write_lock(path, content, age):
+    """A lock file holding ``content``: a symlink's target (str), a regular
+    file's bytes, or a directory (None)."""
+    if content is None:
+        os.mkdir(path)
+    elif isinstance(content, str):
+        os.symlink(content, path)
+    else:
+        with open(path, "wb") as fh:
+            fh.write(content)
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp), follow_symlinks=False)
+
+
+GARBAGE = {
+    "binary file": b"\xff\xfe\x00garbage\x80",
+    "empty file": b"",
+    "text without pid": b"just some text\n",
+    "pid that is not a number": "%s:twelve" % _host(),
+    "pid zero": "%s:0" % _host(),
+    "pid beyond any process": "%s:99999999999" % _host(),
+    "directory": None,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GARBAGE))
+def test_old_garbage_lock_is_taken_over_at_once(tmp_path, kind):
+    """issue 18: a lock whose content is not host:pid was waited for the
+    whole lock-timeout (3600 s), or crashed reading bytes that are not
+    UTF-8.  Nobody writes such a lock and keeps it: taken over."""
+    path = str(tmp_path / "store.lock")
+    _write_lock(path, GARBAGE[kind], age=60)
+    told, taken = [], []
+    start = time.monotonic()
+    lock = pooling.PidLock(path, pooling.LockPolicy(timeout=3600),
+                           lambda *args: told.append(args), taken.append)
+    finished = _acquire_within(lock, 10)
+    assert finished and time.monotonic() - start < 5
+    assert os.readlink(path) == pooling.owner_identity()
+    lock.release()
+    assert told == [] and len(taken) == 1
+    assert "not host:pid" in pooling.describe_owner(taken[0])
+
+
+def test_young_garbage_lock_is_waited_for_briefly(tmp_path, monkeypatch):
+    """A lock file just created by a writer without symlinks is empty for
+    an instant: garbage is taken over only once it has been so for
+    GARBAGE_SETTLE seconds."""
+    monkeypatch.setattr(pooling, "GARBAGE_SETTLE", 1.0)
+    path = str(tmp_path / "store.lock")
+    _write_lock(path, b"", age=0)
+    told = []
+    start = time.monotonic()
+    with pooling.PidLock(path, pooling.LockPolicy(timeout=3600),
+                         lambda *args: told.append(args)):
+        assert time.monotonic() - start >= 0.9
+    (owner, seconds, takeover), = told
+    assert owner == "" and takeover and 0 < seconds <= 1.0
+
+
+@pytest.mark.parametrize("guard", ["another host's", "garbage"])
+def test_stale_takeover_guard_does_not_block_forever(tmp_path, guard):
+    """A taker killed between its guard and the takeover leaves
+    ``path.takeover``: judged by the same policy as the lock, not only
+    when its owner is a dead process of this host (before, another
+    host's guard made every later taker loop forever)."""
+    path = str(tmp_path / "store.lock")
+    _write_lock(path, "%s:%d" % (_host(), _dead_pid()), age=0)
+    content = ("old-container.example/1:1068" if guard == "another host's"
+               else b"\x00")
+    _write_lock(path + ".takeover", content, age=900)
+    lock = pooling.PidLock(path, pooling.LockPolicy(timeout=30), None)
+    assert _acquire_within(lock, 10)
+    lock.release()
+    assert not os.path.lexists(path + ".takeover")
+
+
+def _acquire_within(lock, seconds):
+    """Whether ``lock.acquire()`` returned within ``seconds`` (a thread,
+    so that a lock waited for forever fails the test, not the run)."""
+    thread = threading.Thread(target=lock.acquire, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()

@@ -1,12 +1,14 @@
 """``vcsperf check``: every feature of the suite, run on a copy of a user's
 own repository, with its figures beside core Mercurial's.
 
-The repository given is only read: the runner takes a hardlinked local
-clone of it into a scratch directory (a plain copy when the scratch
-directory is on another filesystem), works on clones of that, and removes
-the scratch directory at the end, after Ctrl-C or SIGTERM too.  Before and
-after, it records the name, size, inode and modification time of every
-file under the repository's ``.hg`` and reports whether any changed.
+The repository given is only read, without taking its locks: the runner
+hardlinks its history into a scratch directory (plain copies when the
+scratch directory is on another filesystem; a clone by pull when the
+repository keeps being written meanwhile), works on clones of that, and
+removes the scratch directory at the end, after Ctrl-C or SIGTERM too.
+Before and after, it records the name, size, inode and modification time
+of every file and directory under the repository's ``.hg`` and reports
+whether any changed.
 
 The features, each on its own directory, removed when it is done:
 
@@ -68,6 +70,9 @@ QUICK_EVERY = 20
 #: Room kept free beyond the estimate, for what the filesystem itself
 #: needs and for surprises.
 DISK_MARGIN = 256 * 2**20
+#: Copies of a repository that is being written to before the copy is
+#: made by pull instead.
+COPY_ATTEMPTS = 3
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
@@ -177,16 +182,100 @@ def _checkout_disk_bytes(paths, sizes, block):
 
 def _fingerprint(repo):
     """Name, size, device and inode, and modification time of every file
-    under ``repo/.hg``."""
+    and directory under ``repo/.hg`` (a directory's name ends in ``/``): a
+    file created and removed again, such as a lock, changes its
+    directory's modification time."""
     prints = {}
     top = os.path.join(repo, ".hg")
     for root, _, files in os.walk(top):
-        for name in files:
-            path = os.path.join(root, name)
+        for path, name in [(root, os.path.relpath(root, top) + "/")] + [
+                (os.path.join(root, name), None) for name in files]:
             st = os.lstat(path)
-            prints[os.path.relpath(path, top)] = (
+            name = name or os.path.relpath(path, top)
+            prints["" if name == "./" else name] = (
                 st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns)
     return prints
+
+
+#: Files of a store that belong to a lock or a transaction, not history.
+_STORE_LOCK, _STORE_JOURNAL = "lock", "journal"
+_NOT_HISTORY = (_STORE_LOCK, _STORE_JOURNAL, "undo")
+
+
+def _store_path(repo):
+    """The store of ``repo``, which may be a share of another's."""
+    hgdir = os.path.join(repo, ".hg")
+    try:
+        with open(os.path.join(hgdir, "sharedpath")) as fh:
+            shared = fh.read().strip()
+    except FileNotFoundError:
+        return os.path.join(hgdir, "store")
+    return os.path.join(hgdir, shared, "store")
+
+
+def _quiet_state(store):
+    """What any write to ``store`` changes -- the directory's modification
+    time (a lock or journal comes and goes) and the changelog's identity
+    -- or None while it is being written."""
+    if any(os.path.lexists(os.path.join(store, name))
+           for name in (_STORE_LOCK, _STORE_JOURNAL)):
+        return None
+    state = [os.stat(store).st_mtime_ns]
+    for name in ("00changelog.i", "00changelog.d"):
+        try:
+            st = os.stat(os.path.join(store, name))
+        except FileNotFoundError:
+            state.append(None)
+            continue
+        state.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return state
+
+
+def copy_repository(source, dest):
+    """Copy the history of ``source`` to a new repository ``dest`` with
+    hardlinks (plain copies across filesystems), writing nothing in
+    ``source`` -- ``hg clone`` takes its store lock.  Mercurial breaks a
+    hardlink before it writes to a file, so neither side can change the
+    other.
+
+    Without a lock, the copy is checked instead: the changelog is linked
+    first, so every changeset it names has its data in the files linked
+    after it, and nothing may have written the store meanwhile.  Returns
+    False, with ``dest`` removed, when something did."""
+    store = _store_path(source)
+    before = _quiet_state(store)
+    if before is None:
+        return False
+    os.makedirs(os.path.join(dest, ".hg", "store"))
+    with open(os.path.join(source, ".hg", "requires")) as fh:
+        requires = [line for line in fh.read().split()
+                    if line not in ("shared", "relshared")]
+    with open(os.path.join(dest, ".hg", "requires"), "w") as fh:
+        fh.writelines(line + "\n" for line in requires)
+    bookmarks = os.path.join(source, ".hg", "bookmarks")
+    if os.path.exists(bookmarks):
+        shutil.copyfile(bookmarks, os.path.join(dest, ".hg", "bookmarks"))
+    files = []
+    for root, dirs, names in os.walk(store):
+        relative = os.path.relpath(root, store)
+        for name in dirs:
+            os.mkdir(os.path.join(dest, ".hg", "store", relative, name))
+        files += [os.path.normpath(os.path.join(relative, name))
+                  for name in names
+                  # dot files are temporary (store names never start so)
+                  if not name.startswith(".") and not (
+                      relative == "." and name.startswith(_NOT_HISTORY))]
+    files.sort(key=lambda name: not name.startswith("00changelog"))
+    for name in files:
+        target = os.path.join(dest, ".hg", "store", name)
+        try:
+            os.link(os.path.join(store, name), target)
+        except OSError:  # another filesystem, or no hardlinks there
+            shutil.copyfile(os.path.join(store, name), target)
+    if _quiet_state(store) != before:
+        shutil.rmtree(dest)
+        return False
+    return True
 
 
 class DiskWatch:
@@ -495,6 +584,7 @@ class Check:
     def run(self):
         """Check every feature; returns the report (a dict)."""
         started = time.perf_counter()
+        before = _fingerprint(self.source)
         info = self._inspect()
         os.makedirs(self.scratch_root, exist_ok=True)
         estimate = self.estimate_disk(info)
@@ -511,7 +601,6 @@ class Check:
                 hint="give --scratch a directory with more room, on the "
                 "repository's filesystem if you can (copies are then "
                 "hardlinks)")
-        before = _fingerprint(self.source)
         self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
                                         dir=self.scratch_root)
         # A hardlink to a file of the original costs no disk.
@@ -579,12 +668,24 @@ class Check:
         self._feature = {"name": "copy", "status": "passed",
                          "comparisons": [], "facts": {}}
         with self._disk:
-            with self.step("hardlinked clone of the repository"):
+            with self.step("hardlinked copy of the repository"):
                 self.base = self.path("copy")
-                self.hg(["clone", "-q", "-U", self.source, self.base],
-                        self.hg_env())
+                self._copy_source()
             for name, function in features:
                 self._run_feature(name, function)
+
+    def _copy_source(self):
+        """The copy, without a lock on the original; a repository that
+        keeps being written while it is copied is cloned by pull instead,
+        which reads it without a lock too, only slower."""
+        for _ in range(COPY_ATTEMPTS):
+            if copy_repository(self.source, self.base):
+                return
+            time.sleep(1)
+        self.console.say("(%s was written to while it was copied; cloning "
+                         "it by pull)" % self.source)
+        self.hg(["clone", "-q", "-U", "--pull", self.source, self.base],
+                self.hg_env())
 
     def _run_feature(self, name, function):
         self._feature = {"name": name, "status": "passed", "error": None,

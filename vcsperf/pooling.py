@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import time
@@ -106,14 +107,65 @@ def owner_identity():
     return "%s:%d" % (host, os.getpid())
 
 
+#: A lock's content: ``host:pid``, as Mercurial writes it.
+_OWNER = re.compile(r"([^\s:]+):([0-9]{1,10})")
+#: Mercurial and vcsperf write a lock in one step, as a symlink's target,
+#: so a lock whose content is not ``host:pid`` belongs to no running owner
+#: -- unless a writer on a filesystem without symlinks has created the file
+#: and not yet written it.  Such garbage is taken over once it has been
+#: garbage for this many seconds, by its age or by our watch.
+GARBAGE_SETTLE = 5.0
+
+
+def read_lock(path):
+    """The content of the lock ``path`` as text (a symlink's target, or a
+    regular file's first bytes), or None when there is no lock.  Damaged
+    content comes back as it is, undecodable bytes escaped; a lock that
+    cannot be read at all (a directory, say) as a description of why."""
+    try:
+        return os.readlink(path)
+    except FileNotFoundError:
+        return None
+    except OSError:  # not a symlink: an old or foreign format, or damage
+        pass
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(256)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return "<%s>" % (err.strerror or err)
+    return raw.decode("utf-8", "backslashreplace").strip()
+
+
+def parse_owner(content):
+    """``(host, pid)`` from a lock's content, or None when it is garbage."""
+    match = _OWNER.fullmatch(content)
+    if match is None or not content.isprintable():
+        return None
+    pid = int(match.group(2))
+    if not 0 < pid < 2 ** 31:  # kill(0) would ask our own process group
+        return None
+    return match.group(1), pid
+
+
+def describe_owner(content):
+    """Who holds a lock, for a message."""
+    owner = parse_owner(content)
+    if owner is None:
+        return "no valid owner (the lock holds %r, not host:pid)" % (
+            content[:60],)
+    return "process %d on host %s" % (owner[1], owner[0])
+
+
 def owner_is_gone(identity):
     """True when the lock owner ``identity`` (``host:pid``) is known to be
     dead: it ran on this host (and pid namespace) and its pid is free."""
-    host, _, pid = identity.rpartition(":")
-    if host != owner_identity().rpartition(":")[0] or not pid.isdigit():
+    owner = parse_owner(identity)
+    if owner is None or owner[0] != owner_identity().rpartition(":")[0]:
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(owner[1], 0)
     except ProcessLookupError:
         return True
     except PermissionError:
@@ -124,7 +176,9 @@ def owner_is_gone(identity):
 def owner_is_foreign(identity):
     """True when the lock owner ``identity`` ran on another host (or in
     another pid namespace), where this host cannot tell whether it lives."""
-    return identity.rpartition(":")[0] != owner_identity().rpartition(":")[0]
+    owner = parse_owner(identity)
+    return (owner is not None
+            and owner[0] != owner_identity().rpartition(":")[0])
 
 
 class LockPolicy:
@@ -135,11 +189,13 @@ class LockPolicy:
       cache belongs to this machine alone, as in CI, where such a lock was
       left by an earlier container of the same task), at once; otherwise
       once the lock is ``grace`` seconds old.
+    - Content that names no owner (garbage): once it has been garbage for
+      ``GARBAGE_SETTLE`` seconds.
     - A live owner on this host is waited for, up to ``timeout`` seconds.
 
-    ``verdict(owner, age)`` is ``None`` to take over now, else the seconds
-    left to wait, and whether the wait ends in a takeover (True) or in
-    giving up (False).
+    ``verdict(owner, age, waited)`` is ``None`` to take over now, else the
+    seconds left to wait, and whether the wait ends in a takeover (True)
+    or in giving up (False).
     """
 
     def __init__(self, private=False, grace=600.0, timeout=3600.0):
@@ -148,6 +204,9 @@ class LockPolicy:
         self.timeout = timeout
 
     def verdict(self, owner, age, waited):
+        if parse_owner(owner) is None:
+            settle = GARBAGE_SETTLE - max(age, waited)
+            return None if settle <= 0 else (settle, True)
         if owner_is_gone(owner):
             return None
         left = self.timeout - waited
@@ -179,13 +238,9 @@ def await_lock(path, policy, waiting, poll=0.2):
     start = time.monotonic()
     told = False
     while True:
-        try:
-            owner = os.readlink(path)
-        except FileNotFoundError:
+        owner = read_lock(path)
+        if owner is None:
             return None
-        except OSError:  # a regular file: an old or foreign lock format
-            with open(path) as fh:
-                owner = fh.read().strip()
         waited = time.monotonic() - start
         verdict = policy.verdict(owner, lock_age(path), waited)
         if verdict is None:
@@ -197,6 +252,16 @@ def await_lock(path, policy, waiting, poll=0.2):
             waiting(owner, seconds, takeover)
             told = True
         time.sleep(poll)
+
+
+def remove_lock(path):
+    """Remove the lock ``path``, even one damaged into a directory."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class LockTimeout(Exception):
@@ -218,19 +283,26 @@ class PidLock:
     both think they own it.
 
     ``waiting(owner, seconds, takeover)`` is called once when the lock is
-    busy, so the caller can say what it waits for and for how long.
+    busy, so the caller can say what it waits for and for how long;
+    ``taken_over(owner)``, if given, after a stale lock was removed.
     """
 
-    def __init__(self, path, policy, waiting):
+    def __init__(self, path, policy, waiting, taken_over=None):
         self.path = path
         self.policy = policy
         self.waiting = waiting
+        self.taken_over = taken_over
         self.held = False
 
     def acquire(self):
         while not self._try():
             stale = await_lock(self.path, self.policy, self._tell_once)
-            if stale is not None and not self._take_over(stale):
+            if stale is None:
+                continue
+            if self._take_over(stale):
+                if self.taken_over:
+                    self.taken_over(stale)
+            else:
                 time.sleep(0.05)  # another waiter is taking it over
         return self
 
@@ -261,27 +333,22 @@ class PidLock:
         self.held = True
         return True
 
-    def _owner(self):
-        try:
-            return os.readlink(self.path)
-        except FileNotFoundError:
-            return None
-
     def _take_over(self, stale):
+        """Remove the stale lock; False when another waiter is at it."""
         guard = PidLock(self.path + ".takeover", None, None)
         if not guard._try():
-            if not owner_is_gone(guard._owner() or ""):
-                return False
-            # The previous taker died mid-takeover; its guard is stale too.
-            try:
-                os.unlink(guard.path)
-            except FileNotFoundError:
-                pass
+            owner = read_lock(guard.path)
+            if owner is not None and self.policy.verdict(
+                    owner, lock_age(guard.path), 0) is None:
+                # The previous taker died mid-takeover, or its guard is
+                # garbage: the guard is stale too.
+                remove_lock(guard.path)
             return False
         try:
-            if self._owner() == stale:
-                os.unlink(self.path)
-            return True
+            if read_lock(self.path) == stale:
+                remove_lock(self.path)
+                return True
+            return False
         finally:
             guard.release()
 

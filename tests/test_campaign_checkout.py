@@ -1,0 +1,464 @@
+"""The adversarial campaign for pooled checkouts (tests/campaign.py): any
+bytes in a lock file, ``hg robustcheckout`` and ``gitbridge checkout``
+killed with SIGKILL at seeded random moments, and bytes flipped in the
+pool's indexes and the checkout's dirstate.  After each, a rerun must
+finish: the requested revision, nothing modified, ``hg verify`` or ``git
+fsck`` clean."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from mercurial import store as hgstore
+
+import campaign
+import test_sharepool
+from test_all_extensions import SUITE
+from test_gitbridge_checkout import gitbridge  # noqa: F401 (a fixture)
+from vcsperf import pooling
+from vcsperf.gitserve import GitServer
+
+KINDS = ("clone", "pull", "update")
+#: A full campaign runs longer than the suite's timeout per test.
+_TIMEOUT = pytest.mark.timeout(campaign.size(600, 3600))
+
+
+def _on_real_history(test):
+    """A campaign test on the real history (so marked slow)."""
+    return pytest.mark.slow(pytest.mark.campaign(_TIMEOUT(test)))
+
+# Lock files ---------------------------------------------------------------
+
+_HOST = pooling.owner_identity().rpartition(":")[0]
+# Contents near the real format, beside arbitrary bytes.
+_LOCKISH = st.builds(
+    lambda host, sep, pid: ("%s%s%s" % (host, sep, pid)).encode(
+        "utf-8", "surrogateescape"),
+    st.sampled_from([_HOST, "old-container.example/4026531836", "", " ",
+                     _HOST + "\n", "h\x00st", "h\u00e9te"]),
+    st.sampled_from([":", "::", "", ": "]),
+    st.one_of(st.integers(-5, 2 ** 40).map(str),
+              st.text(max_size=12)))
+
+
+@pytest.mark.campaign
+@_TIMEOUT
+def test_any_lock_file_is_judged_and_never_waited_for_unboundedly(
+        tmp_path, tally):
+    """Property, for any bytes in a lock (a regular file's content or a
+    symlink's target) or a directory in its place, of any age: reading
+    and judging it raises nothing; content that is not ``host:pid`` is
+    garbage, taken over within GARBAGE_SETTLE seconds; any other verdict
+    is a finite wait.  An old garbage lock is taken over at once."""
+    path = str(tmp_path / "pool.lock")
+
+    @settings(max_examples=campaign.size(300, 5000), deadline=None,
+              derandomize=not campaign.FULL)
+    @given(content=st.one_of(st.binary(max_size=300), _LOCKISH),
+           kind=st.sampled_from(["file", "symlink", "directory"]),
+           age=st.floats(0, 7200), private=st.booleans())
+    def judged(content, kind, age, private):
+        pooling.remove_lock(path)
+        target = content.replace(b"\0", b"")[:4000]
+        if kind == "directory":
+            os.mkdir(path)
+        elif kind == "symlink" and target:
+            os.symlink(target, os.fsencode(path))
+        else:
+            with open(path, "wb") as fh:
+                fh.write(content)
+        stamp = time.time() - age
+        os.utime(path, (stamp, stamp), follow_symlinks=False)
+        what = "%s %r, %.0f s old" % (kind, content[:40], age)
+        policy = pooling.LockPolicy(private=private, grace=600,
+                                    timeout=3600)
+        read = pooling.read_lock(path)
+        owner = pooling.parse_owner(read)
+        pooling.describe_owner(read)
+        verdict = policy.verdict(read, pooling.lock_age(path), 0)
+        ok = isinstance(read, str)
+        if owner is None:
+            ok = ok and (verdict is None or (
+                verdict[1] and 0 < verdict[0] <= pooling.GARBAGE_SETTLE))
+            if age > pooling.GARBAGE_SETTLE + 1:
+                # taken over at once: the lock is then ours
+                lock = pooling.PidLock(path, policy, None)
+                thread = threading.Thread(target=lock.acquire, daemon=True)
+                thread.start()
+                thread.join(10)
+                ok = ok and not thread.is_alive() and os.readlink(
+                    path) == pooling.owner_identity()
+                lock.release()
+        else:
+            host, pid = owner
+            ok = ok and 0 < pid < 2 ** 31 and read.startswith(host + ":")
+            ok = ok and (verdict is None or 0 < verdict[0] <= 3600)
+        tally.case(ok, what)
+        assert ok, what
+
+    judged()
+    pooling.remove_lock(path)
+    tally.check()
+
+
+# Rounds, for both commands ---------------------------------------------------
+
+def _kill_rounds(pool, tally, prepare, env):
+    """Run the checkout of ``pool``, each round from the state
+    ``prepare(kind)`` makes (it returns the revision to ask for), and kill
+    it at a seeded moment within how long that kind of run takes
+    unharmed (the last run that ended by itself); then the rerun must
+    leave no ``pool.problems``.  Rounds go on until the campaign's number
+    of kills came before the command ended."""
+    durations = {}
+    wanted, rounds, killed = campaign.size(2, 24), 0, 0
+    while killed < wanted and rounds < 3 * wanted:
+        kind = KINDS[rounds % len(KINDS)]
+        if kind not in durations:
+            start = time.monotonic()
+            warmup = pool.run(prepare(kind))
+            assert warmup.returncode == 0, (kind, warmup.stderr)
+            durations[kind] = time.monotonic() - start
+        revision = prepare(kind)
+        delay = tally.rng.uniform(0.02, durations[kind])
+        start = time.monotonic()
+        if campaign.kill_after(pool.command(revision), env, delay):
+            killed += 1
+        else:  # it ended by itself: how long such a run takes now
+            durations[kind] = time.monotonic() - start
+        problems = pool.problems(pool.run(revision), revision)
+        tally.case(not problems, "round %d: %s killed after %.2f s: %s"
+                   % (rounds, kind, delay, problems))
+        rounds += 1
+    print("%d rounds, %d killed before the command ended" % (rounds, killed))
+    assert killed == wanted, "the kills came too late"
+    tally.check()
+
+
+def _flip_rounds(pool, tally, revisions, damage_store, checkout_state):
+    """Check out one revision, damage the pool (``damage_store(old,
+    new)``) or DEST (its file ``checkout_state``) with flipped bytes, then
+    check out another: it must leave no ``pool.problems``."""
+    rng = tally.rng
+    rounds = campaign.size(2, 16)
+    for round_ in range(rounds):
+        old, new = rng.sample(revisions, 2)
+        first = pool.run(old)
+        assert first.returncode == 0, first.stderr
+        if round_ % 2:
+            damage = _flip_bytes(pool.dest / checkout_state, rng)
+        else:
+            damage = damage_store(old, new)
+        # flipped bytes may leave a store that reads without error but
+        # wrong: the files are compared with the served ones
+        problems = pool.problems(pool.run(new), new, files=True)
+        tally.case(not problems, "round %d, %s: %s"
+                   % (round_, damage, problems))
+    print("%d rounds of flipped bytes" % rounds)
+    tally.check()
+
+
+def _flip_bytes(path, rng):
+    """Flip one to eight bytes of the file ``path``; says which."""
+    data = bytearray(path.read_bytes())
+    spots = sorted(rng.randrange(len(data))
+                   for _ in range(rng.randint(1, 8)))
+    for spot in spots:
+        data[spot] ^= rng.randrange(1, 256)
+    path.write_bytes(bytes(data))
+    return "%s bytes %s" % (path.name, spots)
+
+
+# hg robustcheckout ---------------------------------------------------------
+
+@pytest.fixture
+def hgrc(hgrc):
+    """sharepool's fast retries, and every extension of the suite."""
+    with open(hgrc, "a") as fh:
+        fh.write(test_sharepool.HGRC + "[extensions]\n"
+                 + "".join("%s =\n" % name for name in SUITE))
+    return hgrc
+
+
+class HgPool:
+    """The real history served by hg serve, a pool and one DEST."""
+
+    def __init__(self, hg, repo, server, tmp_path):
+        self.hg, self.repo, self.url = hg, repo, server.url
+        self.nodes = hg("log", "-T", "{node}\n", cwd=repo).split()[::-1]
+        self.pool, self.dest = tmp_path / "pool", tmp_path / "co"
+        self.store = self.pool / self.nodes[0]
+        self.trees = tmp_path / "trees"
+
+    def command(self, node):
+        return [self.hg.binary, "robustcheckout", "--sharebase",
+                str(self.pool), "--purge", "-r", node, self.url,
+                str(self.dest)]
+
+    def run(self, node):
+        return subprocess.run(self.command(node), env=self.hg.env,
+                              capture_output=True, text=True)
+
+    def problems(self, rerun, node, files=False):
+        """What is wrong after a rerun that was to check out ``node``:
+        it failed, DEST is elsewhere or modified (or, with ``files``, its
+        files are not the served revision's), the store fails hg verify,
+        the pool holds more than the store."""
+        if rerun.returncode != 0:
+            return ["exit %d: %s" % (rerun.returncode,
+                                     rerun.stderr.strip()[-300:])]
+        found = []
+        where = self.hg("id", "--debug", "-i", cwd=self.dest).strip()
+        if where != node:
+            found.append("DEST at %s" % where)
+        if self.hg("status", cwd=self.dest):
+            found.append("DEST modified")
+        if files and _tree_digest(self.dest) != _tree_digest(
+                self.tree(node)):
+            found.append("DEST's files differ from the served revision")
+        verify = self.hg.proc("verify", "-q", cwd=self.store)
+        if verify.returncode:
+            found.append("hg verify: %s" % verify.stderr.strip()[-300:])
+        if os.listdir(self.pool) != [self.nodes[0]]:
+            found.append("pool holds %s" % os.listdir(self.pool))
+        return found
+
+    def tree(self, node):
+        """The files of ``node``, from the served repository."""
+        path = self.trees / node
+        if not path.exists():
+            self.hg("archive", "-R", self.repo, "-r", node, "-t", "files",
+                    "--config", "ui.archivemeta=false", path)
+        return path
+
+
+def _tree_digest(root):
+    """Path, mode and content of every file under ``root`` but .hg and
+    .git."""
+    entries = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [name for name in dirs if name not in (".hg", ".git")]
+        for name in files:
+            path = os.path.join(top, name)
+            with open(path, "rb") as fh:
+                entries.append((os.path.relpath(path, root),
+                                os.access(path, os.X_OK), fh.read()))
+    return sorted(entries)
+
+
+@pytest.fixture
+def hg_pool(hg, real_hg_repo, hgserve, tmp_path):
+    return HgPool(hg, real_hg_repo, hgserve(real_hg_repo), tmp_path)
+
+
+@_on_real_history
+def test_robustcheckout_killed_at_random_moments_then_rerun_finishes(
+        hg, hg_pool, tmp_path, tally):
+    """robustcheckouts of real history -- a clone, a pull or an update --
+    each killed (the whole process group) at a seeded random moment: the
+    next run finishes the checkout, and the store passes hg verify."""
+    pool = hg_pool
+    old_store = tmp_path / "old-store"
+    hg("clone", "-q", "-U", "-r", pool.nodes[20], pool.repo, old_store)
+
+    def prepare(kind):
+        """The starting state of a round, and the revision it asks for."""
+        if kind != "update":
+            pooling.discard(pool.pool)
+            pooling.discard(pool.dest)
+        if kind == "pull":
+            hg("clone", "-q", "-U", old_store, pool.store)
+        return tally.rng.choice(pool.nodes[25:] if kind != "update"
+                                else pool.nodes)
+
+    _kill_rounds(pool, tally, prepare, hg.env)
+
+
+#: Bytes of a revlog index entry that reading the revision depends on:
+#: offset and flags, compressed length, delta base, parents, node.  (The
+#: linkrev and the full length are for hg verify to check, not a read.)
+_READ_FIELDS = [*range(0, 12), *range(16, 20), *range(24, 52)]
+
+
+def _entry_position(index, rev):
+    """Where entry ``rev`` starts in the revlog index bytes ``index``."""
+    inline = int.from_bytes(index[:4], "big") & (1 << 16)
+    position = 0
+    for _ in range(rev):
+        length = int.from_bytes(index[position + 8:position + 12], "big")
+        position += 64 + (length if inline else 0)
+    return position
+
+
+def _flip_filelog_entry(pool, rng, path, node):
+    """Flip one byte that reading file ``path`` at ``node`` depends on, in
+    the entry of its filelog's index in the pool's store."""
+    filenode = [line.split()[0] for line in pool.hg(
+        "manifest", "--debug", "-r", node, cwd=pool.repo).splitlines()
+        if line.split(None, 2)[2] == path][0]
+    rev = [int(line.split()[0]) for line in pool.hg(
+        "debugindex", path, cwd=pool.repo).splitlines()[1:]
+        if filenode.startswith(line.split()[2])][0]
+    index = pool.store / ".hg" / "store" / os.fsdecode(
+        hgstore._pathencode(b"data/" + os.fsencode(path) + b".i"))
+    data = bytearray(index.read_bytes())
+    spot = _entry_position(data, rev) + rng.choice(_READ_FIELDS)
+    data[spot] ^= rng.randrange(1, 256)
+    index.write_bytes(bytes(data))
+    return "%s rev %d byte %d" % (path, rev, spot)
+
+
+@_on_real_history
+def test_robustcheckout_recovers_from_flipped_bytes(hg_pool, tally):
+    """A checkout of one revision, then damage -- a byte flipped in the
+    pool's filelog index entry that the next revision's update reads, or
+    bytes flipped in DEST's dirstate -- then a checkout of another
+    revision: it finishes with exactly the served files, and the store
+    passes hg verify."""
+    pool = hg_pool
+
+    def damage_store(old, new):
+        changed = pool.hg("status", "-n", "-ma", "--rev", old, "--rev", new,
+                          cwd=pool.repo).splitlines()
+        return _flip_filelog_entry(pool, tally.rng,
+                                   tally.rng.choice(changed), new)
+
+    _flip_rounds(pool, tally, pool.nodes, damage_store,
+                 os.path.join(".hg", "dirstate"))
+
+
+# gitbridge checkout ----------------------------------------------------------
+
+class GitPool:
+    """The real history behind git http-backend, a pool and one DEST."""
+
+    def __init__(self, git, gitbridge, repo, server, tmp_path):
+        self.git, self.binary, self.repo = git, gitbridge.binary, repo
+        self.url = server.repo_url
+        self.commits = git("-C", repo, "rev-list", "main").split()[::-1]
+        self.pool, self.dest = tmp_path / "pool", tmp_path / "co"
+        self.store = self.pool / (self.commits[0] + ".git")
+        self.trees = tmp_path / "trees"
+
+    def command(self, commit):
+        return [self.binary, "checkout", "--sharebase", str(self.pool),
+                "--purge", "-r", commit, self.url, str(self.dest)]
+
+    def run(self, commit):
+        return subprocess.run(self.command(commit), env=self.git.env,
+                              capture_output=True, text=True)
+
+    def problems(self, rerun, commit, files=False):
+        """What is wrong after a rerun that was to check out ``commit``
+        (see ``HgPool.problems``)."""
+        if rerun.returncode != 0:
+            return ["exit %d: %s" % (rerun.returncode,
+                                     rerun.stderr.strip()[-300:])]
+        found = []
+        head = self.git("-C", self.dest, "rev-parse", "HEAD").strip()
+        if head != commit:
+            found.append("DEST at %s" % head)
+        if self.git("-C", self.dest, "status", "--porcelain"):
+            found.append("DEST modified")
+        if files and _tree_digest(self.dest) != _tree_digest(
+                self.tree(commit)):
+            found.append("DEST's files differ from the served commit")
+        fsck = subprocess.run(["git", "-C", str(self.store), "fsck",
+                               "--no-progress"], env=self.git.env,
+                              capture_output=True, text=True)
+        if fsck.returncode:
+            found.append("git fsck: %s" % fsck.stderr.strip()[-300:])
+        return found
+
+    def tree(self, commit):
+        path = self.trees / commit
+        if not path.exists():
+            path.mkdir(parents=True)
+            archive = subprocess.run(
+                ["git", "-C", str(self.repo), "archive", commit],
+                env=self.git.env, capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(path)],
+                           input=archive.stdout, check=True)
+        return path
+
+
+@pytest.fixture
+def git_pool(git, gitbridge, real_git_repo, tmp_path):
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    os.symlink(real_git_repo, repos / "pip.git")
+    with GitServer(repos) as server:
+        server.repo_url = server.url + "pip.git"
+        yield GitPool(git, gitbridge, real_git_repo, server, tmp_path)
+
+
+@_on_real_history
+def test_gitbridge_checkout_killed_at_random_moments_then_rerun_finishes(
+        git, git_pool, tmp_path, tally):
+    """gitbridge checkouts of real history -- clone, fetch or update --
+    each killed (with its git children) at a seeded random moment: the
+    next run finishes, and the store passes git fsck."""
+    pool = git_pool
+    # a store that saw only the first 21 releases, copied in for each
+    # "pull" round (the URL's root is known from the first round on)
+    old_store = tmp_path / "old-store.git"
+    key = hashlib.sha256(pool.url.encode()).hexdigest()[:20]
+    git("init", "-q", "--bare", old_store)
+    git("-C", old_store, "fetch", "-q", pool.repo,
+        "%s:refs/pool/%s/heads/main" % (pool.commits[20], key))
+
+    def prepare(kind):
+        if kind != "update":
+            pooling.discard(pool.store)
+            pooling.discard(pool.dest)
+        if kind == "pull":
+            shutil.copytree(old_store, pool.store, symlinks=True)
+        return tally.rng.choice(pool.commits[25:] if kind != "update"
+                                else pool.commits)
+
+    _kill_rounds(pool, tally, prepare, git.env)
+
+
+def _flip_packed_object(pool, rng, path, commit):
+    """Flip one byte of the packed object holding ``path`` at ``commit``
+    in the pool's store (git checks every object it inflates)."""
+    blob = pool.git("-C", pool.store, "rev-parse",
+                    "%s:%s" % (commit, path)).strip()
+    for index in sorted((pool.store / "objects" / "pack").glob("*.idx")):
+        for line in pool.git("verify-pack", "-v", index).splitlines():
+            fields = line.split()
+            if fields and fields[0] == blob:
+                size, offset = int(fields[3]), int(fields[4])
+                pack = index.with_suffix(".pack")
+                data = bytearray(pack.read_bytes())
+                spot = offset + rng.randrange(size)
+                data[spot] ^= rng.randrange(1, 256)
+                os.chmod(pack, 0o644)
+                pack.write_bytes(bytes(data))
+                return "%s (%s) byte %d of %s" % (path, blob[:12], spot,
+                                                   pack.name)
+    raise AssertionError("%s not packed in the store" % blob)
+
+
+@_on_real_history
+def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
+    """A checkout of one commit, then damage -- a byte flipped in the
+    pool's packed object that the next commit's checkout reads, or bytes
+    flipped in DEST's index -- then a checkout of another commit: it
+    finishes with exactly the served files, and the store passes git
+    fsck."""
+    pool = git_pool
+
+    def damage_store(old, new):
+        changed = pool.git("-C", pool.repo, "diff", "--name-only",
+                           "--diff-filter=AM", old, new).splitlines()
+        return _flip_packed_object(pool, tally.rng,
+                                   tally.rng.choice(changed), new)
+
+    _flip_rounds(pool, tally, pool.commits, damage_store,
+                 os.path.join(".git", "index"))
