@@ -305,6 +305,16 @@ def _output_directory(output):
     return outdir
 
 
+def _parse_manifest_line(repo, line):
+    """The entries Mercurial's own parser makes of ``line``, or None where
+    it fails: clients then crash, with a ValueError for a field without
+    "=", or an AssertionError for a spec whose "-" follows its first ";"."""
+    try:
+        return bundlecaches.parseclonebundlesmanifest(repo, line)
+    except (ValueError, AssertionError):
+        return None
+
+
 def _read_manifest(repo):
     """The entries of the published manifest, as clients parse them.  A
     line they cannot parse stops the run: which bundles the manifest names
@@ -312,15 +322,15 @@ def _read_manifest(repo):
     data = repo.vfs.tryread(MANIFEST)
     entries = []
     for number, line in enumerate(data.splitlines(), 1):
-        try:
-            entries += bundlecaches.parseclonebundlesmanifest(repo, line)
-        except ValueError:
+        parsed = _parse_manifest_line(repo, line)
+        if parsed is None:
             raise error.Abort(
                 _(b'%s line %d cannot be parsed by clients: %s')
                 % (repo.vfs.join(MANIFEST), number,
                    stringutil.escapestr(stringutil.ellipsis(line, 100))),
                 hint=_(b'fix or remove that line, then run hg bundlegen '
                        b'again'))
+        entries += parsed
     return entries
 
 
@@ -523,10 +533,7 @@ def manifest_line(repo, url, spec, digest):
     expected = {key: util.urlreq.unquote(value)
                 for key, value in attrs.items()}
     expected[b'URL'] = url
-    try:
-        entries = bundlecaches.parseclonebundlesmanifest(repo, line)
-    except ValueError:  # a field without "="
-        entries = []
+    entries = _parse_manifest_line(repo, line) or []
     if (len(entries) != 1
             or any(entries[0].get(key) != value
                    for key, value in expected.items())
