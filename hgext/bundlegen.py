@@ -25,13 +25,15 @@ One run:
    seconds even for big repositories), so a push landing meanwhile cannot
    tear the bundles apart, and all of them hold the same changesets;
 2. builds every format from the snapshot, in parallel up to
-   ``bundlegen.jobs`` processes;
-3. writes each bundle under a temporary name, checks its bundle spec
-   (``hg debugbundle --spec``) and computes its sha256, then renames it
-   to ``<tip node>.<format>.hg``;
-4. runs ``bundlegen.upload-command`` once per bundle, if set, with the
-   environment variables ``BUNDLE_PATH``, ``BUNDLE_NAME``, ``BUNDLE_SPEC``,
-   ``BUNDLE_SHA256`` and ``BUNDLE_URL``;
+   ``bundlegen.jobs`` processes, in a directory of its own in the output
+   directory (``.bundlegen-tmp-*``, removed by the next run if this one is
+   killed);
+3. checks each bundle's spec (``hg debugbundle --spec``), computes its
+   sha256 and moves it to ``<tip node>.<format>.<sha256 prefix>.hg``;
+4. runs ``bundlegen.upload-command`` once per bundle that the published
+   manifest does not name already, if set, with the environment variables
+   ``BUNDLE_PATH``, ``BUNDLE_NAME``, ``BUNDLE_SPEC``, ``BUNDLE_SHA256``
+   and ``BUNDLE_URL``;
 5. replaces ``clonebundles.manifest`` atomically, keeping the previous one
    as ``clonebundles.manifest.old``.  Its lines come in the order of
    ``bundlegen.formats`` (clients take the first they can use unless
@@ -40,10 +42,30 @@ One run:
    ``REQUIRESNI=true``;
 6. writes ``bundles.json`` (formats, specs, sizes, digests, build times)
    next to the bundles, and deletes bundles older than
-   ``bundlegen.expire-days`` that the new manifest does not name.
+   ``bundlegen.expire-days`` that neither the new manifest nor the one it
+   replaced names.
 
-A bad configuration or a failed upload stops the run before the manifest
-is touched: clients keep getting the bundles they got before.
+A bundle's name holds the start of its sha256, so a name never stands for
+other bytes, and no run changes a file that clients may be sent: a rerun
+at the same tip whose bundle differs (bundles also hold caches and
+obsolescence markers) publishes it under a new name.  The files of the
+manifest a run replaces stay at least until the next run, for clients
+that read it just before, and then until they are ``expire-days`` old.
+The upload command may write in place (a plain ``cp`` to a web server's
+directory): what it writes is named by no manifest yet.  Use one output
+directory per repository.
+
+A bad configuration, a manifest clients cannot parse, or a failed upload
+stops the run before the manifest is touched: clients keep getting the
+bundles they got before.  ``bundlegen.base-url`` must be an absolute
+``http``, ``https`` or ``file`` URL with no query or fragment, and
+characters a URL may not hold percent-encoded (a space as ``%20``); every
+manifest line is parsed back as clients parse it before it is published.
+
+A run killed with its process group (``kill -9 -PGID``, or systemd
+stopping the unit) leaves nothing running.  On Linux, its ``hg bundle``
+processes are also killed when only the run is; elsewhere they run on in
+that run's own directory, and the next run does not wait for them.
 
 Formats:
 
@@ -71,17 +93,23 @@ transaction is rolled back; a broken stream bundle still stops the clone,
 whose destination is then removed).
 """
 
-import concurrent.futures
+import ctypes
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
+import stat
 import subprocess
+import tempfile
 import time
 
 from mercurial.i18n import _
 from mercurial.node import nullrev
 from mercurial import (
+    bundlecaches,
     error,
     exchange,
     extensions,
@@ -108,7 +136,8 @@ configitem(b'bundlegen', b'base-url', default=None)
 configitem(b'bundlegen', b'formats', default=[b'zstd-max', b'gzip',
                                               b'stream'])
 configitem(b'bundlegen', b'zstd-level', default=19)
-configitem(b'bundlegen', b'zstd-threads', default=os.cpu_count() or 1)
+configitem(b'bundlegen', b'zstd-threads',
+           default=min(os.cpu_count() or 1, 200))
 configitem(b'bundlegen', b'jobs', default=os.cpu_count() or 1)
 configitem(b'bundlegen', b'expire-days', default=7)
 configitem(b'bundlegen', b'upload-command', default=None)
@@ -126,37 +155,42 @@ MANIFEST = b'clonebundles.manifest'
 INDEX = b'bundles.json'
 _TEMP_PREFIX = b'.bundlegen-tmp-'
 
+# What a base URL may be: http, https or file, then only characters a URL
+# holds as they are (RFC 3986's unreserved and reserved ones, but not the
+# ``?`` and ``#`` after which a bundle's name could not be appended) and
+# %XX escapes.  Clients split manifest lines at whitespace and open the URL
+# as it is written.
+_URL_CHAR = br"(?:[A-Za-z0-9\-._~:/@!$&'()*+,;=\[\]]|%[0-9A-Fa-f]{2})"
+_BASE_URL = re.compile(br"(?:(?i:https?)://(?!/)%s+|(?i:file):///%s+)\Z"
+                       % (_URL_CHAR, _URL_CHAR))
 
 class _Settings:
     """The checked ``[bundlegen]`` configuration."""
 
     def __init__(self, ui, output, base_url):
         self.output = output or ui.config(b'bundlegen', b'output')
-        self.base_url = base_url or ui.config(b'bundlegen', b'base-url')
-        if not self.output or not self.base_url:
-            raise error.ConfigError(
+        base_url = base_url or ui.config(b'bundlegen', b'base-url')
+        if not self.output or not base_url:
+            raise error.Abort(
                 _(b'bundlegen needs an output directory and a base URL'),
                 hint=_(b'set bundlegen.output and bundlegen.base-url, or '
                        b'pass --output and --base-url'))
+        self.base_url = check_base_url(base_url)
         self.formats = ui.configlist(b'bundlegen', b'formats')
         unknown = [f for f in self.formats if f not in FORMATS]
         if unknown or not self.formats:
-            raise error.ConfigError(
+            raise error.Abort(
                 _(b'unknown bundle format in bundlegen.formats: %s')
                 % b', '.join(unknown or [b'(none listed)']),
                 hint=_(b'known formats: %s') % b', '.join(sorted(FORMATS)))
         if len(set(self.formats)) != len(self.formats):
-            raise error.ConfigError(
-                _(b'bundlegen.formats lists a format twice'))
-        self.zstd_level = ui.configint(b'bundlegen', b'zstd-level')
-        if not 1 <= self.zstd_level <= 22:
-            raise error.ConfigError(
-                _(b'bundlegen.zstd-level must be 1 to 22, not %d')
-                % self.zstd_level)
-        self.zstd_threads = max(0, ui.configint(b'bundlegen',
-                                                b'zstd-threads'))
-        self.jobs = max(1, ui.configint(b'bundlegen', b'jobs'))
-        self.expire_days = ui.configint(b'bundlegen', b'expire-days')
+            raise error.Abort(_(b'bundlegen.formats lists a format twice'),
+                              hint=_(b'list each format once'))
+        self.zstd_level = _config_int(ui, b'zstd-level', 1, 22)
+        # zstd runs at most 200 worker threads
+        self.zstd_threads = _config_int(ui, b'zstd-threads', 0, 200)
+        self.jobs = _config_int(ui, b'jobs', 1, 4096)
+        self.expire_days = _config_int(ui, b'expire-days', 0, 36500)
         self.upload_command = ui.config(b'bundlegen', b'upload-command')
 
     def bundle_args(self, fmt):
@@ -170,7 +204,35 @@ class _Settings:
         return args
 
     def url(self, name):
-        return b'%s/%s' % (self.base_url.rstrip(b'/'), name)
+        return b'%s/%s' % (self.base_url, name)
+
+
+def _config_int(ui, name, low, high):
+    value = ui.config(b'bundlegen', name)
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise error.Abort(
+            _(b'bundlegen.%s must be a whole number from %d to %d')
+            % (name, low, high),
+            hint=_(b'it is %s') % stringutil.escapestr(
+                pycompat.bytestr(value)))
+    return number
+
+
+def check_base_url(url):
+    """``url`` without trailing slashes, if clients can fetch
+    ``<url>/<bundle name>`` from a manifest line naming it; else abort."""
+    if not _BASE_URL.match(url.rstrip(b'/')):
+        raise error.Abort(
+            _(b'bundlegen.base-url is not a URL clients can fetch from: %s')
+            % stringutil.escapestr(url),
+            hint=_(b'give an absolute http, https or file URL without '
+                   b'query or fragment; percent-encode other characters '
+                   b'(a space as %20)'))
+    return url.rstrip(b'/')
 
 
 @command(
@@ -194,24 +256,30 @@ def bundlegen(ui, repo, output=None, base_url=None):
     Only one run per repository at a time; a second one waits.
     """
     settings = _Settings(ui, output, base_url)
-    outdir = util.expandpath(settings.output)
-    util.makedirs(outdir)
+    outdir = _output_directory(settings.output)
     with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock', 3600, 10,
                          desc=b'bundlegen'):
-        _remove_temporaries(outdir)
-        snapshot = os.path.join(outdir, b'%ssnapshot' % _TEMP_PREFIX)
+        published = _read_manifest(repo)
+        _remove_leftovers(outdir)
+        rundir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=outdir)
         try:
+            snapshot = os.path.join(rundir, b'snapshot')
             tip = _take_snapshot(ui, repo, snapshot)
-            bundles = _build_all(ui, settings, snapshot, outdir, tip)
+            bundles = _build_all(ui, settings, snapshot, rundir, outdir, tip)
         finally:
-            shutil.rmtree(snapshot, ignore_errors=True)
+            shutil.rmtree(rundir, ignore_errors=True)
+        lines = [manifest_line(repo, bundle['url'].encode(),
+                               bundle['spec'].encode(),
+                               bundle['sha256'].encode())
+                 for bundle in bundles]
         for bundle in bundles:
-            _upload(ui, settings, outdir, bundle)
+            _upload(ui, settings, outdir, bundle, published)
         with repo.wlock():
-            _write_manifest(repo, settings, bundles)
-        _write_index(outdir, tip, settings, bundles)
-        expired = _expire(outdir, settings.expire_days,
-                          {bundle['file'] for bundle in bundles})
+            replaced = _write_manifest(repo, lines)
+        _write_index(outdir, tip, bundles)
+        keep = _file_names(replaced) | {bundle['file'].encode()
+                                        for bundle in bundles}
+        expired = _expire(outdir, settings.expire_days, keep)
     for bundle in bundles:
         ui.status(_(b'%s: %s, %s in %.1f s\n') % (
             pycompat.sysbytes(bundle['file']),
@@ -225,13 +293,65 @@ def bundlegen(ui, repo, output=None, base_url=None):
     return 0
 
 
-def _remove_temporaries(outdir):
+def _output_directory(output):
+    outdir = util.expandpath(output)
+    try:
+        util.makedirs(outdir)
+    except OSError as err:
+        raise error.Abort(
+            _(b'cannot use %s as bundlegen.output: %s')
+            % (outdir, stringutil.forcebytestr(err.strerror)),
+            hint=_(b'give a directory, or a path where one can be made'))
+    return outdir
+
+
+def _parse_manifest_line(repo, line):
+    """The entries Mercurial's own parser makes of ``line``, or None where
+    it fails: clients then crash, with a ValueError for a field without
+    "=", or an AssertionError for a spec whose "-" follows its first ";"."""
+    try:
+        return bundlecaches.parseclonebundlesmanifest(repo, line)
+    except (ValueError, AssertionError):
+        return None
+
+
+def _read_manifest(repo):
+    """The entries of the published manifest, as clients parse them.  A
+    line they cannot parse stops the run: which bundles the manifest names
+    decides what may be deleted."""
+    data = repo.vfs.tryread(MANIFEST)
+    entries = []
+    for number, line in enumerate(data.splitlines(), 1):
+        parsed = _parse_manifest_line(repo, line)
+        if parsed is None:
+            raise error.Abort(
+                _(b'%s line %d cannot be parsed by clients: %s')
+                % (repo.vfs.join(MANIFEST), number,
+                   stringutil.escapestr(stringutil.ellipsis(line, 100))),
+                hint=_(b'fix or remove that line, then run hg bundlegen '
+                       b'again'))
+        entries += parsed
+    return entries
+
+
+def _file_names(entries):
+    """The names of the files the manifest entries point to."""
+    names = set()
+    for entry in entries:
+        path = re.split(br'[?#]', entry[b'URL'], 1)[0]
+        names.add(util.urlreq.unquote(path.rsplit(b'/', 1)[-1]))
+    return names
+
+
+def _remove_leftovers(outdir):
     """Remove what killed runs left behind; the bundlegen lock is held, so
-    no live run owns any of it."""
+    no live run owns any of it.  A killed run's ``hg bundle`` may still be
+    writing in its own directory (see _child_setup): it is removed again
+    by the next run."""
     for name in os.listdir(outdir):
         if name.startswith(_TEMP_PREFIX):
             path = os.path.join(outdir, name)
-            if os.path.isdir(path):
+            if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 util.tryunlink(path)
@@ -252,73 +372,143 @@ def _take_snapshot(ui, repo, path):
     return tip.hex()
 
 
-def _hg(ui, args):
-    """Run hg with this process's extensions (a snapshot has no hgrc of its
-    own, and may need them to be read); return its stdout."""
+if pycompat.sysplatform.startswith(b'linux'):
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    _PR_SET_PDEATHSIG = 1
+
+    def _child_setup(parent):
+        """In a child before it runs hg: have Linux kill it when its
+        parent dies, so a killed run leaves no ``hg bundle`` running."""
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the prctl
+            os._exit(1)
+else:
+    # Elsewhere a killed run's children run on to the end; they write only
+    # in that run's own directory, which the next run removes.
+    _child_setup = None
+
+
+def _spawn(ui, args, **popenargs):
+    """Start hg with this process's extensions (a snapshot has no hgrc of
+    its own, and may need them to be read).  This process must not run
+    threads: the child runs _child_setup between fork and exec."""
     config = []
     for name, path in ui.configitems(b'extensions'):
         if not path.startswith(b'!'):
             config += [b'--config', b'extensions.%s=%s' % (name, path)]
-    env = dict(os.environ, HGPLAIN='1')
-    proc = subprocess.run(procutil.hgcmd() + config + args, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if proc.returncode:
-        lines = proc.stderr.strip().splitlines() or [b'exit %d'
-                                                     % proc.returncode]
+    setup = _child_setup and functools.partial(_child_setup, os.getpid())
+    return subprocess.Popen(procutil.hgcmd() + config + args,
+                            env=dict(os.environ, HGPLAIN='1'),
+                            preexec_fn=setup, **popenargs)
+
+
+def _check_exit(args, code, stderr):
+    if code:
+        lines = stderr.strip().splitlines() or [b'exit %d' % code]
         raise error.Abort(_(b'%s failed: %s') % (args[2], lines[-1]))
-    return proc.stdout
 
 
-def _build_one(ui, settings, snapshot, outdir, tip, fmt):
-    name = b'%s.%s.hg' % (tip, fmt)
-    temp = os.path.join(outdir, _TEMP_PREFIX + name)
-    start = time.monotonic()
-    _hg(ui, [b'-R', snapshot, b'bundle', b'-q', b'-a', b'--config',
-             b'extensions.wirezstd='] + settings.bundle_args(fmt) + [temp])
-    seconds = time.monotonic() - start
-    spec = _hg(ui, [b'-R', snapshot, b'debugbundle', b'--spec',
-                    temp]).strip()
-    expected = FORMATS[fmt]
-    if spec != expected and not spec.startswith(expected + b';'):
-        raise error.Abort(_(b'bundle %s has spec %s, expected %s')
-                          % (name, spec, expected))
-    digest = hashlib.sha256()
-    size = 0
-    with open(temp, 'rb') as fh:
-        for block in iter(lambda: fh.read(1 << 20), b''):
-            digest.update(block)
-            size += len(block)
-        os.fsync(fh.fileno())
-    os.replace(temp, os.path.join(outdir, name))
-    return {'format': fmt.decode(), 'file': name.decode(),
-            'spec': spec.decode(), 'size': size,
-            'sha256': digest.hexdigest(), 'seconds': round(seconds, 2)}
+def _hg(ui, args):
+    """Run hg as _spawn does and return its stdout."""
+    proc = _spawn(ui, args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate()
+    _check_exit(args, proc.returncode, err)
+    return out
 
 
-def _build_all(ui, settings, snapshot, outdir, tip):
-    """Build every format, in parallel up to ``jobs``; in format order."""
+class _Build:
+    """One format's ``hg bundle`` of the snapshot, into the run's own
+    directory; ``finish`` checks the bundle and publishes it under a name
+    that says what it holds."""
+
+    def __init__(self, ui, settings, snapshot, rundir, fmt):
+        self.fmt = fmt
+        self.snapshot = snapshot
+        self.temp = os.path.join(rundir, fmt + b'.hg')
+        self.errors = os.path.join(rundir, fmt + b'.err')
+        self.args = [b'-R', snapshot, b'bundle', b'-q', b'-a', b'--config',
+                     b'extensions.wirezstd='] + settings.bundle_args(fmt)
+        self.start = time.monotonic()
+        with open(self.errors, 'wb') as errors:
+            self.proc = _spawn(ui, self.args + [self.temp],
+                               stdout=subprocess.DEVNULL, stderr=errors)
+
+    def finish(self, ui, settings, outdir, tip):
+        seconds = time.monotonic() - self.start
+        with open(self.errors, 'rb') as fh:
+            _check_exit(self.args, self.proc.returncode, fh.read())
+        spec = _hg(ui, [b'-R', self.snapshot, b'debugbundle', b'--spec',
+                        self.temp]).strip()
+        expected = FORMATS[self.fmt]
+        if spec != expected and not spec.startswith(expected + b';'):
+            raise error.Abort(_(b'bundle %s has spec %s, expected %s')
+                              % (self.fmt, stringutil.escapestr(spec),
+                                 expected))
+        digest = hashlib.sha256()
+        size = 0
+        with open(self.temp, 'rb') as fh:
+            for block in iter(lambda: fh.read(1 << 20), b''):
+                digest.update(block)
+                size += len(block)
+            os.fsync(fh.fileno())
+        # The same name always holds the same bytes: a run never changes a
+        # file that a published manifest names.
+        name = b'%s.%s.%s.hg' % (tip, self.fmt,
+                                 digest.hexdigest()[:16].encode())
+        os.replace(self.temp, os.path.join(outdir, name))
+        return {'format': self.fmt.decode(), 'file': name.decode(),
+                'url': settings.url(name).decode(), 'spec': spec.decode(),
+                'size': size, 'sha256': digest.hexdigest(),
+                'seconds': round(seconds, 2)}
+
+
+def _build_all(ui, settings, snapshot, rundir, outdir, tip):
+    """Build every format, up to ``jobs`` at a time; in format order."""
     progress = ui.makeprogress(_(b'bundling'), unit=_(b'bundles'),
                                total=len(settings.formats))
-    with concurrent.futures.ThreadPoolExecutor(settings.jobs) as pool:
-        futures = {pool.submit(_build_one, ui, settings, snapshot, outdir,
-                               tip, fmt): fmt for fmt in settings.formats}
-        built = {}
-        for future in concurrent.futures.as_completed(futures):
-            built[futures[future]] = future.result()
-            progress.increment()
+    waiting = list(settings.formats)
+    running = []
+    built = {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < settings.jobs:
+                running.append(_Build(ui, settings, snapshot, rundir,
+                                      waiting.pop(0)))
+            done = [build for build in running
+                    if build.proc.poll() is not None]
+            for build in done:
+                running.remove(build)
+                built[build.fmt] = build.finish(ui, settings, outdir, tip)
+                progress.increment()
+            if not done:
+                time.sleep(0.05)
+    finally:
+        for build in running:
+            build.proc.kill()
+            build.proc.wait()
     progress.complete()
     return [built[fmt] for fmt in settings.formats]
 
 
-def _upload(ui, settings, outdir, bundle):
+def _upload(ui, settings, outdir, bundle, published):
+    """Run the upload command for ``bundle``, unless the published
+    manifest names it already (with its digest, so it was uploaded whole):
+    uploading it again could change it while clients download it."""
     if not settings.upload_command:
+        return
+    digest = b'sha256:' + bundle['sha256'].encode()
+    url = bundle['url'].encode()
+    if any(entry[b'URL'] == url and entry.get(b'DIGEST') == digest
+           for entry in published):
+        ui.status(_(b'%s is published already, not uploaded again\n')
+                  % bundle['file'].encode())
         return
     environ = {
         b'BUNDLE_PATH': os.path.join(outdir, bundle['file'].encode()),
         b'BUNDLE_NAME': bundle['file'].encode(),
         b'BUNDLE_SPEC': bundle['spec'].encode(),
         b'BUNDLE_SHA256': bundle['sha256'].encode(),
-        b'BUNDLE_URL': settings.url(bundle['file'].encode()),
+        b'BUNDLE_URL': url,
     }
     code = ui.system(settings.upload_command, environ=environ,
                      blockedtag=b'bundlegen_upload')
@@ -330,34 +520,49 @@ def _upload(ui, settings, outdir, bundle):
                    b'bundlegen.upload-command and run hg bundlegen again'))
 
 
-def manifest_line(settings, bundle):
-    """The ``clonebundles.manifest`` line of one bundle."""
-    url = settings.url(bundle['file'].encode())
+def manifest_line(repo, url, spec, digest):
+    """The ``clonebundles.manifest`` line of one bundle, checked by parsing
+    it as clients do: the same URL, spec and digest, or abort."""
     # ``debugbundle --spec`` already quotes parameter values once, which
     # is what manifest readers unquote.
-    attrs = [b'BUNDLESPEC=' + bundle['spec'].encode()]
-    if url.startswith(b'https://'):
-        attrs.append(b'REQUIRESNI=true')
-    attrs.append(b'DIGEST=sha256:' + bundle['sha256'].encode())
-    return b' '.join([url] + attrs)
+    attrs = {b'BUNDLESPEC': spec}
+    if url[:8].lower() == b'https://':
+        attrs[b'REQUIRESNI'] = b'true'
+    attrs[b'DIGEST'] = b'sha256:' + digest
+    line = b' '.join([url] + [b'%s=%s' % item for item in attrs.items()])
+    expected = {key: util.urlreq.unquote(value)
+                for key, value in attrs.items()}
+    expected[b'URL'] = url
+    entries = _parse_manifest_line(repo, line) or []
+    if (len(entries) != 1
+            or any(entries[0].get(key) != value
+                   for key, value in expected.items())
+            or b'COMPRESSION' not in entries[0]):
+        raise error.Abort(
+            _(b'refusing to publish a manifest line clients would misread: '
+              b'%s') % stringutil.escapestr(line),
+            hint=_(b'check bundlegen.base-url and the bundle spec'))
+    return line
 
 
-def _write_manifest(repo, settings, bundles):
+def _write_manifest(repo, lines):
+    """Replace the manifest; return the entries of the one it replaced."""
+    replaced = _read_manifest(repo)
     old = repo.vfs.tryread(MANIFEST)
     if old:
         with repo.vfs(MANIFEST + b'.old', b'wb', atomictemp=True) as fh:
             fh.write(old)
     with repo.vfs(MANIFEST, b'wb', atomictemp=True) as fh:
-        for bundle in bundles:
-            fh.write(manifest_line(settings, bundle) + b'\n')
+        for line in lines:
+            fh.write(line + b'\n')
+    return replaced
 
 
-def _write_index(outdir, tip, settings, bundles):
+def _write_index(outdir, tip, bundles):
     index = {
         'tip': tip.decode(),
         'generated': int(time.time()),
-        'bundles': [dict(bundle, url=settings.url(
-            bundle['file'].encode()).decode()) for bundle in bundles],
+        'bundles': bundles,
     }
     with util.atomictempfile(os.path.join(outdir, INDEX),
                              b'wb') as fh:
@@ -365,15 +570,17 @@ def _write_index(outdir, tip, settings, bundles):
 
 
 def _expire(outdir, days, keep):
-    """Delete bundles older than ``days`` that are not in ``keep``."""
+    """Delete the bundles older than ``days`` whose names are not in
+    ``keep`` (the new manifest's and the one it replaced)."""
     cutoff = time.time() - days * 86400
     expired = []
     for name in os.listdir(outdir):
         path = os.path.join(outdir, name)
-        if (name.endswith(b'.hg') and name.decode() not in keep
-                and os.path.getmtime(path) < cutoff):
-            os.unlink(path)
-            expired.append(name)
+        if name.endswith(b'.hg') and name not in keep:
+            info = os.lstat(path)
+            if info.st_mtime < cutoff and not stat.S_ISDIR(info.st_mode):
+                os.unlink(path)
+                expired.append(name)
     return expired
 
 

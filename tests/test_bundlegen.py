@@ -3,14 +3,19 @@ a real HTTP server on 127.0.0.1 serves them, ``hg serve`` hands out the
 manifest, and ``hg clone`` uses them (seen in its output and in the file
 server's log); a 404 or a truncated body falls back to a normal clone."""
 
+import hashlib
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
+from campaign import is_clean_abort
 from netservers import FileServer
 
 EXT = ("--config", "extensions.bundlegen=")
@@ -48,8 +53,13 @@ def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
                                                fileserver, tmp_path):
     out = _generate(hg, real_hg_repo, fileserver)
     tip = _tip(hg, real_hg_repo)
-    names = ["%s.%s.hg" % (tip, fmt) for fmt in ("zstd-max", "gzip",
-                                                  "stream")]
+    index = json.loads(open(os.path.join(fileserver.root,
+                                         "bundles.json")).read())
+    # <tip>.<format>.<start of the bundle's sha256>.hg
+    names = ["%s.%s.%s.hg" % (tip, bundle["format"], bundle["sha256"][:16])
+             for bundle in index["bundles"]]
+    assert [name.split(".")[1] for name in names] == ["zstd-max", "gzip",
+                                                      "stream"]
     for name in names:
         assert name in out
     assert sorted(n for n in os.listdir(fileserver.root)
@@ -65,8 +75,6 @@ def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
     assert lines[2].split()[1].startswith(
         "BUNDLESPEC=none-v2;stream=v2;requirements%3D")
 
-    index = json.loads(open(os.path.join(fileserver.root,
-                                         "bundles.json")).read())
     assert index["tip"] == tip
     assert [b["format"] for b in index["bundles"]] == ["zstd-max", "gzip",
                                                        "stream"]
@@ -99,7 +107,7 @@ def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
     server = hgserve(real_hg_repo, *OFFER)
     out = hg("clone", "-U", "--stream", server.url, tmp_path / "clone")
     assert re.search(r"\d+ files to transfer", out)
-    assert fileserver.log[0][0].endswith(".stream.hg")
+    assert re.search(r"\.stream\.[0-9a-f]{16}\.hg$", fileserver.log[0][0])
     hg("verify", "-q", "-R", tmp_path / "clone")
 
 
@@ -234,4 +242,186 @@ def test_cron_script_runs_every_repository_and_reports_failures(
                           env=run_env, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "bundlegen failed for %s" % unconfigured in proc.stderr
-    assert "gzip.hg" in _manifest(real_hg_repo)
+    assert ".gzip." in _manifest(real_hg_repo)
+
+
+# Broken and hostile input (issue 18) ----------------------------------------
+
+STREAM = ("--config", "bundlegen.formats=stream")
+
+
+def check_published(repo, *served_dirs):
+    """Every line of the published manifest names a file whose sha256 is
+    the line's DIGEST, in every directory clients are served from."""
+    lines = _manifest(repo).splitlines()
+    assert lines
+    for line in lines:
+        url, *attrs = line.split()
+        digest = dict(attr.split("=", 1) for attr in attrs)["DIGEST"]
+        for root in served_dirs:
+            with open(os.path.join(root, url.rsplit("/", 1)[1]), "rb") as fh:
+                assert "sha256:" + hashlib.sha256(fh.read()).hexdigest() \
+                    == digest, (url, root)
+
+
+def stock_stream_clone(hg, server, dest, verify=True):
+    """A clone by plain hg (no vcsperf extension) through the manifest."""
+    proc = hg.proc("clone", "-U", "--stream", server.url, dest)
+    assert proc.returncode == 0, proc.stderr
+    assert "applying clone bundle from" in proc.stdout
+    if verify:
+        hg("verify", "-q", "-R", dest)
+
+
+def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
+        real_hg_repo, hg, hgserve, fileserver, tmp_path):
+    # A stream bundle holds .hg/cache, so dropping it changes the bytes of
+    # the next run's bundle at the same tip; that run's upload then fails.
+    _generate(hg, real_hg_repo, fileserver, *STREAM)
+    manifest = _manifest(real_hg_repo)
+    shutil.rmtree(os.path.join(real_hg_repo, ".hg", "cache"))
+    proc = _generate(hg, real_hg_repo, fileserver, *STREAM, "--config",
+                     "bundlegen.upload-command=exit 3", check=False)
+    assert proc.stderr.startswith("abort: upload of ")
+    assert _manifest(real_hg_repo) == manifest
+    check_published(real_hg_repo, fileserver.root)
+    server = hgserve(real_hg_repo, *OFFER)
+    stock_stream_clone(hg, server, tmp_path / "clone")
+
+    # The next run publishes the new bytes under a new name; the old file
+    # stays for clients that read the manifest just before.
+    _generate(hg, real_hg_repo, fileserver, *STREAM)
+    assert _manifest(real_hg_repo) != manifest
+    check_published(real_hg_repo, fileserver.root)
+    old = manifest.split()[0].rsplit("/", 1)[1]
+    assert os.path.exists(os.path.join(fileserver.root, old))
+    stock_stream_clone(hg, server, tmp_path / "clone2")
+
+
+UPLOAD = r'''
+import hashlib, os, shutil, sys
+manifest, staged, served = sys.argv[1:]
+def check():
+    for line in open(manifest).read().splitlines():
+        url, *attrs = line.split()
+        digest = dict(a.split("=", 1) for a in attrs)["DIGEST"]
+        with open(os.path.join(served, url.rsplit("/", 1)[1]), "rb") as fh:
+            if "sha256:" + hashlib.sha256(fh.read()).hexdigest() != digest:
+                sys.exit("served %s does not match the manifest" % url)
+check()
+# Not atomic, as a plain cp to a web server's directory is not.
+with open(os.path.join(staged, os.environ["BUNDLE_NAME"]), "rb") as src, \
+        open(os.path.join(served, os.environ["BUNDLE_NAME"]), "wb") as dst:
+    shutil.copyfileobj(src, dst)
+check()
+with open(os.path.join(served, "uploads"), "a") as fh:
+    fh.write(os.environ["BUNDLE_NAME"] + "\n")
+'''
+
+
+def test_uploads_never_change_what_the_manifest_names(real_hg_repo, hg,
+                                                      fileserver, tmp_path):
+    staged = tmp_path / "staged"
+    script = tmp_path / "upload.py"
+    script.write_text(UPLOAD)
+    manifest = os.path.join(real_hg_repo, ".hg", "clonebundles.manifest")
+    upload = ("--config", "bundlegen.upload-command=%s %s %s %s %s" % (
+        sys.executable, script, manifest, staged, fileserver.root))
+
+    def run():
+        hg("-R", real_hg_repo, "bundlegen", *EXT, *STREAM, *upload,
+           "--output", staged, "--base-url", fileserver.url)
+        check_published(real_hg_repo, staged, fileserver.root)
+
+    open(manifest, "w").close()
+    run()
+    shutil.rmtree(os.path.join(real_hg_repo, ".hg", "cache"))
+    run()
+    run()  # the same bytes again: already published, so not uploaded
+    uploads = open(os.path.join(fileserver.root, "uploads")).read().split()
+    assert len(uploads) == 2 and uploads[0] != uploads[1]
+
+
+def test_orphans_of_a_killed_run_do_not_stop_the_next(real_hg_repo, hg, env,
+                                                      fileserver):
+    # Only the run itself is killed (not its process group), while its
+    # hg bundle children are running.
+    args = [hg.binary, "-R", str(real_hg_repo), "bundlegen", *EXT,
+            "--config", "bundlegen.formats=gzip, zstd", "--output",
+            fileserver.root, "--base-url", fileserver.url]
+    run = subprocess.Popen(args, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children():
+        out = subprocess.run(["ps", "-o", "pid=", "-g", str(run.pid)],
+                             capture_output=True, text=True).stdout
+        return [int(pid) for pid in out.split() if int(pid) != run.pid]
+
+    deadline = time.monotonic() + 120
+    while len(children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert children(), "hg bundlegen started no hg bundle"
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait()
+    _generate(hg, real_hg_repo, fileserver, "--config",
+              "bundlegen.formats=gzip")
+    check_published(real_hg_repo, fileserver.root)
+    # On Linux, the children died with their parent.
+    if sys.platform.startswith("linux"):
+        assert not children()
+
+
+@pytest.mark.parametrize("url", [
+    "http://cdn.example.com/hg bundles", "http://cdn.example.com/x\ty",
+    "cdn.example.com/bundles", "/var/www/bundles", "http://", "https:///x",
+    "ftp://cdn.example.com/x", "http://cdn.example.com/x?sig=1",
+    "http://cdn.example.com/%zz", "http://cdn.example.com/caf\u00e9"])
+def test_base_urls_clients_cannot_use_are_refused(url, real_hg_repo, hg,
+                                                  fileserver):
+    proc = hg.proc("-R", real_hg_repo, "bundlegen", *EXT, "--output",
+                   fileserver.root, "--config", "bundlegen.base-url=" + url)
+    assert is_clean_abort(proc), proc.stderr
+    assert "bundlegen.base-url" in proc.stderr and "\n(" in proc.stderr
+    assert os.listdir(fileserver.root) == []
+    assert not os.path.exists(os.path.join(real_hg_repo, ".hg",
+                                           "clonebundles.manifest"))
+
+
+@pytest.mark.parametrize("setting", [
+    "zstd-level=23", "zstd-level=x", "jobs=0", "jobs=many", "zstd-threads=-1",
+    "expire-days=-1", "formats=", "formats=gzip, gzip", "formats=gzip, zip"])
+def test_bad_settings_abort_before_any_work(setting, real_hg_repo, hg,
+                                            fileserver):
+    proc = _generate(hg, real_hg_repo, fileserver, "--config",
+                     "bundlegen." + setting, check=False)
+    assert is_clean_abort(proc), proc.stderr
+    assert "bundlegen." + setting.split("=")[0] in proc.stderr
+    assert os.listdir(fileserver.root) == []
+
+
+def test_damaged_manifest_and_odd_files_on_disk(real_hg_repo, hg,
+                                                fileserver, tmp_path):
+    manifest = os.path.join(real_hg_repo, ".hg", "clonebundles.manifest")
+    with open(manifest, "wb") as fh:
+        fh.write(b"http://cdn.example.com/a b.hg BUNDLESPEC=gzip-v2\n")
+    proc = _generate(hg, real_hg_repo, fileserver, check=False)
+    assert is_clean_abort(proc), proc.stderr
+    assert "clonebundles.manifest line 1" in proc.stderr
+    assert os.listdir(fileserver.root) == []
+
+    # An output path that is a file; names in the output directory that
+    # are not UTF-8, and a directory whose name ends in .hg.
+    proc = hg.proc("-R", real_hg_repo, "bundlegen", *EXT, "--output",
+                   manifest, "--base-url", fileserver.url)
+    assert is_clean_abort(proc), proc.stderr
+    os.unlink(manifest)
+    odd = [os.path.join(fileserver.root.encode(), b"\xff.gzip.hg"),
+           os.path.join(fileserver.root, "dir.hg")]
+    open(odd[0], "wb").close()
+    os.mkdir(odd[1])
+    for path in odd:
+        os.utime(path, (0, 0))
+    out = _generate(hg, real_hg_repo, fileserver, "--config",
+                    "bundlegen.formats=gzip")
+    assert "deleted 1 expired bundles" in out
+    assert not os.path.exists(odd[0]) and os.path.isdir(odd[1])

@@ -844,8 +844,10 @@ def bundles(check, work):
             with open(os.path.join(out, "bundles.json")) as fh:
                 built = {b["format"]: b for b in json.load(fh)["bundles"]}
             with open(manifest) as fh:
-                lines = {line.split()[0].rsplit(".", 2)[-2]: line
-                         for line in fh if line.strip()}
+                by_url = {line.split()[0]: line for line in fh
+                          if line.strip()}
+            lines = {fmt: by_url[bundle["url"]]
+                     for fmt, bundle in built.items()}
             if not check.quick:
                 with check.step("core zstd-v2 bundle"):
                     path = os.path.join(work, "core-zstd.hg")

@@ -1,0 +1,326 @@
+"""The adversarial campaign for ``hg bundlegen``: what it writes into
+``clonebundles.manifest`` and what it reads (its configuration, the
+published manifest) under hypothesis, and runs killed with their whole
+process group at seeded moments on the real history, after which the
+published manifest still matches the files served, a stock client clones
+through it, and a rerun finishes."""
+
+import hashlib
+import os
+import shutil
+import sys
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from mercurial import (bundlecaches, configitems, error, hg as hglib,
+                       ui as uimod, util)
+
+from vcsperf import tools
+
+import campaign
+from netservers import FileServer
+from test_bundlegen import (EXT, OFFER, _tip, check_published,
+                            stock_stream_clone)
+from test_all_extensions import SUITE
+
+from hgext3rd import bundlegen
+
+pytestmark = pytest.mark.campaign
+
+PROPERTY = settings(max_examples=campaign.size(300, 5000), deadline=None,
+                    derandomize=not campaign.FULL,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+DIGEST = hashlib.sha256(b"bundle").hexdigest().encode()
+NAME = b"0123456789abcdef0123456789abcdef01234567.gzip.%s.hg" % DIGEST[:16]
+# Specs as ``hg debugbundle --spec`` writes them (parameter values quoted
+# once), of every format bundlegen builds.
+SPECS = [b"zstd-v2", b"gzip-v2", b"none-v2;stream=v2;requirements%3D"
+         b"generaldelta%2Crevlogv1%2Csparserevlog"]
+
+
+@pytest.fixture(scope="module")
+def parser_repo(tmp_path_factory):
+    """A repository for Mercurial's manifest parser (its requirements say
+    which stream bundle specs parse)."""
+    path = tmp_path_factory.mktemp("parser") / "repo"
+    return hglib.repository(uimod.ui(), bytes(path), create=True)
+
+
+@pytest.fixture(scope="module")
+def bundlegen_ui():
+    """A ui that knows bundlegen's settings and their defaults, as one
+    that loaded the extension does."""
+    ui = uimod.ui()
+    configitems.loadconfigtable(ui, b"bundlegen", bundlegen.configtable)
+    return ui
+
+
+def parsed_as(repo, line, url, spec):
+    """Whether clients parse ``line`` into exactly this bundle."""
+    entries = bundlecaches.parseclonebundlesmanifest(repo, line)
+    if len(entries) != 1:
+        return False
+    expected = {b"URL": url, b"BUNDLESPEC": util.urlreq.unquote(spec),
+                b"DIGEST": b"sha256:" + DIGEST}
+    if url[:8].lower() == b"https://":
+        expected[b"REQUIRESNI"] = b"true"
+    attrs = {key: value for key, value in entries[0].items()
+             if key in (b"URL", b"BUNDLESPEC", b"DIGEST", b"REQUIRESNI")}
+    return attrs == expected
+
+
+def one_line(err):
+    return b"\n" not in err.message and b"\n" not in (err.hint or b"")
+
+
+def _text(alphabet, max_size):
+    return st.text(alphabet=alphabet, max_size=max_size).map(
+        lambda text: text.encode("utf-8"))
+
+
+SCHEMES = st.sampled_from([b"http://", b"https://", b"HTTPS://", b"file:///"])
+URLISH = st.one_of(
+    # What an admin would write, now and then with a typo.
+    st.builds(lambda scheme, rest: scheme + rest, SCHEMES,
+              _text("abcXYZ019-._~:/@!$&'()*+,;=[]%2F", 60)),
+    st.binary(max_size=80),
+    st.text(max_size=80).map(lambda text: text.encode("utf-8")),
+    st.builds(lambda scheme, rest: scheme + rest,
+              st.sampled_from([b"http://", b"https://", b"HTTPS://",
+                               b"file:///", b"file://", b"ftp://", b"",
+                               b"//"]),
+              st.one_of(st.binary(max_size=60),
+                        st.text(alphabet="abc/.-_~%20:@!$&'()*+,;=[]?# "
+                                "\t\r\n\x0b\x0c\x00\u00e9",
+                                max_size=60)
+                        .map(lambda text: text.encode("utf-8")))))
+
+
+@PROPERTY
+@given(base=URLISH)
+def test_any_base_url_is_refused_or_parses_back(base, parser_repo, tally):
+    """Any base URL: refused at configuration time with one line, or every
+    manifest line written with it parses, by Mercurial's own parser, into
+    the same URL and attributes."""
+    try:
+        checked = bundlegen.check_base_url(base)
+    except error.Abort as err:
+        tally.case(one_line(err), "refusal of %r spans lines" % base)
+        assert one_line(err)
+        return
+    url = checked + b"/" + NAME
+    for spec in SPECS:
+        line = bundlegen.manifest_line(parser_repo, url, spec, DIGEST)
+        ok = parsed_as(parser_repo, line, url, spec)
+        tally.case(ok, "base URL %r, spec %r: %r" % (base, spec, line))
+        assert ok
+
+
+SPECISH = st.one_of(
+    st.builds(lambda head, reqs: head + b"%2C".join(reqs),
+              st.sampled_from([b"none-v2;stream=v2;requirements%3D",
+                               b"zstd-v2;obsolescence=", b"gzip-v2;x="]),
+              st.lists(st.sampled_from([b"revlogv1", b"generaldelta",
+                                        b"sparserevlog", b"store",
+                                        b"revlog-compression-zstd", b"a%20b",
+                                        b"%25", b"x%3By", b"%FF"]),
+                       min_size=1, max_size=4)),
+    st.binary(max_size=60),
+    st.builds(lambda head, params: head + b"".join(params),
+              st.sampled_from([b"zstd-v2", b"gzip-v2", b"none-v2",
+                               b"bzip2-v1", b"zstd-v3", b"gzip"]),
+              st.lists(st.builds(
+                  lambda key, value: b";" + key + b"=" + value,
+                  st.sampled_from([b"stream", b"requirements",
+                                   b"obsolescence", b"cg.version", b"x"]),
+                  st.text(alphabet="v2%3D,abc =\t;\r\n\u00e9", max_size=12)
+                  .map(lambda text: text.encode("utf-8"))), max_size=3)))
+
+
+@PROPERTY
+@given(spec=SPECISH,
+       base=st.sampled_from([b"http://cdn.example.com/b",
+                             b"https://cdn.example.com/hg%20b"]))
+def test_any_bundle_spec_is_refused_or_parses_back(spec, base, parser_repo,
+                                                   tally):
+    """Any bundle spec (``debugbundle --spec`` output, read from the
+    child): the line is refused with one abort line, or clients parse it
+    into the same URL, spec and digest, and understand the spec."""
+    url = base + b"/" + NAME
+    try:
+        line = bundlegen.manifest_line(parser_repo, url, spec, DIGEST)
+    except error.Abort as err:
+        tally.case(one_line(err), "refusal of spec %r spans lines" % spec)
+        assert one_line(err)
+        return
+    entries = bundlecaches.parseclonebundlesmanifest(parser_repo, line)
+    ok = (parsed_as(parser_repo, line, url, spec)
+          and b"COMPRESSION" in entries[0])
+    tally.case(ok, "spec %r: %r" % (spec, line))
+    assert ok
+
+
+MANIFESTISH = st.one_of(
+    st.binary(max_size=200),
+    st.lists(st.one_of(
+        st.sampled_from([b"", b" ", b"http://x/a.hg", b"BUNDLESPEC=gzip-v2",
+                         b"DIGEST=sha256:00", b"=", b"a=b=c", b"%zz=%00",
+                         b"BUNDLESPEC=none-v2;stream=v2;requirements%3Dx",
+                         b"BUNDLESPEC=zstd-v2;x", b"REQUIRESNI=true",
+                         b"BUNDLESPEC=;-", b"BUNDLESPEC=gzip;a-b",
+                         b"\r", b"\t", b"\xff", b"x"])), max_size=12)
+    .map(b" ".join))
+
+
+@PROPERTY
+@given(data=MANIFESTISH)
+def test_any_published_manifest_is_read_or_refused(data, parser_repo, tally):
+    """Any bytes in ``.hg/clonebundles.manifest``: read into entries, or
+    one abort line naming the line; never another exception."""
+    parser_repo.vfs.write(bundlegen.MANIFEST, data)
+    try:
+        entries = bundlegen._read_manifest(parser_repo)
+    except error.Abort as err:
+        ok = one_line(err) and b"clonebundles.manifest line" in err.message
+    else:
+        ok = all(b"URL" in entry for entry in entries)
+        bundlegen._file_names(entries)
+    tally.case(ok, "manifest %r" % data)
+    assert ok
+
+
+SETTINGS = ("zstd-level", "zstd-threads", "jobs", "expire-days", "formats")
+
+
+@PROPERTY
+@given(name=st.sampled_from(SETTINGS),
+       value=st.one_of(st.integers(-300, 5000).map(str),
+                       st.text(max_size=20),
+                       st.sampled_from(["gzip, gzip", "gzip,stream", "",
+                                        "zstd-max zstd", "1e3", " 7 "])))
+def test_any_setting_is_refused_or_in_range(name, value, bundlegen_ui, tally):
+    """Any value of a ``[bundlegen]`` setting: one abort line naming it,
+    or a value bundlegen can use."""
+    ui = bundlegen_ui.copy()
+    ui.setconfig(b"bundlegen", name.encode(), value.encode("utf-8"))
+    try:
+        checked = bundlegen._Settings(ui, b"/srv/bundles",
+                                      b"https://cdn.example.com/b")
+    except error.Abort as err:
+        ok = one_line(err) and b"bundlegen." in err.message + (err.hint or b"")
+    else:
+        ok = (checked.formats and set(checked.formats) <= set(
+            bundlegen.FORMATS) and 1 <= checked.zstd_level <= 22
+            and checked.jobs >= 1 and checked.zstd_threads >= 0
+            and checked.expire_days >= 0)
+    tally.case(ok, "%s = %r" % (name, value))
+    assert ok
+
+
+def test_hostile_base_urls_abort_cleanly_under_limits(hg, hgrepo, tmp_path,
+                                                      env, tally):
+    """Seeded hostile base URLs through the real ``hg bundlegen``, under an
+    address-space limit: one clean abort, and nothing written."""
+    hg("-R", hgrepo, "commit", "-q", "--config", "ui.allowemptycommit=1",
+       "-m", "one")
+    output = tmp_path / "out"
+    hostile = " \t\x0b\x0c\x01\x7f%?#\"<>\\^`{|}\u00e9\u2028"
+    for _ in range(campaign.size(4, 40)):
+        chars = [tally.rng.choice(hostile + "aZ09/:.-")
+                 for _ in range(tally.rng.randint(0, 8))]
+        chars.insert(tally.rng.randint(0, len(chars)),
+                     tally.rng.choice(hostile.replace("%", "")))
+        # hg strips whitespace around a --config value: end with a letter
+        url = "http://cdn.example.com/" + "".join(chars) + "x"
+        proc = campaign.run_bounded(
+            [hg.binary, "-R", str(hgrepo), "bundlegen", *EXT, "--output",
+             str(output), "--config", "bundlegen.base-url=" + url],
+            env=env, address_space=1 << 30, timeout=120)
+        ok = campaign.is_clean_abort(proc) and not output.exists()
+        tally.case(ok, "base-url %r: %s" % (url, proc.stderr))
+    tally.check()
+
+
+# Kills ----------------------------------------------------------------------
+
+# The whole suite on the server, as users run it.
+SERVER = tuple(arg for name in SUITE + ("clonebundles",)
+               for arg in ("--config", "extensions.%s=" % name))
+# Copies a bundle in place, as a plain cp would, and takes a moment more,
+# as a network would.
+UPLOAD = ("import os, shutil, sys, time; shutil.copyfile("
+          "os.environ['BUNDLE_PATH'], os.path.join(sys.argv[1], "
+          "os.environ['BUNDLE_NAME'])); time.sleep(0.5)")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(campaign.size(600, 3600))
+def test_kill_bundlegen_at_seeded_moments(real_hg_repo, hg, env, hgserve,
+                                          tmp_path, tally):
+    """kill -9 of the run's process group at seeded moments, on the real
+    history, each run at the same tip but with other bytes than the
+    published bundle (its caches dropped or rebuilt).  After each kill the
+    published manifest matches the files served (the output directory,
+    and the copy an upload command writes, in place, elsewhere), a stock
+    client clones through it, and a rerun finishes."""
+    served = tmp_path / "cdn"
+    mirror = tmp_path / "mirror"
+    served.mkdir()
+    mirror.mkdir()
+    files = FileServer(str(served))
+    try:
+        argv = [hg.binary, "-R", str(real_hg_repo), "bundlegen", *SERVER,
+                "--config", "bundlegen.formats=stream", "--config",
+                "bundlegen.upload-command=%s -c \"%s\" %s"
+                % (sys.executable, UPLOAD, mirror),
+                "--output", str(served), "--base-url", files.url]
+        caches = os.path.join(real_hg_repo, ".hg", "cache")
+
+        def change_caches():
+            if os.path.isdir(caches):
+                shutil.rmtree(caches)
+            else:
+                hg("-R", real_hg_repo, "debugupdatecaches")
+
+        def rerun():
+            hg(*argv[1:])
+            check_published(real_hg_repo, served, mirror)
+
+        start = time.monotonic()
+        rerun()
+        length = time.monotonic() - start
+        server = hgserve(real_hg_repo, *OFFER)
+        tip = _tip(hg, real_hg_repo)
+        points = campaign.size(4, 40)
+        print("%d kill points over runs of %.1f s" % (points, length))
+        for point in range(points):
+            clone = tmp_path / ("clone%d" % point)
+            change_caches()
+            # Half the kills land anywhere, half near the end of the run,
+            # where it publishes.
+            if tally.rng.random() < 0.5:
+                delay = tally.rng.uniform(0, length * 1.2)
+            else:
+                delay = tally.rng.uniform(length * 0.7, length * 1.05)
+            killed = campaign.kill_after(argv, env, delay)
+            what = "point %d at %.2f s (%s)" % (
+                point, delay, "killed" if killed else "finished first")
+            try:
+                check_published(real_hg_repo, served, mirror)
+                # The clone checked the bundle's digest; its tip says it
+                # holds everything.
+                stock_stream_clone(hg, server, clone, verify=False)
+                assert _tip(hg, clone) == tip
+                rerun()
+            except (AssertionError, OSError,
+                    tools.CommandError) as err:
+                tally.case(False, "%s: %s" % (what, err))
+            else:
+                tally.case(True, what)
+            shutil.rmtree(clone, ignore_errors=True)
+        hg("verify", "-q", "-R", real_hg_repo)
+    finally:
+        files.stop()
+    tally.check()
