@@ -476,6 +476,19 @@ def _reload(rl):
             % rl.display_id, hint=_(b'run the command again'))
 
 
+@contextlib.contextmanager
+def _writing(orig, self, *args, **kwargs):
+    """This process's own writes change the index file in place: what it
+    loaded is still current afterwards, so note the file as it is now.
+    Otherwise the next read would load the revlog again from disk and
+    lose what this process's transaction holds in memory."""
+    with orig(self, *args, **kwargs):
+        yield
+    loaded = getattr(self._inner, '_zstdstore_loaded', None)
+    if loaded is not None and loaded._inner() is self._inner:
+        loaded.identity = _identity(self._inner.opener, loaded.path)
+
+
 def _load_inner(orig, self, *args, **kwargs):
     orig(self, *args, **kwargs)
     path, identity = getattr(self, '_zstdstore_index', (None, None))
@@ -723,6 +736,7 @@ def extsetup(ui):
     extensions.wrapfunction(revlog.revlog, '_get_data', _get_data)
     extensions.wrapfunction(revlog.revlog, '_load_inner', _load_inner)
     extensions.wrapfunction(revlog.revlog, 'reading', _reading)
+    extensions.wrapfunction(revlog.revlog, '_writing', _writing)
     if hasattr(revlog.revlog, 'raw_comp_chunk'):  # not in 6.9
         extensions.wrapfunction(revlog.revlog, 'raw_comp_chunk',
                                 _raw_comp_chunk)
