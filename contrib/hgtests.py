@@ -302,7 +302,8 @@ def classify(name, reference, ours):
     """(class, reasons) of the output ``ours`` against ``reference``."""
     removed, added = [], []
     why = set()
-    explained = EXPLAINED.get(name.split("#")[0], [])
+    test_file = name.split("#")[0]
+    explained = EXPLAINED.get(test_file, [])
 
     def keep(line):
         for pattern, reason in explained:
@@ -319,12 +320,12 @@ def classify(name, reference, ours):
         return "expected", [
             "runs hg with its own HGRCPATH, without our extensions, on a "
             "zstd-dict repository, which it refuses; the rest follows"]
-    if name.split("#")[0] in FINDS_BY_MESSAGE and any(
-            b"MozReview-Commit-ID" in ours[j] for op in changes
-            for j in range(op[3], op[4])):
-        return "expected", [FINDS_BY_MESSAGE[name.split("#")[0]]]
-    stale = STALE_HASH.search(b"\n".join(
-        ours[j1] for op in changes for j1 in range(op[3], op[4])))
+    ours_changed = b"\n".join(ours[j] for op in changes
+                              for j in range(op[3], op[4]))
+    if test_file in FINDS_BY_MESSAGE and \
+            b"MozReview-Commit-ID" in ours_changed:
+        return "expected", [FINDS_BY_MESSAGE[test_file]]
+    stale = STALE_HASH.search(ours_changed)
     if stale and stale.group(1) in b"\n".join(
             l for l in reference if l.startswith((b"  $ ", b"  > "))):
         return "expected", [
