@@ -61,7 +61,7 @@ def test_hashes_sizes_and_requirement_names_are_expected():
 def test_commit_id_lines_and_their_blank_line_are_expected():
     ours = changed((b"  second", [b"  second", b"  ",
                                   b"  MozReview-Commit-ID: 4Aq2kO7Vx9d"]))
-    assert hgtests.classify("test-x.t", EXPECTED, ours) == (
+    assert hgtests.classify("test-x.t", EXPECTED, ours, ids=True) == (
         "expected", ["descriptions end in a commit ID paragraph"])
 
 
@@ -70,7 +70,7 @@ def test_the_id_paragraph_an_editor_script_prints_is_expected():
     ours = EXPECTED + [b"  EDITOR: a2", b"  EDITOR: ",
                        b"  EDITOR: MozReview-Commit-ID: 5NYyXvN7DKH",
                        b"  EDITOR: ", b"  EDITOR: HG: --"]
-    assert hgtests.classify("test-x.t", expected, ours) == (
+    assert hgtests.classify("test-x.t", expected, ours, ids=True) == (
         "expected", ["descriptions end in a commit ID paragraph"])
 
 
@@ -85,7 +85,7 @@ def test_the_id_paragraph_in_a_graph_is_expected():
             b"  |  MozReview-Commit-ID: AuHSYk57cZw secret", b"  o  B",
             b"  |", b"  |  MozReview-Commit-ID: G8UC5kw2Rm8 draft",
             b"  o  A", b"   ", b"     MozReview-Commit-ID: 4igS2xNr7sC public"]
-    assert hgtests.classify("test-x.t", GRAPH, ours) == (
+    assert hgtests.classify("test-x.t", GRAPH, ours, ids=True) == (
         "expected", ["descriptions end in a commit ID paragraph"])
     # Where more of the node follows, it takes the edge's line and columns.
     patch = [b"  | x  1 112478962961 B", b"  |/   diff --git a/B b/B",
@@ -98,7 +98,7 @@ def test_the_id_paragraph_in_a_graph_is_expected():
     assert hgtests.without_id_paragraphs(ours_patch) == [
         b"  | x  1 38413fe6b2d9 B", b"  |/   diff --git a/B b/B",
         b"  |    new file mode 100644", b"  o  0 44ba5bff8ff3 A", b"   "]
-    assert hgtests.classify("test-x.t", patch, ours_patch)[0] == "expected"
+    assert hgtests.classify("test-x.t", patch, ours_patch, ids=True)[0] == "expected"
     # Taller nodes may lay the edges out differently.
     merge = [b"  $ hg tglog", b"  | o  2: 531f80391e4a 'c'", b"  o /  1: 6f2528"
              b"45ea45 'a'", b"  |/", b"  o  0: d20a80d4def3 'base'", b"   "]
@@ -108,10 +108,10 @@ def test_the_id_paragraph_in_a_graph_is_expected():
                   b"  | |  MozReview-Commit-ID: AuHSYk57cZw'", b"  |/",
                   b"  o  0: 9d6075a9b08b 'base", b"   ",
                   b"     MozReview-Commit-ID: 4igS2xNr7sC'"]
-    assert hgtests.classify("test-x.t", merge, ours_merge)[0] == "expected"
+    assert hgtests.classify("test-x.t", merge, ours_merge, ids=True)[0] == "expected"
     # A changed phase is still seen.
     ours[6] = b"  |  MozReview-Commit-ID: G8UC5kw2Rm8 public"
-    assert hgtests.classify("test-x.t", GRAPH, ours) == (
+    assert hgtests.classify("test-x.t", GRAPH, ours, ids=True) == (
         "unexplained", ["added line: o  B public"])
 
 
@@ -139,6 +139,37 @@ def test_a_lost_exit_code_is_a_defect():
     kind, why = hgtests.classify("test-x.t", expected, EXPECTED + [
         b"  $ hg commit -m nothing", b"  nothing changed"])
     assert (kind, why) == ("defect", ["exit code: [1]"])
+
+
+def test_a_stale_hash_explains_only_what_follows_it():
+    # In the commitid pass a hash the test wrote down no longer exists.
+    expected = EXPECTED + [b"  $ hg qnew p", b"  $ hg strip -q 1ea73414a91b",
+                           b"  $ hg log -r tip -T '{rev}\\n'", b"  0"]
+    ours = EXPECTED + [b"  $ hg qnew p", b"  $ hg strip -q 1ea73414a91b",
+                       b"  abort: unknown revision '1ea73414a91b'",
+                       b"  [10]", b"  $ hg log -r tip -T '{rev}\\n'", b"  1"]
+    assert hgtests.classify("test-x.t", expected, ours, ids=True) == (
+        "expected", ["names a changeset by the hash it had before commit IDs "
+                     "changed it; the rest follows"])
+    # Without commit IDs hashes do not change: it is a defect.
+    assert hgtests.classify("test-x.t", expected, ours)[0] == "defect"
+    # A difference before it is not explained by it.
+    ours[len(EXPECTED) + 1:len(EXPECTED) + 1] = [
+        b"  hg: unknown command 'qnew'", b"  [10]"]
+    assert hgtests.classify("test-x.t", expected, ours, ids=True)[0] == \
+        "defect"
+
+
+def test_a_revset_matching_the_id_line_explains_what_follows():
+    expected = EXPECTED + [b"  $ hg rebase -r 'desc(D)' -d 0",
+                           b"  rebasing 3:5fddd98957c8 \"D\""]
+    ours = EXPECTED + [b"  $ hg rebase -r 'desc(D)' -d 0",
+                       b"  rebasing 1:42ccdea3bb16 \"B\"",
+                       b"  rebasing 3:5fddd98957c8 \"D\""]
+    assert hgtests.classify("test-x.t", expected, ours, ids=True) == (
+        "expected", ["the revset desc(D) also matches the commit ID line; "
+                     "the rest follows"])
+    assert hgtests.classify("test-x.t", expected, ours)[0] == "unexplained"
 
 
 def test_any_other_change_needs_a_reader():
