@@ -12,7 +12,7 @@ import socket
 import time
 import urllib.parse
 
-from vcsperf.gitserve import LocalServer, QuietHandler
+from vcsperf.harness.servers import LocalServer, QuietHandler
 
 #: Request headers not passed on: the proxy opens its own connection.
 _HOP_HEADERS = {"connection", "keep-alive", "host", "proxy-connection",

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from mercurial import (bundlecaches, configitems, error, hg as hglib,
                        ui as uimod, util)
 
-from vcsperf import tools
+from vcsperf.harness import tools
 
 import campaign
 from netservers import FileServer

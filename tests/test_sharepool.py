@@ -18,7 +18,8 @@ import pytest
 
 from conftest import Commands, Server
 from flakyproxy import Fault, FlakyProxy
-from vcsperf import pooling, tools
+from vcsperf.core import pooling
+from vcsperf.harness import tools
 
 SPARSE_PROFILE = "profiles/docs.sparse"
 

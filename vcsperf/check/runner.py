@@ -59,10 +59,11 @@ import threading
 import time
 import warnings
 
-from gitbridge import commitid as gitcommitid
-
-from . import (checkcmds, commitids, pastbytes, pooling, storebench,
-               tools, wirebench)
+from vcsperf.bench import wirezstd, zstdstore
+from vcsperf.check import checkcmds
+from vcsperf.core import commitids, pastbytes, pooling
+from vcsperf.core.errors import Abort, print_abort
+from vcsperf.harness import servers, tools
 
 #: Revisions between two sampled ones in the full-text comparison of
 #: ``--quick``.
@@ -76,14 +77,6 @@ COPY_ATTEMPTS = 3
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
-
-
-class Abort(Exception):
-    """The check cannot start; ``hint`` says what to do."""
-
-    def __init__(self, message, hint=None):
-        super().__init__(message)
-        self.hint = hint
 
 
 class Failed(Exception):
@@ -519,7 +512,7 @@ class Check:
         return {
             "repository": self.source,
             "changesets": int(tip) + 1,
-            "store_bytes": storebench.store_bytes(self.source)["total"],
+            "store_bytes": zstdstore.store_bytes(self.source)["total"],
             # What they take on disk: whole blocks, and directories.
             "store_disk_bytes": pooling.disk_usage(store),
             "directories_bytes": _directories_bytes(
@@ -786,8 +779,8 @@ def dictionaries(check, work):
     with check.step("read full texts, zstd-dict"):
         after = _fulltexts(check, repo, ours)
     engine = check.info["engine"]
-    sizes = {"core": storebench.store_bytes(check.base),
-             "ours": storebench.store_bytes(repo)}
+    sizes = {"core": zstdstore.store_bytes(check.base),
+             "ours": zstdstore.store_bytes(repo)}
     for name in ("changelog", "manifest", "filelog", "total"):
         check.compare("store bytes, %s" % name, sizes["core"][name],
                       sizes["ours"][name], "bytes", "lower", engine)
@@ -835,7 +828,7 @@ def bundles(check, work):
     manifest = os.path.join(check.base, ".hg", "clonebundles.manifest")
     heads = _node_set(check, check.base, core)
     try:
-        with wirebench.FileServer(work) as files:
+        with servers.FileServer(work) as files:
             with check.step("hg bundlegen %s" % ", ".join(formats)):
                 check.hg(["-R", check.base, "bundlegen", "--output", out,
                           "--base-url", files.url + "bundles/",
@@ -887,7 +880,7 @@ def _clone(check, work, client, server_env, options, heads,
     """Seconds a stock hg takes to clone the copy over HTTP; the clone is
     verified, holds the copy's heads, and is removed."""
     dest = os.path.join(work, "clone")
-    with wirebench.HgServer(server_env, check.base) as server:
+    with servers.HgServer(server_env, check.base) as server:
         start = time.perf_counter()
         out = check.hg(["clone", "-U", *options, server.url, dest], client)
         seconds = time.perf_counter() - start
@@ -911,7 +904,7 @@ def wire(check, work):
     core = check.hg_env()
     ours = check.hg_env(["wirezstd"])
     with check.step("pulls, core zstd and wirezstd"):
-        results = wirebench.measure_wire(check.base, work, core, ours,
+        results = wirezstd.measure_wire(check.base, work, core, ours,
                                          full=not check.quick)
     for label in ("full pull", "pull of last 100"):
         if "%s, core zstd" % label not in results:
@@ -963,7 +956,7 @@ def checkouts(check, work):
         return "fewer than 2 revisions without subrepositories"
     nodes = [check.hg(["log", "-R", check.base, "-r", rev, "-T", "{node}"],
                       core) for rev in revs]
-    with wirebench.HgServer(core, check.base) as server:
+    with servers.HgServer(core, check.base) as server:
         _pooled_checkouts(
             check, work, nodes, "hg clone",
             lambda node, dest: check.hg(["clone", "-q", "-u", node,
@@ -1065,7 +1058,7 @@ def commit_ids(check, work):
         check.hg(["commitid-add", "-r", "%d::%d" % (first, last)], ours,
                  cwd=repo)
     with_ids = "successors(%d::%d) - obsolete()" % (first, last)
-    old = gitcommitid.read_series(repo, with_ids, hidden=True, env=ours)
+    old = commitids.read_series(repo, with_ids, hidden=True, env=ours)
     if any(c.commit_id is None for c in old):
         raise Failed("commitid-add left %d changesets without an ID"
                      % sum(c.commit_id is None for c in old))
@@ -1093,11 +1086,11 @@ def commit_ids(check, work):
                  cwd=repo)
     with check.step("map by commit ID"):
         start = time.perf_counter()
-        new = gitcommitid.read_series(repo, above, env=ours)
+        new = commitids.read_series(repo, above, env=ours)
         mapping = commitids.map_series(old, new)
         id_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        truth = gitcommitid.with_predecessors(repo, old, new, env=ours)
+        truth = commitids.with_predecessors(repo, old, new, env=ours)
         marker_seconds = time.perf_counter() - start
     by_id = [m for m in mapping.matches if m.how == "commit-id"]
     agree = [m for m, t in zip(mapping.matches, truth)
@@ -1277,10 +1270,7 @@ def report_run(check, json_path=None):
     try:
         report = check.run()
     except Abort as abort:
-        sys.stderr.write("abort: %s\n" % abort)
-        if abort.hint:
-            sys.stderr.write("(%s)\n" % abort.hint)
-        return 255
+        return print_abort(abort)
     except KeyboardInterrupt as interrupt:
         sys.stderr.write("\ninterrupted%s\n" % (
             "" if check.scratch is None else ": %s %s" % (

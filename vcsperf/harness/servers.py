@@ -1,17 +1,77 @@
-"""Serve Git repositories over smart HTTP on 127.0.0.1, the way a real
-server does: each request runs ``git http-backend`` (the CGI program Git
-ships for Apache and nginx).  Used by the tests and the benchmarks as the
-Git counterpart of ``hg serve``; every request is appended to ``log`` so a
-caller can count fetches.
+"""Servers on 127.0.0.1 for the tests, the benchmarks and the check:
+
+- ``HgServer``: ``hg serve`` as a child process;
+- ``FileServer``: Python's static file server, as a child process;
+- ``GitServer``: Git over smart HTTP, the way a real server does: each
+  request runs ``git http-backend`` (the CGI program Git ships for Apache
+  and nginx); every request is appended to ``log`` so a caller can count
+  fetches;
+- ``LocalServer``, ``QuietServer``, ``QuietHandler``: an in-process
+  threaded server for handlers of one's own.
 """
 
 import http.server
 import os
+import re
 import subprocess
+import sys
 import threading
 import urllib.parse
 
-from vcsperf import tools
+from vcsperf.harness import tools
+
+
+class HgServer:
+    """``hg serve`` of ``repo`` on 127.0.0.1, as a child process (so that
+    an interrupt at any moment cannot leave it running), stopped on exit.
+    Its access and error logs go to ``repo.access.log`` and
+    ``repo.error.log``."""
+
+    def __init__(self, env, repo, *config):
+        self.proc = subprocess.Popen(
+            [tools.executable("hg"), "serve", "-R", repo, "-a", "127.0.0.1",
+             "-p", "0", "-A",
+             repo + ".access.log", "-E", repo + ".error.log",
+             *[a for c in config for a in ("--config", c)]], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = self.proc.stdout.readline()
+            found = re.search(r"bound to 127\.0\.0\.1:(\d+)", line)
+            if not found:
+                raise RuntimeError("hg serve did not start: %r (see %s)"
+                                   % (line, repo + ".error.log"))
+        except BaseException:
+            self.__exit__()
+            raise
+        self.url = "http://127.0.0.1:%s/" % found.group(1)
+        self.pid = self.proc.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+class FileServer:
+    """Python's own file server for ``root`` on 127.0.0.1."""
+
+    def __init__(self, root):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "http.server", "--bind",
+             "127.0.0.1", "0"], cwd=root, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True)
+        port = re.search(r"port (\d+)", self.proc.stdout.readline()).group(1)
+        self.url = "http://127.0.0.1:%s/" % port
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
 
 
 class LocalServer:
