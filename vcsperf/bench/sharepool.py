@@ -33,8 +33,7 @@ from vcsperf.harness.servers import GitServer
 
 def timed(args, env, cwd=None):
     start = time.monotonic()
-    subprocess.run(args, env=env, cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tools.run(args, env, cwd=cwd)
     return time.monotonic() - start
 
 
