@@ -1,20 +1,21 @@
 """Servers on 127.0.0.1 for the tests, the benchmarks and the check:
 
 - ``HgServer``: ``hg serve`` as a child process;
-- ``FileServer``: Python's static file server, as a child process;
+- ``FileServer``: static files, with an access log, and files that a
+  test cuts short or hides;
 - ``GitServer``: Git over smart HTTP, the way a real server does: each
   request runs ``git http-backend`` (the CGI program Git ships for Apache
   and nginx); every request is appended to ``log`` so a caller can count
   fetches;
-- ``LocalServer``, ``QuietServer``, ``QuietHandler``: an in-process
-  threaded server for handlers of one's own.
+- ``LocalServer``, ``QuietServer``, ``QuietHandler``: the in-process
+  threaded server these (and the proxies of ``proxies``) are built on.
 """
 
 import http.server
 import os
 import re
+import shutil
 import subprocess
-import sys
 import threading
 import urllib.parse
 
@@ -55,29 +56,11 @@ class HgServer:
         self.proc.stdout.close()
 
 
-class FileServer:
-    """Python's own file server for ``root`` on 127.0.0.1."""
-
-    def __init__(self, root):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", "--bind",
-             "127.0.0.1", "0"], cwd=root, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        port = re.search(r"port (\d+)", self.proc.stdout.readline()).group(1)
-        self.url = "http://127.0.0.1:%s/" % port
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait()
-
-
 class LocalServer:
     """An HTTP server on 127.0.0.1, on a port the kernel picks, serving
-    from a thread while used as a context manager.  ``handler`` is a
-    QuietHandler subclass; its ``server_owner`` is this object."""
+    from a thread from its creation until ``stop()`` (or the end of the
+    ``with`` block).  ``handler`` is a QuietHandler subclass; its
+    ``server_owner`` is this object."""
 
     def __init__(self, handler, path="/"):
         self.log = []
@@ -87,14 +70,31 @@ class LocalServer:
         self.url = "http://127.0.0.1:%d%s" % (self._server.server_port, path)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
 
     def __enter__(self):
-        self._thread.start()
         return self
 
     def __exit__(self, *exc):
-        self._server.shutdown()
-        self._server.server_close()
+        self.stop()
+
+
+class FileServer(LocalServer):
+    """Serves the files of ``root``; ``log`` lists ``(path, status)`` of
+    every request.  ``truncate[name] = n`` serves only the first ``n`` bytes
+    of that file (announcing its full length), and a name in ``missing``
+    answers 404 even if the file exists."""
+
+    def __init__(self, root):
+        self.root = os.fspath(root)
+        self.truncate = {}
+        self.missing = set()
+        super().__init__(_FileHandler)
 
 
 class GitServer(LocalServer):
@@ -139,6 +139,31 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _FileHandler(QuietHandler):
+    def do_GET(self):
+        server = self.server_owner
+        name = urllib.parse.unquote(self.path.lstrip("/").split("?")[0])
+        path = os.path.join(server.root, name)
+        if name in server.missing or not os.path.isfile(path):
+            server.log.append((self.path, 404))
+            self.send_error(404)
+            return
+        server.log.append((self.path, 200))
+        with open(path, "rb") as fh:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length",
+                             str(os.fstat(fh.fileno()).st_size))
+            if name in server.truncate:
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(fh.read(server.truncate[name]))
+                self.close_connection = True
+                return
+            self.end_headers()
+            shutil.copyfileobj(fh, self.wfile)
 
 
 class _Handler(QuietHandler):
