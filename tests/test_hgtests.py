@@ -62,7 +62,57 @@ def test_commit_id_lines_and_their_blank_line_are_expected():
     ours = changed((b"  second", [b"  second", b"  ",
                                   b"  MozReview-Commit-ID: 4Aq2kO7Vx9d"]))
     assert hgtests.classify("test-x.t", EXPECTED, ours) == (
-        "expected", ["lines naming our extensions, files or IDs"])
+        "expected", ["descriptions end in a commit ID paragraph"])
+
+
+def test_the_id_paragraph_an_editor_script_prints_is_expected():
+    expected = EXPECTED + [b"  EDITOR: a2", b"  EDITOR: ", b"  EDITOR: HG: --"]
+    ours = EXPECTED + [b"  EDITOR: a2", b"  EDITOR: ",
+                       b"  EDITOR: MozReview-Commit-ID: 5NYyXvN7DKH",
+                       b"  EDITOR: ", b"  EDITOR: HG: --"]
+    assert hgtests.classify("test-x.t", expected, ours) == (
+        "expected", ["descriptions end in a commit ID paragraph"])
+
+
+GRAPH = [b"  $ hg log -G -T '{desc} {phase}'", b"  @  C secret", b"  |",
+         b"  o  B draft", b"  |", b"  o  A public", b"   "]
+
+
+def test_the_id_paragraph_in_a_graph_is_expected():
+    # What a template prints after {desc} follows the ID line, and the
+    # ID's blank line is the edge under the node.
+    ours = [b"  $ hg log -G -T '{desc} {phase}'", b"  @  C", b"  |",
+            b"  |  MozReview-Commit-ID: AuHSYk57cZw secret", b"  o  B",
+            b"  |", b"  |  MozReview-Commit-ID: G8UC5kw2Rm8 draft",
+            b"  o  A", b"   ", b"     MozReview-Commit-ID: 4igS2xNr7sC public"]
+    assert hgtests.classify("test-x.t", GRAPH, ours) == (
+        "expected", ["descriptions end in a commit ID paragraph"])
+    # Where more of the node follows, it takes the edge's line and columns.
+    patch = [b"  | x  1 112478962961 B", b"  |/   diff --git a/B b/B",
+             b"  |    new file mode 100644", b"  o  0 426bada5c675 A", b"   "]
+    ours_patch = [b"  | x  1 38413fe6b2d9 B", b"  |/",
+                  b"  |    MozReview-Commit-ID: G8UC5kw2Rm8",
+                  b"  |    diff --git a/B b/B", b"  |    new file mode 100644",
+                  b"  o  0 44ba5bff8ff3 A", b"   ",
+                  b"     MozReview-Commit-ID: 4igS2xNr7sC"]
+    assert hgtests.without_id_paragraphs(ours_patch) == [
+        b"  | x  1 38413fe6b2d9 B", b"  |/   diff --git a/B b/B",
+        b"  |    new file mode 100644", b"  o  0 44ba5bff8ff3 A", b"   "]
+    assert hgtests.classify("test-x.t", patch, ours_patch)[0] == "expected"
+    # Taller nodes may lay the edges out differently.
+    merge = [b"  $ hg tglog", b"  | o  2: 531f80391e4a 'c'", b"  o /  1: 6f2528"
+             b"45ea45 'a'", b"  |/", b"  o  0: d20a80d4def3 'base'", b"   "]
+    ours_merge = [b"  $ hg tglog", b"  | o  2: 322de5257eff 'c", b"  | |",
+                  b"  | |  MozReview-Commit-ID: G8UC5kw2Rm8'",
+                  b"  o |  1: b06e980a84b7 'a", b"  | |",
+                  b"  | |  MozReview-Commit-ID: AuHSYk57cZw'", b"  |/",
+                  b"  o  0: 9d6075a9b08b 'base", b"   ",
+                  b"     MozReview-Commit-ID: 4igS2xNr7sC'"]
+    assert hgtests.classify("test-x.t", merge, ours_merge)[0] == "expected"
+    # A changed phase is still seen.
+    ours[6] = b"  |  MozReview-Commit-ID: G8UC5kw2Rm8 public"
+    assert hgtests.classify("test-x.t", GRAPH, ours) == (
+        "unexplained", ["added line: o  B public"])
 
 
 @pytest.mark.parametrize("pair, reason", [

@@ -193,7 +193,7 @@ def ensure_id(message, make_id, parents=1, comment=None):
         return message
     if ids:
         commit_id = _ID_LINE.match(msg.lines[ids[0]]).group(1)
-        dropped = set(ids)
+        dropped = set(ids) | _id_paragraph_breaks(msg, ids)
         lines = [line for i, line in enumerate(msg.lines) if i not in dropped]
     else:
         commit_id = make_id()
@@ -209,6 +209,19 @@ def ensure_id(message, make_id, parents=1, comment=None):
     # Blank lines after the content go; comment lines stay after the ID.
     rest = [line for line in rest if msg.is_comment(line)]
     return msg.text(body + [id_line] + rest)
+
+
+def _id_paragraph_breaks(msg, ids):
+    """The blank lines that gave the ID lines at ``ids`` paragraphs of
+    their own: each one's blank line before, unless trailers follow the
+    ID, which the blank line still sets apart.  A fold joins messages
+    that each end in an ID paragraph; without these the folded message
+    keeps a blank line where each ID was."""
+    lines = msg.lines
+    return {i - 1 for i in ids
+            if i and not msg.is_content(lines[i - 1])
+            and not msg.is_comment(lines[i - 1])
+            and not (i + 1 < len(lines) and _TRAILER_LINE.match(lines[i + 1]))}
 
 
 def _ends_in_trailers(msg, body):
