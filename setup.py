@@ -17,8 +17,9 @@ EXTENSIONS = sorted(
     for path in glob.glob(os.path.join("hgext", "*.py")))
 
 setup(
-    packages=["zstdwire", "vcsperf", "gitbridge"],
-    package_data={"vcsperf": ["data/*.tsv"]},
+    packages=["zstdwire", "gitbridge", "vcsperf", "vcsperf.core",
+              "vcsperf.harness", "vcsperf.bench", "vcsperf.check"],
+    package_data={"vcsperf.harness": ["data/*.tsv"]},
     package_dir={"hgext3rd": "hgext"},
     py_modules=EXTENSIONS,
 )

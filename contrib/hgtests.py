@@ -57,7 +57,7 @@ import urllib.request
 
 from mercurial import util
 
-from vcsperf import history
+from vcsperf.harness import history
 
 #: Chosen by area from the 7.2.4 sdist: the tests of each command and
 #: protocol the issue names, less the slowest where a faster one covers the

@@ -19,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from vcsperf import pastbytes
+from vcsperf.core import pastbytes
 
 
 def python_files(paths):

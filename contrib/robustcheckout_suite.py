@@ -45,7 +45,7 @@ import tempfile
 
 from mercurial import util
 
-from vcsperf import history
+from vcsperf.harness import history
 
 PATTERNS = "substitutions = [(br'\\blocalhost\\b', br'$LOCALHOST')]\n"
 BYTELIMIT_TEST = "test-server-failure.t"

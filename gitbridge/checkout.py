@@ -9,7 +9,7 @@ guarantees of ``hg robustcheckout`` (see ``hg help sharepool``): the same
 steps, each timed (resolve, store, pull, share, purge, update, verify,
 disk), the same recoveries printed in parentheses, retries with backoff
 and jitter, one process fetching a store while the others wait for it, and
-locks taken over only from dead owners (``vcsperf.pooling``).
+locks taken over only from dead owners (``vcsperf.core.pooling``).
 
 Where Git differs:
 
@@ -30,7 +30,7 @@ Where Git differs:
 
 Network and working-tree work runs the ``git`` binary: fetching and
 indexing packs, and writing thousands of files, are C in Git and Python
-in dulwich (measured in contrib/bench/sharepool.py).  Reading refs and
+in dulwich (measured by ``vcsperf bench sharepool``).  Reading refs and
 objects in the pool (which store has a commit, the root of a history, a
 sparse profile) is small work done in-process with dulwich.
 """
@@ -46,7 +46,8 @@ import sys
 from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
-from vcsperf import pooling
+from vcsperf.core import pooling
+from vcsperf.core.errors import Abort, print_abort
 
 LAYOUTS = ("alternates", "worktree")
 STORE_SUFFIX = ".git"
@@ -59,14 +60,6 @@ _TRANSIENT = re.compile(
     r"Operation too slow|transfer closed|unexpected disconnect|"
     r"index-pack failed|invalid index-pack output|SSL|GnuTLS|"
     r"Could not resolve host|Empty reply from server", re.I)
-
-
-class Abort(Exception):
-    """A one-line error for the user, with an optional hint."""
-
-    def __init__(self, message, hint=None):
-        super().__init__(message)
-        self.hint = hint
 
 
 class GitError(Exception):
@@ -148,18 +141,18 @@ def main(args):
         request = Request(args, git_config())
         run = Run(request)
     except Abort as abort:
-        return _report_abort(abort)
+        return print_abort(abort)
     try:
         run.checkout()
         run.timer.facts["result"] = "ok"
         return 0
     except Abort as abort:
         run.timer.facts["result"] = "error"
-        return _report_abort(abort)
+        return print_abort(abort)
     except GitError as failure:
         run.timer.facts["result"] = "error"
-        return _report_abort(Abort(str(failure), hint="the last line of "
-                                   "git's message is shown"))
+        return print_abort(Abort(str(failure), hint="the last line of "
+                                 "git's message is shown"))
     except BaseException:
         run.timer.facts["result"] = "error"
         raise
@@ -167,14 +160,6 @@ def main(args):
         run.timer.facts["network_failures"] = run.attempts.failures
         if request.timings:
             print(run.timer.json_line("checkout"), flush=True)
-
-
-def _report_abort(abort):
-    sys.stdout.flush()
-    print("abort: %s" % abort, file=sys.stderr)
-    if abort.hint:
-        print("(%s)" % abort.hint, file=sys.stderr)
-    return 255
 
 
 class Request:

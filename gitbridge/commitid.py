@@ -5,7 +5,8 @@ previous one (Git or Mercurial) by ID.
 - ``install_hook`` and ``uninstall_hook``: ``gitbridge install-hook``
   and ``gitbridge uninstall-hook``
 - ``add_ids``: ``gitbridge commitid-add``
-- ``read_series`` and ``map_ids``: ``gitbridge commitid-map``
+- ``gitbridge commitid-map``: ``map_ids`` of ``vcsperf.core.commitids``,
+  which reads series from Git and Mercurial alike
 - ``gitbridge commit-msg FILE`` runs the hook itself (the pre-commit
   framework's entry point).
 """
@@ -20,7 +21,10 @@ import sys
 from dulwich.repo import Repo
 
 from gitbridge import commitmsg
-from vcsperf import commitids, tools
+from vcsperf.core import commitids
+from vcsperf.core.commitids import map_ids
+from vcsperf.core.errors import Abort, print_abort
+from vcsperf.core.process import git_output
 
 #: Marks a hook file as ours, so reinstalling may replace it.
 HOOK_MARK = "# commit-msg hook installed by `gitbridge install-hook`"
@@ -65,29 +69,13 @@ exit 1
 """
 
 
-class Abort(Exception):
-    """A user error: ``str`` is the one-line message, ``hint`` what to do."""
-
-    def __init__(self, message, hint=None):
-        super().__init__(message)
-        self.hint = hint
-
-
-def _git(repo_path, *args):
-    try:
-        return subprocess.run(["git", *args], cwd=repo_path, check=True,
-                              capture_output=True, text=True).stdout
-    except subprocess.CalledProcessError as err:
-        raise Abort("git %s failed: %s" % (args[0], err.stderr.strip()))
-
-
 # install-hook -----------------------------------------------------------------
 
 def hook_paths(repo_path="."):
     """``(hook, chained)``: where the ``commit-msg`` hook is (in
     ``core.hooksPath`` when set), and where ours keeps the one it chains."""
-    hooks = os.path.join(repo_path, _git(repo_path, "rev-parse",
-                                         "--git-path", "hooks").strip())
+    hooks = os.path.join(repo_path, git_output(
+        repo_path, "rev-parse", "--git-path", "hooks").strip())
     hook = os.path.abspath(os.path.join(hooks, "commit-msg"))
     return hook, os.path.join(os.path.dirname(hook), CHAINED)
 
@@ -290,68 +278,6 @@ def _parents_first(commits):
 
 # commitid-map ---------------------------------------------------------------
 
-def read_series(repo_path, revisions, hidden=False, env=None):
-    """The commits that ``revisions`` names in a Git repository (a range
-    such as ``main..topic``) or a Mercurial one (a revset, which sees
-    obsolete changesets with ``hidden``), oldest first, as
-    ``vcsperf.commitids.Commit`` without predecessors.  ``env`` is the
-    environment hg runs in (default: this process's)."""
-    if os.path.isdir(os.path.join(repo_path, ".hg")):
-        out = _hg(repo_path, *(["--hidden"] if hidden else []), "log", "-r",
-                  revisions, "-T", "{node}\\n{desc}\\0", env=env)
-    else:
-        out = _git(repo_path, "log", "--reverse", "--topo-order", "-z",
-                   "--format=%H%n%B", revisions, "--")
-    series = []
-    for entry in out.split("\0"):
-        node, _, message = entry.partition("\n")
-        if node:
-            series.append(commitids.Commit(node, commitids.find_id(message)))
-    return series
-
-
-def _hg(repo_path, *args, env=None):
-    env = dict(env or os.environ, HGPLAIN="1")
-    try:
-        return tools.run([tools.executable("hg"), "-R", repo_path, *args],
-                         env)
-    except tools.CommandError as err:
-        raise Abort("hg failed: %s" % err.stderr.strip())
-
-
-def with_predecessors(repo_path, old, new, env=None):
-    """``new`` with the predecessors that the Mercurial repository's
-    obsolescence markers give among ``old`` (the same repository)."""
-    if not old:
-        return new
-    out = _hg(repo_path, "log", "--hidden", "-r",
-              " or ".join(c.node for c in old), "-T",
-              "{node}{revset('successors(%d)', rev) % ' {node}'}\\n",
-              env=env)
-    predecessors = {}
-    for line in out.splitlines():
-        node, *successors = line.split()
-        for successor in successors:
-            if successor != node:
-                predecessors.setdefault(successor, []).append(node)
-    return [c._replace(predecessors=frozenset(predecessors.get(c.node, ())))
-            for c in new]
-
-
-def map_ids(old_repo, old_revs, new_repo, new_revs, positional=False):
-    """Map the ``new`` series onto the ``old`` one (see
-    ``vcsperf.commitids.map_series``), using obsolescence markers when
-    both are the same Mercurial repository.  Obsolete changesets count in
-    the old series only."""
-    # The old series is history, obsolete by now in Mercurial.
-    old = read_series(old_repo, old_revs, hidden=True)
-    new = read_series(new_repo, new_revs)
-    if os.path.isdir(os.path.join(old_repo, ".hg")) and \
-            os.path.realpath(old_repo) == os.path.realpath(new_repo):
-        new = with_predecessors(old_repo, old, new)
-    return commitids.map_series(old, new, positional=positional)
-
-
 def format_mapping(mapping):
     """The mapping as lines of text for people."""
     lines = []
@@ -445,10 +371,7 @@ def _handler(command):
         try:
             return command(args)
         except Abort as err:
-            sys.stderr.write("abort: %s\n" % err)
-            if err.hint:
-                sys.stderr.write("(%s)\n" % err.hint)
-            return 255
+            return print_abort(err)
     return run
 
 

@@ -1,11 +1,11 @@
 """The ``commit-msg`` hook: gives a Git commit message its commit ID.
 
 Git runs it for every commit, and a commit takes a few milliseconds, so the
-hook imports only what it must: ``vcsperf.commitids`` and no dulwich, and
+hook imports only what it must: ``vcsperf.core.commitids`` and no dulwich, and
 it starts git with ``os.posix_spawnp`` rather than ``subprocess`` (whose
 import alone took 12 ms here).  It asks git for its settings in one call.
 
-The rules are those of the hg extension (``vcsperf.commitids``); on top,
+The rules are those of the hg extension (``vcsperf.core.commitids``); on top,
 lines starting with Git's comment character are not content, the ID goes
 before them and before a ``git commit -v`` scissors line, and a merge is
 recognised by ``MERGE_HEAD`` beside the message file.
@@ -14,7 +14,7 @@ recognised by ``MERGE_HEAD`` beside the message file.
 import os
 import sys
 
-from vcsperf import commitids
+from vcsperf.core import commitids
 
 SETTINGS = r"^(core\.commentchar|core\.commentstring|commitid\.deterministic)$"
 

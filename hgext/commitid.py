@@ -68,7 +68,7 @@ from mercurial import (
 )
 from mercurial.utils import stringutil
 
-from vcsperf import commitids
+from vcsperf.core import commitids
 
 testedwith = b'6.9 7.0 7.2'
 minimumhgversion = b'6.9'

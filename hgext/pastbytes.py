@@ -59,7 +59,7 @@ from mercurial import (
 )
 from mercurial.utils import stringutil
 
-from vcsperf import pastbytes
+from vcsperf.core import pastbytes
 
 testedwith = b'6.9 7.0 7.2'
 minimumhgversion = b'6.9'

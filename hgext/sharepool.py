@@ -158,7 +158,7 @@ from mercurial import (
 )
 from mercurial.utils import stringutil, urlutil
 
-from vcsperf import pooling
+from vcsperf.core import pooling
 
 try:
     from mercurial.repo import factory as repofactory  # Mercurial 7.2

@@ -2,8 +2,8 @@
 ``hg serve`` on 127.0.0.1, and the real-content repository.
 
 The real-content repository is the history of 57 successive pip releases
-(see vcsperf/data/pip-releases.tsv: versions, upload dates and sha256 of
-each wheel).  The wheels are downloaded once with pip, their hashes are
+(see vcsperf/harness/data/pip-releases.tsv: versions, upload dates and
+sha256 of each wheel).  The wheels are downloaded once with pip, their hashes are
 checked, and the Mercurial repository built from them is cached under
 ``$VCSPERF_CACHE`` (default ``~/.cache/vcsperf``), keyed by the release
 table and the Mercurial version, so a rebuild happens only when either
@@ -23,7 +23,7 @@ import time
 import pytest
 from mercurial import util as hgutil
 
-from vcsperf import history, tools
+from vcsperf.harness import history, tools
 
 import campaign
 

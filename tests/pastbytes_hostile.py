@@ -15,7 +15,7 @@ import sys
 import time
 import warnings
 
-from vcsperf import pastbytes
+from vcsperf.core import pastbytes
 
 #: Pieces that random sources are made of: everything the scanner treats
 #: specially, in every line ending.

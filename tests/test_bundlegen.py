@@ -16,7 +16,7 @@ import time
 import pytest
 
 from campaign import is_clean_abort
-from netservers import FileServer
+from vcsperf.harness.servers import FileServer
 
 EXT = ("--config", "extensions.bundlegen=")
 # Core's extension that makes hg serve offer clonebundles.manifest.

@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from mercurial import (bundlecaches, configitems, error, hg as hglib,
                        ui as uimod, util)
 
-from vcsperf import tools
+from vcsperf.harness import tools
+from vcsperf.harness.servers import FileServer
 
 import campaign
-from netservers import FileServer
 from test_bundlegen import (EXT, OFFER, _tip, check_published,
                             stock_stream_clone)
 from test_all_extensions import SUITE

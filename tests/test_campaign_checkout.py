@@ -20,8 +20,8 @@ import campaign
 import test_sharepool
 from test_all_extensions import SUITE
 from test_gitbridge_checkout import gitbridge  # noqa: F401 (a fixture)
-from vcsperf import pooling
-from vcsperf.gitserve import GitServer
+from vcsperf.core import pooling
+from vcsperf.harness.servers import GitServer
 
 KINDS = ("clone", "pull", "update")
 #: A full campaign runs longer than the suite's timeout per test.

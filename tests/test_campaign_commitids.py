@@ -31,7 +31,8 @@ from mercurial.changelog import stripdesc
 import campaign
 from pastbytes_hostile import repeat
 from test_all_extensions import HGRC
-from vcsperf import commitids, tools
+from vcsperf.core import commitids
+from vcsperf.harness import tools
 
 LINE_ENDS = ["\n", "\r\n", "\r"]
 PIECES = [

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from vcsperf import check, tools
+from vcsperf.check import runner
+from vcsperf.harness import tools
 
 FEATURES = ["dictionaries", "bundles", "wire", "checkouts", "commit IDs",
             "importer"]
@@ -101,7 +102,7 @@ def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
                                               monkeypatch):
     """A revlog of the recompressed copy corrupted on disk: the feature
     fails, the others go on, the original is untouched."""
-    run_hg = check.Check.hg
+    run_hg = runner.Check.hg
     damaged = []
 
     def hg_then_damage(self, args, env, cwd=None, **options):
@@ -117,10 +118,10 @@ def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
             damaged.append(victim)
         return out
 
-    monkeypatch.setattr(check.Check, "hg", hg_then_damage)
+    monkeypatch.setattr(runner.Check, "hg", hg_then_damage)
     before = _digest_tree(real_hg_repo / ".hg")
     scratch = tmp_path / "scratch"
-    report = check.Check(str(real_hg_repo), quick=True,
+    report = runner.Check(str(real_hg_repo), quick=True,
                          scratch=str(scratch)).run()
     features = _by_name(report)
     assert damaged
@@ -173,7 +174,7 @@ def _only_the_copy(monkeypatch, feature=None):
     """Every feature skipped (or running ``feature``): the run makes the
     copy, fingerprints the original and reports, in seconds."""
     for name in FEATURE_FUNCTIONS:
-        monkeypatch.setattr(check, name, feature or (
+        monkeypatch.setattr(runner, name, feature or (
             lambda check, work: "not in this test"))
 
 
@@ -190,7 +191,7 @@ def test_copy_leaves_the_original_untouched(hg, real_hg_repo, tmp_path,
     times = _directory_times(real_hg_repo / ".hg")
     before = _digest_tree(real_hg_repo / ".hg")
     scratch = tmp_path / "scratch"
-    report = check.Check(str(real_hg_repo), quick=True, scratch=str(scratch),
+    report = runner.Check(str(real_hg_repo), quick=True, scratch=str(scratch),
                          keep=True).run()
     assert _directory_times(real_hg_repo / ".hg") == times
     assert _digest_tree(real_hg_repo / ".hg") == before
@@ -217,7 +218,7 @@ def test_a_lock_taken_on_the_original_is_reported(real_hg_repo, tmp_path,
         os.unlink(store / "lock")
 
     _only_the_copy(monkeypatch, lock_the_original)
-    report = check.Check(str(real_hg_repo), quick=True,
+    report = runner.Check(str(real_hg_repo), quick=True,
                          scratch=str(tmp_path / "scratch")).run()
     assert not report["original_unchanged"] and not report["passed"]
     assert report["original_changed_files"] == ["store/"]
@@ -234,11 +235,11 @@ def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
     store = hgrepo / ".hg" / "store"
     for name in ("lock", "journal"):
         os.symlink("elsewhere:1", store / name)
-        assert not check.copy_repository(str(tmp_path / "share"),
+        assert not runner.copy_repository(str(tmp_path / "share"),
                                          str(tmp_path / "copy"))
         assert not (tmp_path / "copy").exists()
         os.unlink(store / name)
-    assert check.copy_repository(str(tmp_path / "share"),
+    assert runner.copy_repository(str(tmp_path / "share"),
                                  str(tmp_path / "copy"))
     hg("verify", "-q", cwd=tmp_path / "copy")
     assert "shared" not in (tmp_path / "copy/.hg/requires").read_text()

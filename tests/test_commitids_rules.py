@@ -1,4 +1,4 @@
-"""The commit-ID rules of vcsperf.commitids: generation, parsing,
+"""The commit-ID rules of vcsperf.core.commitids: generation, parsing,
 placement, skip rules (examples and hypothesis properties) and mapping."""
 
 import os
@@ -8,8 +8,9 @@ import subprocess
 
 from hypothesis import given, settings, strategies as st
 
-from vcsperf import commitids
-from vcsperf.commitids import Commit, ensure_id, find_id, find_ids, map_series
+from vcsperf.core import commitids
+from vcsperf.core.commitids import (Commit, ensure_id, find_id, find_ids,
+                                    map_series)
 
 EXAMPLES = int(os.environ.get("VCSPERF_EXAMPLES", "300"))
 
@@ -58,7 +59,7 @@ def test_derived_id_is_reproducible_and_spread():
 
 
 def test_module_imports_neither_mercurial_nor_dulwich():
-    code = ("import sys, vcsperf.commitids; "
+    code = ("import sys, vcsperf.core.commitids; "
             "print(sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('mercurial', 'dulwich', 'hgext')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,

@@ -4,11 +4,8 @@ import json
 import os
 import re
 import subprocess
-import sys
 
-from vcsperf import tools
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from vcsperf.harness import tools
 
 
 def test_demo_runs_the_check_on_real_content(env, tmp_path):
@@ -44,8 +41,8 @@ def test_demo_runs_the_check_on_real_content(env, tmp_path):
 def test_codec_benchmark_on_real_history(real_hg_repo, tmp_path):
     report = tmp_path / "codec.json"
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "contrib", "bench", "codec.py"),
-         str(real_hg_repo), "--json", str(report)],
+        [tools.executable("vcsperf"), "bench", "codec", str(real_hg_repo),
+         "--json", str(report)],
         capture_output=True, text=True, check=True).stdout
     assert "zlib-6" in out and "zstd+dict" in out
     figures = json.loads(report.read_text())["classes"]

@@ -9,9 +9,10 @@ import subprocess
 
 import pytest
 
-from flakyproxy import Fault, FlakyProxy
-from vcsperf import pooling, tools
-from vcsperf.gitserve import GitServer
+from vcsperf.core import pooling
+from vcsperf.harness import tools
+from vcsperf.harness.proxies import Fault, FlakyProxy
+from vcsperf.harness.servers import GitServer
 
 
 @pytest.fixture

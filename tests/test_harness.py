@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from vcsperf import history
+from vcsperf.harness import history
 
 
 def test_hg_is_isolated_and_real(hg, hgrepo, hgrc):

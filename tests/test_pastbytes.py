@@ -19,7 +19,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import vcsperf
-from vcsperf import history, pastbytes, pastbytesbench
+from vcsperf.bench import pastbytes as pastbytesbench
+from vcsperf.core import pastbytes
+from vcsperf.harness import history, tools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REWRITE_TOOL = os.path.join(ROOT, "contrib", "pastbytes_rewrite.py")
@@ -170,7 +172,7 @@ def _transform_with(python, cases, tmp_path):
     installed module."""
     shim = _shim(tmp_path)
     script = ("import json, sys\n"
-              "from vcsperf import pastbytes\n"
+              "from vcsperf.core import pastbytes\n"
               "out = [pastbytes.transform(s, pastbytes.Rules(kwargs_names=k))"
               " for s, k in json.load(sys.stdin)]\n"
               "for text in out: compile(text, 'golden', 'exec')\n"
@@ -307,7 +309,7 @@ def _python(*args, cwd, env=None):
 
 
 def test_own_pyc_beside_plain_pyc(legacy_tree):
-    load = ("import sys; from vcsperf import pastbytes\n"
+    load = ("import sys; from vcsperf.core import pastbytes\n"
             "pastbytes.install(packages=['legacy'])\n%s\n"
             "import legacy; print(repr(legacy.NAME))\n")
     first = _python("-c", load % "", cwd=legacy_tree)
@@ -335,7 +337,7 @@ def test_python_m_runs_a_script(tmp_path):
         if __name__ == '__main__':
             sys.stdout.write(repr((helper.GREETING, 'x', sys.argv[1:])))
         """))
-    proc = _python("-m", "vcsperf.pastbytes", "script.py", "a", "--flag",
+    proc = _python("-m", "vcsperf.core.pastbytes", "script.py", "a", "--flag",
                    cwd=tmp_path)
     assert proc.stdout == "(b'hello', b'x', ['a', '--flag'])", proc.stderr
 
@@ -343,8 +345,8 @@ def test_python_m_runs_a_script(tmp_path):
 def test_python_m_runs_a_module(legacy_tree):
     (legacy_tree / "legacy" / "__main__.py").write_text(
         "import sys\nsys.stdout.write(repr(('main', sys.argv[1:])))\n")
-    proc = _python("-m", "vcsperf.pastbytes", "-p", "legacy", "-m", "legacy",
-                   "x", cwd=legacy_tree)
+    proc = _python("-m", "vcsperf.core.pastbytes", "-p", "legacy", "-m",
+                   "legacy", "x", cwd=legacy_tree)
     assert proc.stdout == "(b'main', ['x'])", proc.stderr
 
 
@@ -425,7 +427,7 @@ def test_python_m_on_crlf_script_ends(tmp_path):
     (tmp_path / "script.py").write_bytes(
         (crlf_trap() + "print(repr((X, Y)))\r\n").encode())
     proc = subprocess.run(
-        [sys.executable, "-m", "vcsperf.pastbytes", "script.py"],
+        [sys.executable, "-m", "vcsperf.core.pastbytes", "script.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=HANG)
     assert proc.stdout == "(b'x', b'yz')\n", proc.stderr
 
@@ -571,9 +573,8 @@ def test_mercurial_51_modules_all_compile_after_the_rewrite(mercurial_51):
 def test_benchmark_on_the_corpus(mercurial_51, tmp_path):
     report = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "contrib", "bench",
-                                      "pastbytes.py"),
-         "--repeat", "1", "--json", str(report)],
+        [tools.executable("vcsperf"), "bench", "pastbytes", "--repeat", "1",
+         "--json", str(report)],
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "| cold |" in proc.stdout and "| warm |" in proc.stdout

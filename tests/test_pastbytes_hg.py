@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from vcsperf import pastbytesbench
+from vcsperf.bench import pastbytes as pastbytesbench
 
 
 @pytest.fixture(scope="module")

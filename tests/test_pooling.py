@@ -1,5 +1,5 @@
-"""vcsperf.pooling, the VCS-neutral half of pooled checkouts: the lock that
-belongs to a live process, network attempts with backoff and jitter, disk
+"""vcsperf.core.pooling, the VCS-neutral half of pooled checkouts: the lock
+that belongs to a live process, network attempts with backoff and jitter, disk
 accounting."""
 
 import multiprocessing
@@ -12,7 +12,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from vcsperf import pooling
+from vcsperf.core import pooling
 
 
 def _dead_pid():

@@ -17,8 +17,9 @@ import time
 import pytest
 
 from conftest import Commands, Server
-from flakyproxy import Fault, FlakyProxy
-from vcsperf import pooling, tools
+from vcsperf.core import pooling
+from vcsperf.harness import tools
+from vcsperf.harness.proxies import Fault, FlakyProxy
 
 SPARSE_PROFILE = "profiles/docs.sparse"
 

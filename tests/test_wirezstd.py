@@ -13,7 +13,8 @@ import campaign
 import craftedwire
 from craftedwire import crafted_server  # noqa: F401 (a fixture)
 from hgext3rd import wirezstd
-from netservers import RecordingProxy, write_ssh_wrapper
+from netservers import write_ssh_wrapper
+from vcsperf.harness.proxies import RecordingProxy
 
 EXT = ("--config", "extensions.wirezstd=")
 MIXES = [(client, server) for client in (False, True)

@@ -12,7 +12,7 @@ import pytest
 from mercurial import bundle2, store, ui as uimod, util
 from mercurial.utils import urlutil
 
-from vcsperf import storebench
+from vcsperf.bench import zstdstore as storebench
 
 import campaign
 

@@ -1,2 +1,11 @@
-"""vcsperf: the suite's tools (demo, real-repository runner, benchmarks'
-shared code) and the logic that Mercurial and Git adapters share."""
+"""vcsperf: the logic that the Mercurial and Git adapters share, and the
+tools around the suite, one layer per folder:
+
+- ``core``: standard library only (and ``zstdwire``); the adapters in
+  ``hgext/`` and ``gitbridge/`` import nothing else of ours;
+- ``harness``: real ``hg`` and ``git`` processes, servers on 127.0.0.1,
+  real-content histories, for the tests, benchmarks and the check;
+- ``bench``: one module per benchmark, run as ``vcsperf bench NAME``;
+- ``check``: ``vcsperf check`` and ``vcsperf demo``.
+
+``tests/test_layers.py`` holds every import to these rules."""

@@ -3,7 +3,8 @@
 import argparse
 import sys
 
-from . import check, demo
+from vcsperf import bench
+from vcsperf.check import demo, runner
 
 
 def main(argv=None):
@@ -23,7 +24,7 @@ def main(argv=None):
     check_parser = commands.add_parser(
         "check", help="run every feature on a copy of your repository and "
         "report what it does, beside core Mercurial",
-        description=check.__doc__.split("\n\n")[0])
+        description=runner.__doc__.split("\n\n")[0])
     check_parser.add_argument("--repo", required=True,
                               help="the Mercurial repository (only read)")
     check_parser.add_argument("--git", help="a Git clone of the same "
@@ -40,10 +41,17 @@ def main(argv=None):
                               "disk, such as 20G")
     check_parser.add_argument("--keep", action="store_true",
                               help="keep the scratch directory")
+    bench_parser = commands.add_parser(
+        "bench", help="run a benchmark: core beside our feature, in one run "
+        "(vcsperf bench NAME --help for its options)")
+    bench_parser.add_argument("name", choices=bench.NAMES)
+    bench_parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo.run_demo(args.workdir, args.keep, args.json)
-    return check.main(args)
+    if args.command == "bench":
+        return bench.main(args.name, args.args)
+    return runner.main(args)
 
 
 def _size(text):

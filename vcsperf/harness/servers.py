@@ -1,23 +1,66 @@
-"""Serve Git repositories over smart HTTP on 127.0.0.1, the way a real
-server does: each request runs ``git http-backend`` (the CGI program Git
-ships for Apache and nginx).  Used by the tests and the benchmarks as the
-Git counterpart of ``hg serve``; every request is appended to ``log`` so a
-caller can count fetches.
+"""Servers on 127.0.0.1 for the tests, the benchmarks and the check:
+
+- ``HgServer``: ``hg serve`` as a child process;
+- ``FileServer``: static files, with an access log, and files that a
+  test cuts short or hides;
+- ``GitServer``: Git over smart HTTP, the way a real server does: each
+  request runs ``git http-backend`` (the CGI program Git ships for Apache
+  and nginx); every request is appended to ``log`` so a caller can count
+  fetches;
+- ``LocalServer``, ``QuietServer``, ``QuietHandler``: the in-process
+  threaded server these (and the proxies of ``proxies``) are built on.
 """
 
 import http.server
 import os
+import re
+import shutil
 import subprocess
 import threading
 import urllib.parse
 
-from vcsperf import tools
+from vcsperf.harness import tools
+
+
+class HgServer:
+    """``hg serve`` of ``repo`` on 127.0.0.1, as a child process (so that
+    an interrupt at any moment cannot leave it running), stopped on exit.
+    Its access and error logs go to ``repo.access.log`` and
+    ``repo.error.log``."""
+
+    def __init__(self, env, repo, *config):
+        self.proc = subprocess.Popen(
+            [tools.executable("hg"), "serve", "-R", repo, "-a", "127.0.0.1",
+             "-p", "0", "-A",
+             repo + ".access.log", "-E", repo + ".error.log",
+             *[a for c in config for a in ("--config", c)]], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = self.proc.stdout.readline()
+            found = re.search(r"bound to 127\.0\.0\.1:(\d+)", line)
+            if not found:
+                raise RuntimeError("hg serve did not start: %r (see %s)"
+                                   % (line, repo + ".error.log"))
+        except BaseException:
+            self.__exit__()
+            raise
+        self.url = "http://127.0.0.1:%s/" % found.group(1)
+        self.pid = self.proc.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait()
+        self.proc.stdout.close()
 
 
 class LocalServer:
     """An HTTP server on 127.0.0.1, on a port the kernel picks, serving
-    from a thread while used as a context manager.  ``handler`` is a
-    QuietHandler subclass; its ``server_owner`` is this object."""
+    from a thread from its creation until ``stop()`` (or the end of the
+    ``with`` block).  ``handler`` is a QuietHandler subclass; its
+    ``server_owner`` is this object."""
 
     def __init__(self, handler, path="/"):
         self.log = []
@@ -27,14 +70,31 @@ class LocalServer:
         self.url = "http://127.0.0.1:%d%s" % (self._server.server_port, path)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
 
     def __enter__(self):
-        self._thread.start()
         return self
 
     def __exit__(self, *exc):
-        self._server.shutdown()
-        self._server.server_close()
+        self.stop()
+
+
+class FileServer(LocalServer):
+    """Serves the files of ``root``; ``log`` lists ``(path, status)`` of
+    every request.  ``truncate[name] = n`` serves only the first ``n`` bytes
+    of that file (announcing its full length), and a name in ``missing``
+    answers 404 even if the file exists."""
+
+    def __init__(self, root):
+        self.root = os.fspath(root)
+        self.truncate = {}
+        self.missing = set()
+        super().__init__(_FileHandler)
 
 
 class GitServer(LocalServer):
@@ -79,6 +139,31 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class _FileHandler(QuietHandler):
+    def do_GET(self):
+        server = self.server_owner
+        name = urllib.parse.unquote(self.path.lstrip("/").split("?")[0])
+        path = os.path.join(server.root, name)
+        if name in server.missing or not os.path.isfile(path):
+            server.log.append((self.path, 404))
+            self.send_error(404)
+            return
+        server.log.append((self.path, 200))
+        with open(path, "rb") as fh:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length",
+                             str(os.fstat(fh.fileno()).st_size))
+            if name in server.truncate:
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(fh.read(server.truncate[name]))
+                self.close_connection = True
+                return
+            self.end_headers()
+            shutil.copyfileobj(fh, self.wfile)
 
 
 class _Handler(QuietHandler):

@@ -1,12 +1,13 @@
-"""Finding and running the real ``hg`` and ``git`` binaries in a clean
-environment, shared by the demo, the runner and the tests."""
+"""Finding and running the real ``hg`` and ``git`` binaries: the one
+subprocess runner of the adapters' command-line tools, the harness, the
+benchmarks and the check."""
 
 import os
 import shutil
 import subprocess
 import sys
 
-FIXED_USER = "vcsperf test <test@vcsperf.invalid>"
+from vcsperf.core.errors import Abort
 
 
 def executable(name):
@@ -19,21 +20,6 @@ def executable(name):
         raise RuntimeError("%s is not installed (looked beside %s and on "
                            "PATH)" % (name, sys.executable))
     return path
-
-
-def isolated_env(home, hgrc=None):
-    """An environment where neither the user's nor the system's hg or git
-    configuration applies: ``HOME`` is ``home`` and ``HGRCPATH`` is
-    ``hgrc`` (an empty string when None, which reads no file)."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("HG", "GIT_"))}
-    env.update(
-        HOME=home, HGRCPATH=hgrc or "", HGUSER=FIXED_USER, HGPLAIN="1",
-        HGENCODING="utf-8", GIT_CONFIG_NOSYSTEM="1",
-        GIT_AUTHOR_NAME="vcsperf test", GIT_AUTHOR_EMAIL="test@vcsperf.invalid",
-        GIT_COMMITTER_NAME="vcsperf test",
-        GIT_COMMITTER_EMAIL="test@vcsperf.invalid", LC_ALL="C")
-    return env
 
 
 class CommandError(subprocess.CalledProcessError):
@@ -53,7 +39,21 @@ def run(args, env, cwd=None, check=True):
     return proc.stdout
 
 
-def hg(args, env, cwd=None):
-    """Run this installation's ``hg`` with ``args`` (anything, made str);
-    returns its stdout, raises ``CommandError`` on failure."""
-    return run([executable("hg"), *map(str, args)], env, cwd=cwd)
+def git_output(repo_path, *args):
+    """The output of ``git ARGS`` run in ``repo_path``; ``Abort`` with
+    what git wrote to stderr when it fails."""
+    try:
+        return run(["git", *args], None, cwd=repo_path)
+    except CommandError as err:
+        raise Abort("git %s failed: %s" % (args[0], err.stderr.strip()))
+
+
+def hg_output(repo_path, *args, env=None):
+    """The output of ``hg -R REPO_PATH ARGS`` in ``env`` (default: this
+    process's) with ``HGPLAIN``; ``Abort`` with what hg wrote to stderr
+    when it fails."""
+    env = dict(env or os.environ, HGPLAIN="1")
+    try:
+        return run([executable("hg"), "-R", repo_path, *args], env)
+    except CommandError as err:
+        raise Abort("hg failed: %s" % err.stderr.strip())

@@ -1,21 +1,25 @@
 """Store benchmark: core Mercurial's zlib and zstd revlogs beside zstdstore
 (zstd with trained dictionaries), on copies of one repository, in one run.
 
+    vcsperf bench zstdstore /path/to/repo [--json out.json]
+
 Each engine gets a hardlinked clone converted with ``hg debugupgraderepo``
 (the same deltas, recompressed); zstdstore's copy is then trained and
 recompressed.  Measured per engine: store bytes per revlog class (with the
 dictionaries), the read throughput of every chunk through the revlog's
-batch chunk read (``vcsperf/chunkread.py``), the wall time of
-``hg log -T '{desc}'`` over the whole history, and ``hg verify``.  Used by
-``contrib/bench/zstdstore.py``; ``store_bytes`` by ``vcsperf check`` too.
+batch chunk read (``chunkread``, an hg extension), the wall time of
+``hg log -T '{desc}'`` over the whole history, and ``hg verify``.
+``store_bytes`` serves ``vcsperf check`` too.
 """
 
 import json
 import os
 import subprocess
+import sys
 import time
 
-from . import benchcli, chunkread, tools
+from vcsperf.bench import benchcli, chunkread
+from vcsperf.harness import tools
 
 ENGINES = ("zlib", "zstd", "zstd-dict")
 CLASSES = ("changelog", "manifest", "filelog")
@@ -140,3 +144,10 @@ def run(source, workdir, repeat=5):
         results[engine] = measure(dest, env, repeat)
         results[engine]["prepare_seconds"] = seconds
     return results, ratios(results)
+
+
+def main(argv=None):
+    return benchcli.main(sys.modules[__name__], [
+        ("repeat", dict(type=int, default=5,
+                        help="read runs per class (best is kept)")),
+    ], argv)

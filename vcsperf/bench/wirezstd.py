@@ -1,5 +1,7 @@
-"""Wire and clone-bundle benchmark: core Mercurial beside wirezstd and
+"""Bundles, clones and the wire: core Mercurial beside wirezstd and
 bundlegen, on one repository, in one run.
+
+    vcsperf bench wirezstd /path/to/repo [--json out.json]
 
 Measured, each with core first:
 
@@ -14,18 +16,17 @@ Measured, each with core first:
 - the wire: bytes received and server CPU for a full ``clone --pull`` and
   for a pull of the last 100 changesets, core zstd against wirezstd.
 
-Used by ``contrib/bench/wirezstd.py``; its servers and pulls by
-``vcsperf check``.
+Its measurements serve ``vcsperf check`` too.
 """
 
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 
-from . import benchcli, tools
+from vcsperf.bench import benchcli
+from vcsperf.harness import servers, tools
 
 #: zstd-max's level, and core's high-level zstd bundle beside it.
 MAX_LEVEL = 19
@@ -50,59 +51,6 @@ def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-class HgServer:
-    """``hg serve`` of ``repo`` on 127.0.0.1, as a child process (so that
-    an interrupt at any moment cannot leave it running), stopped on exit.
-    Its access and error logs go to ``repo.access.log`` and
-    ``repo.error.log``."""
-
-    def __init__(self, env, repo, *config):
-        self.proc = subprocess.Popen(
-            [tools.executable("hg"), "serve", "-R", repo, "-a", "127.0.0.1",
-             "-p", "0", "-A",
-             repo + ".access.log", "-E", repo + ".error.log",
-             *[a for c in config for a in ("--config", c)]], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            line = self.proc.stdout.readline()
-            found = re.search(r"bound to 127\.0\.0\.1:(\d+)", line)
-            if not found:
-                raise RuntimeError("hg serve did not start: %r (see %s)"
-                                   % (line, repo + ".error.log"))
-        except BaseException:
-            self.__exit__()
-            raise
-        self.url = "http://127.0.0.1:%s/" % found.group(1)
-        self.pid = self.proc.pid
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait()
-        self.proc.stdout.close()
-
-
-class FileServer:
-    """Python's own file server for ``root`` on 127.0.0.1."""
-
-    def __init__(self, root):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "http.server", "--bind",
-             "127.0.0.1", "0"], cwd=root, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        port = re.search(r"port (\d+)", self.proc.stdout.readline()).group(1)
-        self.url = "http://127.0.0.1:%s/" % port
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait()
 
 
 def _bundles(level):
@@ -145,7 +93,7 @@ def measure_clones(repo, work, core, bundles, level):
     """Clone times by a stock hg over HTTP, from each bundle and without."""
     results = {}
     manifest = os.path.join(repo, ".hg", "clonebundles.manifest")
-    with FileServer(work) as files:
+    with servers.FileServer(work) as files:
         for name in ("core gzip-v2", "core zstd-v2 L%d T2" % level,
                      "ours zstd-max", "core stream"):
             with open(manifest, "w") as fh:
@@ -155,7 +103,8 @@ def measure_clones(repo, work, core, bundles, level):
                              core).strip()))
             stream = ("--stream",) if "stream" in name else ()
             dest = os.path.join(work, "clone")
-            with HgServer(core, repo, "extensions.clonebundles=") as server:
+            with servers.HgServer(core, repo,
+                                  "extensions.clonebundles=") as server:
                 seconds = _timed(lambda: tools.hg(
                     ["clone", "-U", *stream, server.url, dest], core))
             out = tools.hg(["verify", "-q", "-R", dest], core)
@@ -166,7 +115,7 @@ def measure_clones(repo, work, core, bundles, level):
     for name, extra in (("clone --pull", "--pull"),
                         ("clone --stream", "--stream")):
         dest = os.path.join(work, "clone")
-        with HgServer(core, repo) as server:
+        with servers.HgServer(core, repo) as server:
             seconds = _timed(lambda: tools.hg(
                 ["clone", "-U", extra, "--config", "ui.clonebundles=false",
                  server.url, dest], core))
@@ -182,7 +131,7 @@ def pull(env, repo, dest, server_config, base):
         tools.hg(["clone", "-q", "-U", "-r", base, repo, dest], env)
     else:
         tools.hg(["init", dest], env)
-    with HgServer(env, repo, *server_config) as server:
+    with servers.HgServer(env, repo, *server_config) as server:
         before = cpu_seconds(server.pid)
         start = time.perf_counter()
         out = tools.hg(["pull", "--debug", "-R", dest, server.url], env)
@@ -273,3 +222,10 @@ def run(source, workdir, level=MAX_LEVEL):
     for r in bundles.values():
         r.pop("path", None)
     return results, ratios(bundles, results["wire"], level)
+
+
+def main(argv=None):
+    return benchcli.main(sys.modules[__name__], [
+        ("level", dict(type=int, default=MAX_LEVEL,
+                       help="zstd-max's level, and core's high-level zstd")),
+    ], argv)

@@ -1,10 +1,13 @@
-"""A reverse HTTP proxy on 127.0.0.1 that misbehaves on purpose.
+"""Reverse HTTP proxies on 127.0.0.1, in front of a real server (``hg
+serve``, ``git http-backend``), for the tests:
 
-It sits in front of a real server (``hg serve``, ``git http-backend``) and,
-for the requests a test names, cuts the response after a number of body
-bytes, answers with an HTTP error instead, or stalls without answering.
-Every other request passes through unchanged.  ``log`` records each
-request and what was done to it.
+- ``FlakyProxy`` misbehaves on purpose: for the requests a test names, it
+  cuts the response after a number of body bytes, answers with an HTTP
+  error instead, or stalls without answering.  Every other request passes
+  through unchanged.  ``log`` records each request and what was done to
+  it.
+- ``RecordingProxy`` records every response as ``(path, status, body)``
+  and can cut the responses to requests whose path holds a given part.
 """
 
 import http.client
@@ -12,7 +15,7 @@ import socket
 import time
 import urllib.parse
 
-from vcsperf.gitserve import LocalServer, QuietHandler
+from vcsperf.harness.servers import LocalServer, QuietHandler
 
 #: Request headers not passed on: the proxy opens its own connection.
 _HOP_HEADERS = {"connection", "keep-alive", "host", "proxy-connection",
@@ -72,6 +75,29 @@ class FlakyProxy(LocalServer):
         return [entry for entry in self.log if entry[2] != "passed"]
 
 
+def _forward(handler, body):
+    """Send ``handler``'s request to its proxy's upstream and the status
+    and headers of the answer back; returns the answer's status and body,
+    which the caller ends the headers of and sends (or not)."""
+    conn = http.client.HTTPConnection(*handler.server_owner.upstream,
+                                      timeout=60)
+    try:
+        headers = {name: value for name, value in handler.headers.items()
+                   if name.lower() not in _HOP_HEADERS}
+        conn.request(handler.command, handler.path, body=body,
+                     headers=headers)
+        response = conn.getresponse()
+        payload = response.read()
+    finally:
+        conn.close()
+    handler.send_response(response.status, response.reason)
+    for name, value in response.getheaders():
+        if name.lower() not in _HOP_HEADERS | {"content-length"}:
+            handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(payload)))
+    return response.status, payload
+
+
 class _Handler(QuietHandler):
     def do_GET(self):
         self._proxy()
@@ -97,12 +123,7 @@ class _Handler(QuietHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
-        status, reason, headers, payload = self._forward(body)
-        self.send_response(status, reason)
-        for name, value in headers:
-            if name.lower() not in _HOP_HEADERS | {"content-length"}:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
+        _, payload = _forward(self, body)
         self.end_headers()
         if fault is not None and fault.cut is not None:
             self.server_owner.record(self.command, self.path, repr(fault))
@@ -114,22 +135,51 @@ class _Handler(QuietHandler):
         if self.command != "HEAD":
             self.wfile.write(payload)
 
-    def _forward(self, body):
-        conn = http.client.HTTPConnection(*self.server_owner.upstream, timeout=60)
-        try:
-            headers = {name: value for name, value in self.headers.items()
-                       if name.lower() not in _HOP_HEADERS}
-            conn.request(self.command, self.path, body=body, headers=headers)
-            response = conn.getresponse()
-            payload = response.read()
-            return (response.status, response.reason, response.getheaders(),
-                    payload)
-        finally:
-            conn.close()
-
     def _drop(self):
         self.close_connection = True
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+class RecordingProxy(LocalServer):
+    """Forwards every request to ``upstream`` and records each response as
+    ``(path, status, body)`` in ``responses``.
+
+    When ``cut`` is set to ``(query_part, nbytes)``, a response to a request
+    whose path contains ``query_part`` is sent with its full length announced
+    but only its first ``nbytes`` bytes, then the connection is closed: what
+    a client sees when the server dies mid-response.
+    """
+
+    def __init__(self, upstream):
+        parts = urllib.parse.urlsplit(upstream)
+        super().__init__(_RecordingHandler)
+        self.upstream = (parts.hostname, parts.port)
+        self.responses = []
+        self.cut = None
+
+    def bodies(self, query_part):
+        return [body for path, _status, body in self.responses
+                if query_part in path]
+
+
+class _RecordingHandler(QuietHandler):
+    def _record(self):
+        proxy = self.server_owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        status, payload = _forward(self, body)
+        proxy.responses.append((self.path, status, payload))
+        cut = proxy.cut
+        if cut and cut[0] in self.path:
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(payload[:cut[1]])
+            self.close_connection = True
+            return
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _record

@@ -1,5 +1,7 @@
-"""Compare chunk codecs on real revlog chunks: zlib-6, zstd-3, and zstd-3
-with a dictionary trained on the older revisions.
+"""Codec benchmark: core Mercurial's zlib-6 and zstd-3 against zstd-3 with
+a trained dictionary, on the revlog chunks of any Mercurial repository.
+
+    vcsperf bench codec /path/to/repo [--json out.json]
 
 The chunks of each revlog class are ordered oldest first.  The dictionary
 is trained on the oldest 80% and every codec is measured on the newest
@@ -8,12 +10,15 @@ after deployment.  Each chunk is charged as a revlog stores it: compressed
 when that is smaller, otherwise raw with a one-byte header.
 """
 
+import json
+import sys
 import time
 import zlib
 
 import zstandard
 
 import zstdwire
+from vcsperf.bench import benchcli, hgchunks
 
 TEST_SHARE = 0.2
 REPEATS = 3
@@ -147,3 +152,25 @@ def as_dict(results):
                 for m in r.measures},
         }
     return out
+
+
+def main(argv=None):
+    parser = benchcli.command_line(sys.modules[__name__])
+    parser.add_argument("repo")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    classes = hgchunks.chunks_by_class(args.repo)
+    read_seconds = time.perf_counter() - start
+    results = [compare(name, chunks)
+               for name, chunks in classes.items() if len(chunks) >= 50]
+    print("repository: %s  (read %d chunks in %.1fs; zstandard %s, %s backend)"
+          % (args.repo, sum(len(c) for c in classes.values()), read_seconds,
+             zstandard.__version__, zstandard.backend))
+    print(format_table(results))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"repo": args.repo, "zstandard": zstandard.__version__,
+                       "backend": zstandard.backend,
+                       "classes": as_dict(results)}, fh, indent=2)

@@ -25,6 +25,8 @@ import zipfile
 from calendar import timegm
 from time import strptime
 
+from vcsperf.core.process import run
+
 AUTHOR = "vcsperf history <history@vcsperf.invalid>"
 RELEASES_TABLE = os.path.join(os.path.dirname(__file__), "data",
                               "pip-releases.tsv")
@@ -156,22 +158,20 @@ def _update_tree(workdir, old, new):
 
 def write_hg(snapshots, dest, hg="hg", env=None, progress=None):
     """Commit ``snapshots`` into a new Mercurial repository at ``dest``."""
-    subprocess.run([hg, "init", dest], check=True, env=env)
+    run([hg, "init", dest], env)
     tree = {}
     for count, snap in enumerate(snapshots, 1):
         _update_tree(dest, tree, snap.files)
         tree = snap.files
-        subprocess.run([hg, "-R", dest, "commit", "-A", "-q", "-u", AUTHOR,
-                        "-d", "%d 0" % snap.date, "-m", snap.message],
-                       check=True, env=env, cwd=dest)
+        run([hg, "-R", dest, "commit", "-A", "-q", "-u", AUTHOR, "-d",
+             "%d 0" % snap.date, "-m", snap.message], env, cwd=dest)
         if progress:
             progress(count, snap)
 
 
 def write_git(snapshots, dest, git="git", env=None, progress=None):
     """Commit ``snapshots`` into a new Git repository at ``dest``."""
-    subprocess.run([git, "init", "-q", "-b", "main", dest], check=True,
-                   env=env)
+    run([git, "init", "-q", "-b", "main", dest], env)
     name, email = AUTHOR[:-1].split(" <")
     commit_env = dict(env or os.environ, GIT_AUTHOR_NAME=name,
                       GIT_AUTHOR_EMAIL=email, GIT_COMMITTER_NAME=name,
@@ -182,9 +182,8 @@ def write_git(snapshots, dest, git="git", env=None, progress=None):
         tree = snap.files
         stamp = "@%d +0000" % snap.date
         commit_env["GIT_AUTHOR_DATE"] = commit_env["GIT_COMMITTER_DATE"] = stamp
-        subprocess.run([git, "-C", dest, "add", "-A"], check=True,
-                       env=commit_env)
-        subprocess.run([git, "-C", dest, "commit", "-q", "--allow-empty",
-                        "-m", snap.message], check=True, env=commit_env)
+        run([git, "-C", dest, "add", "-A"], commit_env)
+        run([git, "-C", dest, "commit", "-q", "--allow-empty", "-m",
+             snap.message], commit_env)
         if progress:
             progress(count, snap)

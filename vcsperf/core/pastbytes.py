@@ -2,12 +2,12 @@
 source on Python 3 by rewriting its plain string literals to bytes
 literals at import time.
 
-    from vcsperf import pastbytes
+    from vcsperf.core import pastbytes
     pastbytes.install(packages=["legacyext"], paths=["/srv/hg/legacy"])
     import legacyext            # its 'foo' literals are now b'foo'
 
-    python -m vcsperf.pastbytes [-p PACKAGE] [-d DIR] script.py [ARGS]
-    python -m vcsperf.pastbytes -p legacy -m legacy.tool [ARGS]
+    python -m vcsperf.core.pastbytes [-p PACKAGE] [-d DIR] script.py [ARGS]
+    python -m vcsperf.core.pastbytes -p legacy -m legacy.tool [ARGS]
 
 Only modules whose names match the configured packages (the package and
 its submodules), or whose files lie under the configured directories, are
@@ -835,11 +835,11 @@ def load_path(filename, module_name, rules=DEFAULT_RULES):
     return module
 
 
-# -- python -m vcsperf.pastbytes ----------------------------------------
+# -- python -m vcsperf.core.pastbytes -----------------------------------
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m vcsperf.pastbytes",
+        prog="python -m vcsperf.core.pastbytes",
         description="Run a Python-2-era script or module with its string "
         "literals rewritten to bytes (see the module's documentation).")
     parser.add_argument("-p", "--package", action="append", default=[],
@@ -884,5 +884,5 @@ def main(argv=None):
 if __name__ == "__main__":
     # Run the imported module, not this __main__ copy, so that finders and
     # loaders are instances of the one set of classes.
-    from vcsperf import pastbytes
+    from vcsperf.core import pastbytes
     sys.exit(pastbytes.main())

@@ -8,7 +8,8 @@ import sys
 import tempfile
 import time
 
-from . import check, history, tools
+from vcsperf.check import runner
+from vcsperf.harness import history, tools
 
 
 def _progress(label, total):
@@ -47,7 +48,7 @@ def run_demo(workdir=None, keep=False, json_path=None):
         print("  %d changesets, %d files at the tip, built in %.1fs\n"
               % (len(snapshots), len(snapshots[-1].files),
                  time.perf_counter() - start), flush=True)
-        return check.report_run(check.Check(repo, git=git_repo,
+        return runner.report_run(runner.Check(repo, git=git_repo,
                                             scratch=scratch, keep=keep),
                                 json_path)
     finally:

@@ -1,5 +1,5 @@
-"""What the repository benchmarks in ``contrib/bench/`` share: their
-command line, and the lines that set ratios against their targets."""
+"""What the benchmarks share: their command line (``vcsperf bench NAME``),
+and the lines that set ratios against their targets."""
 
 import argparse
 import json
@@ -20,13 +20,24 @@ def target_lines(targets, ratios, width=38):
     return lines
 
 
-def main(doc, run, format_report, options=()):
-    """Run ``run(repo, workdir, **options)`` and print its report.
+def command_line(module):
+    """The command line of the benchmark ``module`` (``vcsperf.bench.NAME``,
+    run as ``vcsperf bench NAME``), described by its docstring's first
+    line."""
+    return argparse.ArgumentParser(
+        prog="vcsperf bench %s" % module.__name__.rpartition(".")[2],
+        description=module.__doc__.splitlines()[0])
+
+
+def main(module, options=(), argv=None):
+    """Run ``module.run(repo, workdir, **options)`` and print
+    ``module.format_report``.
 
     ``options`` are ``(name, argparse keywords)`` pairs: each becomes a
     ``--name`` flag whose value is passed to ``run`` by keyword.
     """
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    run, format_report = module.run, module.format_report
+    parser = command_line(module)
     parser.add_argument("repo")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--workdir", help="where copies, bundles and clones "
@@ -34,7 +45,7 @@ def main(doc, run, format_report, options=()):
                         "afterwards)")
     for name, keywords in options:
         parser.add_argument("--" + name, **keywords)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
     try:
         results, ratios = run(args.repo, work, **{

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Commit-ID benchmark: what adding IDs costs, beside core hg and git, in
 one run.
 
-    python contrib/bench/commitid.py HG_REPO GIT_REPO [--commits 40]
+    vcsperf bench commitid HG_REPO GIT_REPO [--commits 40]
         [--bulk 1000]
 
 1. Per commit: clones of HG_REPO and GIT_REPO (with working copies) get
@@ -18,7 +17,6 @@ one run.
    beside core git's ``filter-branch --msg-filter cat``.
 """
 
-import argparse
 import os
 import resource
 import shutil
@@ -28,7 +26,8 @@ import sys
 import tempfile
 import time
 
-from vcsperf import tools
+from vcsperf.bench import benchcli
+from vcsperf.harness import tools
 
 
 def timed(args, env, cwd):
@@ -170,15 +169,15 @@ def table(rows, header):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    parser = benchcli.command_line(sys.modules[__name__])
     parser.add_argument("hg_repo")
     parser.add_argument("git_repo")
     parser.add_argument("--commits", type=int, default=40,
                         help="commits per variant (median kept)")
     parser.add_argument("--bulk", type=int, default=1000,
                         help="draft commits for the bulk command")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="vcsperf-bench-commitid-")
     try:
         env = tools.isolated_env(work)
@@ -218,6 +217,3 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """Commit IDs that survive history rewriting: the rules both Mercurial and
-Git follow, in one module that imports neither.
+Git follow, in one module that imports neither (it runs their commands).
 
 A commit ID is a ``MozReview-Commit-ID: <id>`` line in the commit message.
 A rewrite (amend, rebase, histedit, graft, ...) keeps the message and so the
@@ -10,7 +10,10 @@ hash has changed.
   (a hash of a seed, for reproducible tests).
 - Parsing: ``find_id`` / ``find_ids``.
 - Placement and skip rules: ``ensure_id``.
-- Mapping a new series of commits onto a previous one: ``map_series``.
+- Mapping a new series of commits onto a previous one: ``map_series``;
+  reading a series from a Git or Mercurial repository (``read_series``,
+  ``with_predecessors``) and mapping one repository's onto another's
+  (``map_ids``), with the real ``git`` and ``hg`` on PATH.
 
 Messages are ``str``.  Adapters holding bytes decode them with
 ``utf-8``/``surrogateescape``, which gives back the same bytes for any input.
@@ -23,6 +26,8 @@ import collections
 import os
 import re
 import time
+
+from vcsperf.core.process import git_output, hg_output
 
 TRAILER = "MozReview-Commit-ID"
 #: 2000-01-01T00:00:00Z, the origin of the ID's time component.
@@ -371,3 +376,58 @@ def _duplicate_ids(*series):
             if len(owners) > 1:
                 duplicates.setdefault(commit_id, []).extend(owners)
     return duplicates
+
+
+# Reading a series from a repository ------------------------------------------
+
+def read_series(repo_path, revisions, hidden=False, env=None):
+    """The commits that ``revisions`` names in a Git repository (a range
+    such as ``main..topic``) or a Mercurial one (a revset, which sees
+    obsolete changesets with ``hidden``), oldest first, as ``Commit``
+    without predecessors.  ``env`` is the environment hg runs in (default:
+    this process's)."""
+    if os.path.isdir(os.path.join(repo_path, ".hg")):
+        out = hg_output(repo_path, *(["--hidden"] if hidden else []), "log",
+                        "-r", revisions, "-T", "{node}\\n{desc}\\0",
+                        env=env)
+    else:
+        out = git_output(repo_path, "log", "--reverse", "--topo-order",
+                         "-z", "--format=%H%n%B", revisions, "--")
+    series = []
+    for entry in out.split("\0"):
+        node, _, message = entry.partition("\n")
+        if node:
+            series.append(Commit(node, find_id(message)))
+    return series
+
+
+def with_predecessors(repo_path, old, new, env=None):
+    """``new`` with the predecessors that the Mercurial repository's
+    obsolescence markers give among ``old`` (the same repository)."""
+    if not old:
+        return new
+    out = hg_output(repo_path, "log", "--hidden", "-r",
+                    " or ".join(c.node for c in old), "-T",
+                    "{node}{revset('successors(%d)', rev) % ' {node}'}\\n",
+                    env=env)
+    predecessors = {}
+    for line in out.splitlines():
+        node, *successors = line.split()
+        for successor in successors:
+            if successor != node:
+                predecessors.setdefault(successor, []).append(node)
+    return [c._replace(predecessors=frozenset(predecessors.get(c.node, ())))
+            for c in new]
+
+
+def map_ids(old_repo, old_revs, new_repo, new_revs, positional=False):
+    """Map the ``new`` series onto the ``old`` one (see ``map_series``),
+    using obsolescence markers when both are the same Mercurial
+    repository.  Obsolete changesets count in the old series only."""
+    # The old series is history, obsolete by now in Mercurial.
+    old = read_series(old_repo, old_revs, hidden=True)
+    new = read_series(new_repo, new_revs)
+    if os.path.isdir(os.path.join(old_repo, ".hg")) and \
+            os.path.realpath(old_repo) == os.path.realpath(new_repo):
+        new = with_predecessors(old_repo, old, new)
+    return map_series(old, new, positional=positional)

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Pooled checkouts benchmark: plain ``hg clone`` / ``git clone`` beside
 ``hg robustcheckout`` and ``gitbridge checkout`` (alternates and worktree
 layouts), against servers on 127.0.0.1, in one run.
 
-    python contrib/bench/sharepool.py --hg REPO --git BARE.git [--jobs 8]
+    vcsperf bench sharepool --hg REPO --git BARE.git [--jobs 8]
 
 For each side it measures wall time and disk (hardlinked files counted
 once) of: a first checkout into an empty pool, a second checkout of
@@ -17,7 +16,6 @@ The repositories are cloned (hardlinked) into the work directory first and
 served from there; the originals are only read.
 """
 
-import argparse
 import json
 import os
 import re
@@ -27,14 +25,15 @@ import sys
 import tempfile
 import time
 
-from vcsperf import pooling, tools
-from vcsperf.gitserve import GitServer
+from vcsperf.bench import benchcli
+from vcsperf.core import pooling
+from vcsperf.harness import tools
+from vcsperf.harness.servers import GitServer
 
 
 def timed(args, env, cwd=None):
     start = time.monotonic()
-    subprocess.run(args, env=env, cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tools.run(args, env, cwd=cwd)
     return time.monotonic() - start
 
 
@@ -315,8 +314,8 @@ def format_report(hg_result, git_result, jobs):
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    parser = benchcli.command_line(sys.modules[__name__])
     parser.add_argument("--hg", help="Mercurial repository to serve")
     parser.add_argument("--git", help="bare Git repository to serve")
     parser.add_argument("--jobs", type=int, default=8)
@@ -325,7 +324,7 @@ def main():
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--workdir", help="where everything goes (default: "
                         "a temporary directory, removed afterwards)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-sharepool-")
     try:
         hg_result = bench_hg(args.hg, work, args.jobs) if args.hg else None
@@ -339,6 +338,3 @@ def main():
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

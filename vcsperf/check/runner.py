@@ -39,6 +39,11 @@ git checkouts (with ``--git``)
   ``gitbridge checkout`` of several commits into one pool, against a plain
   ``git clone``.
 
+Each feature is a function ``(check, work)`` in a module of this package
+(``store``, ``clones``, ``checkouts``, ``commit_ids``, ``importer``) that
+returns None when it passed, a reason when it skipped, and raises
+``outcome.Failed`` when it failed; this module runs them.
+
 The report gives, per feature, passed or failed with the reason, and the
 figures as ratios; then the wall time of every step, the peak memory and
 the disk the run took.  The free disk it needs is estimated and checked
@@ -57,16 +62,18 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 
-from gitbridge import commitid as gitcommitid
+from vcsperf.bench import zstdstore
+from vcsperf.check.checkouts import checkouts, git_checkouts
+from vcsperf.check.clones import bundles, wire
+from vcsperf.check.commit_ids import commit_ids
+from vcsperf.check.importer import importer
+from vcsperf.check.outcome import Failed, command_failure
+from vcsperf.check.store import dictionaries
+from vcsperf.core import pooling
+from vcsperf.core.errors import Abort, print_abort
+from vcsperf.harness import tools
 
-from . import (checkcmds, commitids, pastbytes, pooling, storebench,
-               tools, wirebench)
-
-#: Revisions between two sampled ones in the full-text comparison of
-#: ``--quick``.
-QUICK_EVERY = 20
 #: Room kept free beyond the estimate, for what the filesystem itself
 #: needs and for surprises.
 DISK_MARGIN = 256 * 2**20
@@ -76,18 +83,6 @@ COPY_ATTEMPTS = 3
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
-
-
-class Abort(Exception):
-    """The check cannot start; ``hint`` says what to do."""
-
-    def __init__(self, message, hint=None):
-        super().__init__(message)
-        self.hint = hint
-
-
-class Failed(Exception):
-    """Something a feature promises did not hold: the feature failed."""
 
 
 # Terminal ---------------------------------------------------------------
@@ -519,7 +514,7 @@ class Check:
         return {
             "repository": self.source,
             "changesets": int(tip) + 1,
-            "store_bytes": storebench.store_bytes(self.source)["total"],
+            "store_bytes": zstdstore.store_bytes(self.source)["total"],
             # What they take on disk: whole blocks, and directories.
             "store_disk_bytes": pooling.disk_usage(store),
             "directories_bytes": _directories_bytes(
@@ -704,7 +699,7 @@ class Check:
             self._feature["error"] = str(failure)
         except tools.CommandError as err:
             self._feature["status"] = "failed"
-            self._feature["error"] = _command_failure(err)
+            self._feature["error"] = command_failure(err)
         except Exception as exc:
             # A bug or a surprise in one feature must not cost the report
             # of the others.
@@ -714,493 +709,6 @@ class Check:
             shutil.rmtree(workdir, ignore_errors=True)
             self._feature["seconds"] = round(time.perf_counter() - start, 1)
         self.console.say(format_feature(self._feature))
-
-
-def _command_failure(err):
-    """What a failed command said, in one line."""
-    lines = [line for line in (err.stderr or "").splitlines()
-             if line.strip()]
-    command = os.path.basename(str(err.cmd[0])) + " " + " ".join(
-        str(a) for a in err.cmd[1:3])
-    last = next((line for line in reversed(lines)
-                 if line.startswith("abort:")), lines[-1] if lines else
-                "exit %d" % err.returncode)
-    return "%s ...: %s" % (command, last.strip())
-
-
-# Features ------------------------------------------------------------------
-
-def _fulltexts(check, repo, env):
-    """{revlog: line of hg check-fulltexts} for ``repo``."""
-    lines = {}
-    total = [0]
-
-    def on_line(line):
-        record = json.loads(line)
-        if "revlogs" in record:
-            total[0] = record["revlogs"]
-        else:
-            lines[record["name"]] = record
-            if len(lines) % 50 == 0 or len(lines) == total[0]:
-                check.console.count(len(lines), total[0], "revlogs")
-    check.hg(["--config", "extensions.checkcmds=%s" % checkcmds.__file__,
-              "check-fulltexts", "--every",
-              QUICK_EVERY if check.quick else 1], env, cwd=repo,
-             on_line=on_line)
-    return lines
-
-
-def _read_speeds(lines):
-    """{class: bytes per second} of the full-text reads."""
-    totals = {}
-    for record in lines.values():
-        size, seconds = totals.get(record["class"], (0, 0.0))
-        totals[record["class"]] = (size + record["bytes"],
-                                   seconds + record["seconds"])
-    return {name: size / seconds for name, (size, seconds) in totals.items()
-            if seconds}
-
-
-def dictionaries(check, work):
-    ours = check.hg_env(["zstdstore"])
-    core = check.hg_env()
-    repo = os.path.join(work, "zstd-dict")
-    with check.step("clone the copy"):
-        check.hg(["clone", "-q", "-U", check.base, repo], core)
-    with check.step("convert to zstd-dict"):
-        check.hg(["debugupgraderepo", "--run", "--no-backup", "-q",
-                  "--config", "format.revlog-compression=zstd-dict"], ours,
-                 cwd=repo)
-    with check.step("train dictionaries"):
-        check.hg(["zstd-train"], ours, cwd=repo)
-    with check.step("recompress"):
-        check.hg(["zstd-recompress"], ours, cwd=repo)
-    with check.step("hg verify"):
-        try:
-            check.hg(["verify", "-q"], ours, cwd=repo)
-            verified = True
-        except tools.CommandError as err:
-            verified = _command_failure(err)
-    with check.step("read full texts, as stored"):
-        before = _fulltexts(check, check.base, core)
-    with check.step("read full texts, zstd-dict"):
-        after = _fulltexts(check, repo, ours)
-    engine = check.info["engine"]
-    sizes = {"core": storebench.store_bytes(check.base),
-             "ours": storebench.store_bytes(repo)}
-    for name in ("changelog", "manifest", "filelog", "total"):
-        check.compare("store bytes, %s" % name, sizes["core"][name],
-                      sizes["ours"][name], "bytes", "lower", engine)
-    speeds = {"core": _read_speeds(before), "ours": _read_speeds(after)}
-    for name in ("changelog", "manifest", "filelog"):
-        if name in speeds["core"] and name in speeds["ours"]:
-            check.compare("full-text reads, %s" % name,
-                          speeds["core"][name], speeds["ours"][name],
-                          "bytes/s", "higher", engine)
-    revisions = sum(r["revisions"] for r in before.values())
-    check.fact("revlogs", len(before))
-    check.fact("revisions compared", revisions)
-    check.fact("dictionaries bytes", sizes["ours"]["dictionaries"])
-    broken = [name for name, r in before.items() if r["unreadable"]]
-    if broken:
-        rev, message = before[broken[0]]["unreadable"][0]
-        raise Failed("the repository itself is damaged: %d revlogs have "
-                     "unreadable revisions, the first %s rev %d (%s)"
-                     % (len(broken), broken[0], rev, message))
-    differ = [name for name in before if name not in after
-              or (after[name]["digest"], after[name]["revisions"])
-              != (before[name]["digest"], before[name]["revisions"])]
-    differ += [name for name in after if name not in before]
-    if differ:
-        raise Failed("%d revlogs read differently after recompression, "
-                     "the first %s" % (len(differ), differ[0]))
-    if verified is not True:
-        raise Failed("hg verify failed on the zstd-dict copy: %s"
-                     % verified)
-    check.fact("identical", "%d revisions in %d revlogs"
-               % (revisions, len(before)))
-
-
-def _node_set(check, repo, env, revset="heads(all())"):
-    return set(check.hg(["log", "-R", repo, "-r", revset, "-T",
-                         "{node}\n"], env).split())
-
-
-def bundles(check, work):
-    core = check.hg_env()
-    ours = check.hg_env(["bundlegen", "clonebundles"])
-    served = check.hg_env(["clonebundles"])
-    formats = ["zstd-max", "gzip"] + ([] if check.quick else ["stream"])
-    out = os.path.join(work, "bundles")
-    manifest = os.path.join(check.base, ".hg", "clonebundles.manifest")
-    heads = _node_set(check, check.base, core)
-    try:
-        with wirebench.FileServer(work) as files:
-            with check.step("hg bundlegen %s" % ", ".join(formats)):
-                check.hg(["-R", check.base, "bundlegen", "--output", out,
-                          "--base-url", files.url + "bundles/",
-                          "--config", "bundlegen.formats=%s"
-                          % ",".join(formats)], ours)
-            with open(os.path.join(out, "bundles.json")) as fh:
-                built = {b["format"]: b for b in json.load(fh)["bundles"]}
-            with open(manifest) as fh:
-                by_url = {line.split()[0]: line for line in fh
-                          if line.strip()}
-            lines = {fmt: by_url[bundle["url"]]
-                     for fmt, bundle in built.items()}
-            if not check.quick:
-                with check.step("core zstd-v2 bundle"):
-                    path = os.path.join(work, "core-zstd.hg")
-                    check.hg(["-R", check.base, "bundle", "-q", "-a", "-t",
-                              "zstd-v2", path], core)
-                    check.compare("bundle bytes, zstd-max",
-                                  os.path.getsize(path),
-                                  built["zstd-max"]["size"], "bytes",
-                                  "lower", "core zstd-v2")
-            check.compare("bundle bytes, zstd-max", built["gzip"]["size"],
-                          built["zstd-max"]["size"], "bytes", "lower",
-                          "core gzip-v2")
-            clones = {}
-            for fmt in formats:
-                with open(manifest, "w") as fh:
-                    fh.write(lines[fmt])
-                with check.step("stock hg clones from %s over HTTP" % fmt):
-                    clones[fmt] = _clone(check, work, core, served,
-                                         ["--stream"] if fmt == "stream"
-                                         else [], heads, expect_bundle=True)
-            os.unlink(manifest)
-            with check.step("plain clone --pull over HTTP"):
-                plain = _clone(check, work, core, core, ["--pull"], heads)
-    finally:
-        if os.path.exists(manifest):
-            os.unlink(manifest)
-    for fmt in formats:
-        check.compare("clone seconds from %s" % fmt, plain, clones[fmt],
-                      "seconds", "lower", "core clone --pull")
-    check.fact("bundles", {fmt: {"bytes": b["size"], "seconds": b["seconds"]}
-                           for fmt, b in built.items()})
-    check.fact("clones verified", len(clones))
-
-
-def _clone(check, work, client, server_env, options, heads,
-           expect_bundle=False):
-    """Seconds a stock hg takes to clone the copy over HTTP; the clone is
-    verified, holds the copy's heads, and is removed."""
-    dest = os.path.join(work, "clone")
-    with wirebench.HgServer(server_env, check.base) as server:
-        start = time.perf_counter()
-        out = check.hg(["clone", "-U", *options, server.url, dest], client)
-        seconds = time.perf_counter() - start
-    try:
-        if expect_bundle and "applying clone bundle" not in out:
-            raise Failed("the clone did not use the clone bundle:\n%s"
-                         % out.strip())
-        try:
-            check.hg(["verify", "-q", "-R", dest], client)
-        except tools.CommandError as err:
-            raise Failed("hg verify failed on a clone: %s"
-                         % _command_failure(err))
-        if _node_set(check, dest, client) != heads:
-            raise Failed("a clone does not hold the repository's heads")
-    finally:
-        shutil.rmtree(dest, ignore_errors=True)
-    return seconds
-
-
-def wire(check, work):
-    core = check.hg_env()
-    ours = check.hg_env(["wirezstd"])
-    with check.step("pulls, core zstd and wirezstd"):
-        results = wirebench.measure_wire(check.base, work, core, ours,
-                                         full=not check.quick)
-    for label in ("full pull", "pull of last 100"):
-        if "%s, core zstd" % label not in results:
-            continue
-        core_r, ours_r = (results["%s, %s" % (label, side)]
-                          for side in ("core zstd", "wirezstd"))
-        check.compare("%s, bytes received" % label, core_r["bytes"],
-                      ours_r["bytes"], "bytes", "lower", "core zstd")
-        check.compare("%s, server CPU" % label, core_r["server_cpu"],
-                      ours_r["server_cpu"], "seconds", "lower", "core zstd")
-        if ours_r["changesets"] != core_r["changesets"]:
-            raise Failed("%s: wirezstd brought %d changesets, core %d"
-                         % (label, ours_r["changesets"],
-                            core_r["changesets"]))
-    full = results.get("full pull, wirezstd")
-    if full and full["changesets"] != check.info["changesets"]:
-        raise Failed("the full pull brought %d of %d changesets"
-                     % (full["changesets"], check.info["changesets"]))
-
-
-def _spread(count, total, usable):
-    """``count`` revisions spread over ``0..total-1``, the tip first, each
-    accepted by ``usable``."""
-    picks = []
-    for fraction in (1.0, 0.5, 0.9, 0.25, 0.75, 0.1, 0.6, 0.4, 0.95, 0.05,
-                     0.85, 0.15, 0.7, 0.3, 0.8, 0.2):
-        rev = max(0, int(round((total - 1) * fraction)))
-        if rev not in picks and usable(rev):
-            picks.append(rev)
-            if len(picks) == count:
-                break
-    return picks
-
-
-def _without_subrepos(check, env, rev):
-    """Whether revision ``rev`` of the copy has no subrepositories, whose
-    checkout would reach for their servers (a converted Git submodule
-    aborts: git subrepos are not allowed by default)."""
-    return not check.hg(["files", "-R", check.base, "-r", rev,
-                         "-I", "path:.hgsub"], env, check=False).strip()
-
-
-def checkouts(check, work):
-    core = check.hg_env()
-    ours = check.hg_env(["sharepool", "share"])
-    revs = _spread(check.checkouts_count(), check.info["changesets"],
-                   lambda rev: _without_subrepos(check, core, rev))
-    if len(revs) < 2:
-        return "fewer than 2 revisions without subrepositories"
-    nodes = [check.hg(["log", "-R", check.base, "-r", rev, "-T", "{node}"],
-                      core) for rev in revs]
-    with wirebench.HgServer(core, check.base) as server:
-        _pooled_checkouts(
-            check, work, nodes, "hg clone",
-            lambda node, dest: check.hg(["clone", "-q", "-u", node,
-                                         server.url, dest], core),
-            "robustcheckout",
-            lambda node, dest, pool: check.hg([
-                "robustcheckout", "--sharebase", pool, "-r", node,
-                server.url, dest], ours),
-            lambda dest: (
-                check.hg(["log", "-R", dest, "-r", ".", "-T", "{node}"],
-                         ours),
-                check.hg(["status", "-R", dest], ours)))
-    check.fact("revisions", revs)
-
-
-def _pooled_checkouts(check, work, targets, plain_name, plain, pooled_name,
-                      pooled, state):
-    """Time ``plain(target, dest)`` (a whole clone) for the first target,
-    then ``pooled(target, dest, pool)`` for each, checking that
-    ``state(dest)`` (the node checked out, the local changes) is right."""
-    with check.step("plain %s, checked out" % plain_name):
-        dest = os.path.join(work, "plain")
-        start = time.perf_counter()
-        plain(targets[0], dest)
-        plain_seconds = time.perf_counter() - start
-        plain_bytes = pooling.disk_usage(dest)
-        shutil.rmtree(dest)
-    pool = os.path.join(work, "pool")
-    dests = [os.path.join(work, "checkout-%d" % i)
-             for i in range(len(targets))]
-    times = []
-    for index, (target, dest) in enumerate(zip(targets, dests)):
-        with check.step("%s %d of %d" % (pooled_name, index + 1,
-                                         len(targets))):
-            start = time.perf_counter()
-            pooled(target, dest, pool)
-            times.append(time.perf_counter() - start)
-        found, changes = state(dest)
-        if found.strip() != target:
-            raise Failed("checkout %d is at %s, not %s"
-                         % (index + 1, found.strip()[:12], target[:12]))
-        if changes.strip():
-            raise Failed("checkout %d has local changes" % (index + 1))
-    check.compare("first checkout, seconds", plain_seconds, times[0],
-                  "seconds", "lower", plain_name)
-    check.compare("each later checkout, seconds", plain_seconds,
-                  sum(times[1:]) / len(times[1:]), "seconds", "lower",
-                  plain_name)
-    check.compare("disk for %d checkouts" % len(targets),
-                  plain_bytes * len(targets),
-                  pooling.disk_usage(pool, *dests), "bytes", "lower",
-                  "%s each" % plain_name)
-
-
-def _linear_slice(check, env, length):
-    """Revisions ``(first, last)`` of the newest linear run of history
-    (no merges, each changeset the only child of the one before, each
-    touching files), at most ``length`` long."""
-    out = check.hg(["log", "-R", check.base, "-r", "last(all(), 5000)",
-                    "-T", "{rev} {p1rev} {p2rev} {files|count}\n"], env)
-    rows = [tuple(map(int, line.split())) for line in out.splitlines()]
-    children = {}
-    for rev, p1, p2, _ in rows:
-        for parent in (p1, p2):
-            children[parent] = children.get(parent, 0) + 1
-    best = None
-    run = []
-    for rev, p1, p2, files in rows:
-        linear = p2 == -1 and files > 0 and p1 != -1
-        if linear and run and p1 == run[-1] and children[p1] == 1:
-            run.append(rev)
-        else:
-            run = [rev] if linear else []
-        if run and (best is None or len(run) >= min(len(best), length)):
-            best = run[-length:]
-    if not best or len(best) < 3:
-        return None
-    return best[0], best[-1]
-
-
-def commit_ids(check, work):
-    core = check.hg_env()
-    ours = check.hg_env(
-        ["commitid", "rebase", "histedit"],
-        "[experimental]\nevolution = all\n"
-        "[rebase]\nexperimental.inmemory = yes\n"
-        "[ui]\neditor = true\n")
-    length = 12 if check.quick else 100
-    found = _linear_slice(check, core, length)
-    if found is None:
-        return "the history has no linear run of 3 changesets to rewrite"
-    first, last = found
-    repo = os.path.join(work, "repo")
-    with check.step("clone, give %d changesets commit IDs"
-                    % (last - first + 1)):
-        check.hg(["clone", "-q", "-U", check.base, repo], core)
-        check.hg(["phase", "--draft", "--force", "-r", "%d::" % first],
-                 ours, cwd=repo)
-        check.hg(["commitid-add", "-r", "%d::%d" % (first, last)], ours,
-                 cwd=repo)
-    with_ids = "successors(%d::%d) - obsolete()" % (first, last)
-    old = gitcommitid.read_series(repo, with_ids, hidden=True, env=ours)
-    if any(c.commit_id is None for c in old):
-        raise Failed("commitid-add left %d changesets without an ID"
-                     % sum(c.commit_id is None for c in old))
-    with check.step("rebase onto a new base"):
-        base = check.hg(["--config", "extensions.checkcmds=%s"
-                         % checkcmds.__file__, "check-newbase",
-                         "p1(%s)" % old[0].node], ours, cwd=repo).strip()
-        check.hg(["rebase", "-q", "-r", "%s::%s" % (old[0].node,
-                                                   old[-1].node),
-                  "-d", base], ours, cwd=repo)
-    above = "descendants(%s) and not %s" % (base, base)
-    rebased = check.hg(["log", "-R", repo, "-r", above, "-T", "{node}\n"],
-                       ours).split()
-    plan = os.path.join(work, "plan")
-    folds = 0
-    with open(plan, "w") as fh:
-        for index, node in enumerate(rebased):
-            action = "fold" if index % 3 == 2 else "pick"
-            folds += action == "fold"
-            fh.write("%s %s\n" % (action, node))
-    with check.step("update, histedit: fold every third"):
-        # histedit works in the working directory, from its parent down.
-        check.hg(["update", "-q", "-r", rebased[-1]], ours, cwd=repo)
-        check.hg(["histedit", "-q", "--commands", plan, rebased[0]], ours,
-                 cwd=repo)
-    with check.step("map by commit ID"):
-        start = time.perf_counter()
-        new = gitcommitid.read_series(repo, above, env=ours)
-        mapping = commitids.map_series(old, new)
-        id_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        truth = gitcommitid.with_predecessors(repo, old, new, env=ours)
-        marker_seconds = time.perf_counter() - start
-    by_id = [m for m in mapping.matches if m.how == "commit-id"]
-    agree = [m for m, t in zip(mapping.matches, truth)
-             if m.old is not None and m.old.node in t.predecessors]
-    folded = [o for o in mapping.unmatched_old
-              if any(o.node in t.predecessors for t in truth)]
-    check.compare("changesets mapped", len(new), len(by_id), "changesets",
-                  "higher", "core obsolescence markers")
-    check.compare("mapping seconds", marker_seconds, id_seconds, "seconds",
-                  "lower", "core obsolescence markers")
-    check.fact("slice", "%d changesets, revisions %d to %d"
-               % (len(old), first, last))
-    check.fact("folded", folds)
-    problems = []
-    if len(new) != len(old) - folds:
-        problems.append("%d changesets after folding %d of %d"
-                        % (len(new), folds, len(old)))
-    if len(agree) != len(new):
-        problems.append("%d of %d mapped as the obsolescence markers say"
-                        % (len(agree), len(new)))
-    if len(folded) != folds or len(mapping.unmatched_old) != folds:
-        problems.append("%d folded changesets accounted for, of %d"
-                        % (len(folded), folds))
-    if mapping.conflicts or mapping.duplicate_ids:
-        problems.append("%d conflicts, %d duplicate IDs" % (
-            len(mapping.conflicts), len(mapping.duplicate_ids)))
-    if problems:
-        raise Failed("; ".join(problems))
-
-
-def importer(check, work):
-    tree = os.path.join(work, "tree")
-    with check.step("hg archive the Python files at tip"):
-        try:
-            check.hg(["archive", "-r", "tip", "-t", "files", "-I",
-                      "glob:**.py", tree], check.hg_env(), cwd=check.base)
-        except tools.CommandError as err:
-            if "no files match the archive pattern" in err.stderr:
-                return "the repository has no Python files at tip"
-            raise
-    paths = sorted(os.path.join(root, name)
-                   for root, _, names in os.walk(tree) for name in names
-                   if name.endswith(".py"))
-    if not paths:
-        return "the repository has no Python files at tip"
-    plain_seconds = ours_seconds = 0.0
-    python2 = []
-    broken = []
-    with check.step("compile %d files, plain and rewritten" % len(paths)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for index, path in enumerate(paths):
-                if index % 50 == 0:
-                    check.console.count(index, len(paths), "files")
-                with open(path, "rb") as fh:
-                    data = fh.read()
-                start = time.perf_counter()
-                try:
-                    compile(data, path, "exec", dont_inherit=True)
-                except (SyntaxError, ValueError):
-                    python2.append(path)
-                    continue
-                finally:
-                    plain_seconds += time.perf_counter() - start
-                start = time.perf_counter()
-                try:
-                    pastbytes.compile_source(data, path)
-                except (SyntaxError, ValueError, pastbytes.ScanError) as exc:
-                    broken.append("%s: %s" % (os.path.relpath(path, tree),
-                                              exc))
-                finally:
-                    ours_seconds += time.perf_counter() - start
-    check.compare("compile seconds", plain_seconds, ours_seconds,
-                  "seconds", "lower", "plain compile")
-    check.fact("python files", len(paths))
-    check.fact("not Python 3 as they are", len(python2))
-    check.fact("compile after the rewrite", len(paths) - len(python2)
-               - len(broken))
-    if broken:
-        raise Failed("%d files compile as they are but not after the "
-                     "rewrite, the first %s" % (len(broken), broken[0]))
-
-
-def git_checkouts(check, work):
-    env = check.hg_env()
-    commits = tools.run(["git", "-C", check.git, "rev-list",
-                         "--first-parent", "HEAD"], env).split()[::-1]
-    picks = [commits[i] for i in _spread(check.checkouts_count(),
-                                         len(commits), lambda i: True)]
-    url = "file://" + check.git
-
-    def plain(commit, dest):
-        tools.run(["git", "clone", "-q", "--no-checkout", url, dest], env)
-        tools.run(["git", "-C", dest, "checkout", "-q", commit], env)
-
-    _pooled_checkouts(
-        check, work, picks, "git clone", plain, "gitbridge checkout",
-        lambda commit, dest, pool: check.command([
-            tools.executable("gitbridge"), "checkout", "--sharebase", pool,
-            "-r", commit, url, dest], env),
-        lambda dest: (
-            tools.run(["git", "-C", dest, "rev-parse", "HEAD"], env),
-            tools.run(["git", "-C", dest, "status", "--porcelain"], env)))
 
 
 # Report -------------------------------------------------------------------
@@ -1277,10 +785,7 @@ def report_run(check, json_path=None):
     try:
         report = check.run()
     except Abort as abort:
-        sys.stderr.write("abort: %s\n" % abort)
-        if abort.hint:
-            sys.stderr.write("(%s)\n" % abort.hint)
-        return 255
+        return print_abort(abort)
     except KeyboardInterrupt as interrupt:
         sys.stderr.write("\ninterrupted%s\n" % (
             "" if check.scratch is None else ": %s %s" % (

@@ -3,7 +3,7 @@ decompresses every stored chunk of every revlog, the way a revision read
 does (the revlog's batch chunk read), and prints JSON figures per class:
 chunks, decompressed bytes and the best wall time of ``--repeat`` runs.
 
-    hg --config extensions.chunkread=vcsperf/chunkread.py \\
+    hg --config extensions.chunkread=vcsperf/bench/chunkread.py \\
        bench-chunkread --repeat 5
 """
 
@@ -12,7 +12,7 @@ import time
 
 from mercurial import registrar
 
-from vcsperf import hgchunks
+from vcsperf.bench import hgchunks
 
 cmdtable = {}
 command = registrar.command(cmdtable)

@@ -1,0 +1,17 @@
+"""The benchmarks, one module each, run as ``vcsperf bench NAME``: each
+measures core Mercurial (or git) and our feature side by side, in one run.
+``benchcli`` is their shared command line; ``chunkread`` (an hg extension)
+and ``hgchunks`` read a repository's revlog chunks.  Imports the core and
+the harness."""
+
+import importlib
+
+#: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
+#: ``main(argv)``.
+NAMES = ("codec", "zstdstore", "wirezstd", "pastbytes", "commitid",
+         "sharepool")
+
+
+def main(name, argv):
+    """Run the benchmark ``name`` with its command-line arguments."""
+    return importlib.import_module("vcsperf.bench." + name).main(argv)

@@ -1,0 +1,122 @@
+"""The ``bundles`` and ``wire`` features of ``vcsperf check``: clone
+bundles built, served and cloned from by a stock hg; pulls by core zstd and
+by wirezstd."""
+
+import json
+import os
+import shutil
+import time
+
+from vcsperf.bench import wirezstd
+from vcsperf.check.outcome import Failed, command_failure
+from vcsperf.harness import servers, tools
+
+def _node_set(check, repo, env, revset="heads(all())"):
+    return set(check.hg(["log", "-R", repo, "-r", revset, "-T",
+                         "{node}\n"], env).split())
+
+
+def bundles(check, work):
+    core = check.hg_env()
+    ours = check.hg_env(["bundlegen", "clonebundles"])
+    served = check.hg_env(["clonebundles"])
+    formats = ["zstd-max", "gzip"] + ([] if check.quick else ["stream"])
+    out = os.path.join(work, "bundles")
+    manifest = os.path.join(check.base, ".hg", "clonebundles.manifest")
+    heads = _node_set(check, check.base, core)
+    try:
+        with servers.FileServer(work) as files:
+            with check.step("hg bundlegen %s" % ", ".join(formats)):
+                check.hg(["-R", check.base, "bundlegen", "--output", out,
+                          "--base-url", files.url + "bundles/",
+                          "--config", "bundlegen.formats=%s"
+                          % ",".join(formats)], ours)
+            with open(os.path.join(out, "bundles.json")) as fh:
+                built = {b["format"]: b for b in json.load(fh)["bundles"]}
+            with open(manifest) as fh:
+                by_url = {line.split()[0]: line for line in fh
+                          if line.strip()}
+            lines = {fmt: by_url[bundle["url"]]
+                     for fmt, bundle in built.items()}
+            if not check.quick:
+                with check.step("core zstd-v2 bundle"):
+                    path = os.path.join(work, "core-zstd.hg")
+                    check.hg(["-R", check.base, "bundle", "-q", "-a", "-t",
+                              "zstd-v2", path], core)
+                    check.compare("bundle bytes, zstd-max",
+                                  os.path.getsize(path),
+                                  built["zstd-max"]["size"], "bytes",
+                                  "lower", "core zstd-v2")
+            check.compare("bundle bytes, zstd-max", built["gzip"]["size"],
+                          built["zstd-max"]["size"], "bytes", "lower",
+                          "core gzip-v2")
+            clones = {}
+            for fmt in formats:
+                with open(manifest, "w") as fh:
+                    fh.write(lines[fmt])
+                with check.step("stock hg clones from %s over HTTP" % fmt):
+                    clones[fmt] = _clone(check, work, core, served,
+                                         ["--stream"] if fmt == "stream"
+                                         else [], heads, expect_bundle=True)
+            os.unlink(manifest)
+            with check.step("plain clone --pull over HTTP"):
+                plain = _clone(check, work, core, core, ["--pull"], heads)
+    finally:
+        if os.path.exists(manifest):
+            os.unlink(manifest)
+    for fmt in formats:
+        check.compare("clone seconds from %s" % fmt, plain, clones[fmt],
+                      "seconds", "lower", "core clone --pull")
+    check.fact("bundles", {fmt: {"bytes": b["size"], "seconds": b["seconds"]}
+                           for fmt, b in built.items()})
+    check.fact("clones verified", len(clones))
+
+
+def _clone(check, work, client, server_env, options, heads,
+           expect_bundle=False):
+    """Seconds a stock hg takes to clone the copy over HTTP; the clone is
+    verified, holds the copy's heads, and is removed."""
+    dest = os.path.join(work, "clone")
+    with servers.HgServer(server_env, check.base) as server:
+        start = time.perf_counter()
+        out = check.hg(["clone", "-U", *options, server.url, dest], client)
+        seconds = time.perf_counter() - start
+    try:
+        if expect_bundle and "applying clone bundle" not in out:
+            raise Failed("the clone did not use the clone bundle:\n%s"
+                         % out.strip())
+        try:
+            check.hg(["verify", "-q", "-R", dest], client)
+        except tools.CommandError as err:
+            raise Failed("hg verify failed on a clone: %s"
+                         % command_failure(err))
+        if _node_set(check, dest, client) != heads:
+            raise Failed("a clone does not hold the repository's heads")
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+    return seconds
+
+
+def wire(check, work):
+    core = check.hg_env()
+    ours = check.hg_env(["wirezstd"])
+    with check.step("pulls, core zstd and wirezstd"):
+        results = wirezstd.measure_wire(check.base, work, core, ours,
+                                         full=not check.quick)
+    for label in ("full pull", "pull of last 100"):
+        if "%s, core zstd" % label not in results:
+            continue
+        core_r, ours_r = (results["%s, %s" % (label, side)]
+                          for side in ("core zstd", "wirezstd"))
+        check.compare("%s, bytes received" % label, core_r["bytes"],
+                      ours_r["bytes"], "bytes", "lower", "core zstd")
+        check.compare("%s, server CPU" % label, core_r["server_cpu"],
+                      ours_r["server_cpu"], "seconds", "lower", "core zstd")
+        if ours_r["changesets"] != core_r["changesets"]:
+            raise Failed("%s: wirezstd brought %d changesets, core %d"
+                         % (label, ours_r["changesets"],
+                            core_r["changesets"]))
+    full = results.get("full pull, wirezstd")
+    if full and full["changesets"] != check.info["changesets"]:
+        raise Failed("the full pull brought %d of %d changesets"
+                     % (full["changesets"], check.info["changesets"]))

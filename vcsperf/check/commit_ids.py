@@ -1,0 +1,119 @@
+"""The ``commit IDs`` feature of ``vcsperf check``: a linear slice of the
+history gets IDs, is rebased and folded, and the mapping by ID is checked
+against core's obsolescence markers."""
+
+import os
+import time
+
+from vcsperf.check import checkcmds
+from vcsperf.check.outcome import Failed
+from vcsperf.core import commitids
+
+def _linear_slice(check, env, length):
+    """Revisions ``(first, last)`` of the newest linear run of history
+    (no merges, each changeset the only child of the one before, each
+    touching files), at most ``length`` long."""
+    out = check.hg(["log", "-R", check.base, "-r", "last(all(), 5000)",
+                    "-T", "{rev} {p1rev} {p2rev} {files|count}\n"], env)
+    rows = [tuple(map(int, line.split())) for line in out.splitlines()]
+    children = {}
+    for rev, p1, p2, _ in rows:
+        for parent in (p1, p2):
+            children[parent] = children.get(parent, 0) + 1
+    best = None
+    run = []
+    for rev, p1, p2, files in rows:
+        linear = p2 == -1 and files > 0 and p1 != -1
+        if linear and run and p1 == run[-1] and children[p1] == 1:
+            run.append(rev)
+        else:
+            run = [rev] if linear else []
+        if run and (best is None or len(run) >= min(len(best), length)):
+            best = run[-length:]
+    if not best or len(best) < 3:
+        return None
+    return best[0], best[-1]
+
+
+def commit_ids(check, work):
+    core = check.hg_env()
+    ours = check.hg_env(
+        ["commitid", "rebase", "histedit"],
+        "[experimental]\nevolution = all\n"
+        "[rebase]\nexperimental.inmemory = yes\n"
+        "[ui]\neditor = true\n")
+    length = 12 if check.quick else 100
+    found = _linear_slice(check, core, length)
+    if found is None:
+        return "the history has no linear run of 3 changesets to rewrite"
+    first, last = found
+    repo = os.path.join(work, "repo")
+    with check.step("clone, give %d changesets commit IDs"
+                    % (last - first + 1)):
+        check.hg(["clone", "-q", "-U", check.base, repo], core)
+        check.hg(["phase", "--draft", "--force", "-r", "%d::" % first],
+                 ours, cwd=repo)
+        check.hg(["commitid-add", "-r", "%d::%d" % (first, last)], ours,
+                 cwd=repo)
+    with_ids = "successors(%d::%d) - obsolete()" % (first, last)
+    old = commitids.read_series(repo, with_ids, hidden=True, env=ours)
+    if any(c.commit_id is None for c in old):
+        raise Failed("commitid-add left %d changesets without an ID"
+                     % sum(c.commit_id is None for c in old))
+    with check.step("rebase onto a new base"):
+        base = check.hg(["--config", "extensions.checkcmds=%s"
+                         % checkcmds.__file__, "check-newbase",
+                         "p1(%s)" % old[0].node], ours, cwd=repo).strip()
+        check.hg(["rebase", "-q", "-r", "%s::%s" % (old[0].node,
+                                                   old[-1].node),
+                  "-d", base], ours, cwd=repo)
+    above = "descendants(%s) and not %s" % (base, base)
+    rebased = check.hg(["log", "-R", repo, "-r", above, "-T", "{node}\n"],
+                       ours).split()
+    plan = os.path.join(work, "plan")
+    folds = 0
+    with open(plan, "w") as fh:
+        for index, node in enumerate(rebased):
+            action = "fold" if index % 3 == 2 else "pick"
+            folds += action == "fold"
+            fh.write("%s %s\n" % (action, node))
+    with check.step("update, histedit: fold every third"):
+        # histedit works in the working directory, from its parent down.
+        check.hg(["update", "-q", "-r", rebased[-1]], ours, cwd=repo)
+        check.hg(["histedit", "-q", "--commands", plan, rebased[0]], ours,
+                 cwd=repo)
+    with check.step("map by commit ID"):
+        start = time.perf_counter()
+        new = commitids.read_series(repo, above, env=ours)
+        mapping = commitids.map_series(old, new)
+        id_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        truth = commitids.with_predecessors(repo, old, new, env=ours)
+        marker_seconds = time.perf_counter() - start
+    by_id = [m for m in mapping.matches if m.how == "commit-id"]
+    agree = [m for m, t in zip(mapping.matches, truth)
+             if m.old is not None and m.old.node in t.predecessors]
+    folded = [o for o in mapping.unmatched_old
+              if any(o.node in t.predecessors for t in truth)]
+    check.compare("changesets mapped", len(new), len(by_id), "changesets",
+                  "higher", "core obsolescence markers")
+    check.compare("mapping seconds", marker_seconds, id_seconds, "seconds",
+                  "lower", "core obsolescence markers")
+    check.fact("slice", "%d changesets, revisions %d to %d"
+               % (len(old), first, last))
+    check.fact("folded", folds)
+    problems = []
+    if len(new) != len(old) - folds:
+        problems.append("%d changesets after folding %d of %d"
+                        % (len(new), folds, len(old)))
+    if len(agree) != len(new):
+        problems.append("%d of %d mapped as the obsolescence markers say"
+                        % (len(agree), len(new)))
+    if len(folded) != folds or len(mapping.unmatched_old) != folds:
+        problems.append("%d folded changesets accounted for, of %d"
+                        % (len(folded), folds))
+    if mapping.conflicts or mapping.duplicate_ids:
+        problems.append("%d conflicts, %d duplicate IDs" % (
+            len(mapping.conflicts), len(mapping.duplicate_ids)))
+    if problems:
+        raise Failed("; ".join(problems))

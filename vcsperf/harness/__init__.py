@@ -1,0 +1,3 @@
+"""Real ``hg`` and ``git`` processes, servers on 127.0.0.1 and
+real-content histories, for the tests, the benchmarks and the check.
+Imports ``vcsperf.core`` and nothing else of ours."""
