@@ -93,8 +93,8 @@ class _DictsDir:
         return decompressor
 
     def get(self, dict_id):
-        """A dictionary by ID, for decompressors; aborts naming its file
-        and how to recover."""
+        """A dictionary by ID, for decompressors; raises ``StorageError``
+        naming its file and how to recover."""
         try:
             return self.store.get(dict_id)
         except zstdwire.DictionaryError as err:
@@ -185,7 +185,10 @@ class DamagedActive(error.Abort):
 
 
 def _unusable_dictionary(dict_id, err):
-    return error.Abort(
+    """A dictionary that chunks need and that cannot be read is a storage
+    error, as a revlog's own corruption is: ``hg verify`` reports it per
+    revision, commands print it as one ``abort:`` line with its hint."""
+    return error.StorageError(
         _(b'zstd dictionary %d unusable: %s')
         % (dict_id, stringutil.forcebytestr(err)),
         hint=_(b'copy %s from another clone of this repository, restore it '
@@ -287,6 +290,9 @@ def revlog_init(orig, self, opener, *args, **kwargs):
         options[OPT_KIND] = _KIND_OF_TARGET.get(self.target[0], b'filelog')
         if OPT_LEVEL in opener.options:
             options[OPT_LEVEL] = opener.options[OPT_LEVEL]
+
+
+# Dictionaries travel with the revlogs that need them --------------------
 
 
 def check_streamed(orig, repo, *args, **kwargs):
