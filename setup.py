@@ -2,9 +2,10 @@
 
 Mercurial finds third-party extensions as modules of the ``hgext3rd``
 namespace package, whose ``__init__`` Mercurial itself installs.  Our
-``hgext/*.py`` are installed into that namespace as plain modules, without
-an ``__init__`` of our own, so ``[extensions] NAME =`` finds them and
-Mercurial's file is never overwritten.
+``hgext/NAME.py`` and ``hgext/NAME/`` are installed into that namespace as
+``hgext3rd.NAME`` (modules and packages), without an ``hgext3rd/__init__``
+of our own, so ``[extensions] NAME =`` finds them and Mercurial's file is
+never overwritten.
 """
 
 import glob
@@ -12,14 +13,17 @@ import os
 
 from setuptools import setup
 
-EXTENSIONS = sorted(
+MODULES = sorted(
     "hgext3rd." + os.path.splitext(os.path.basename(path))[0]
     for path in glob.glob(os.path.join("hgext", "*.py")))
+PACKAGES = sorted(
+    "hgext3rd." + os.path.basename(os.path.dirname(path))
+    for path in glob.glob(os.path.join("hgext", "*", "__init__.py")))
 
 setup(
     packages=["zstdwire", "gitbridge", "vcsperf", "vcsperf.core",
-              "vcsperf.harness", "vcsperf.bench", "vcsperf.check"],
+              "vcsperf.harness", "vcsperf.bench", "vcsperf.check"] + PACKAGES,
     package_data={"vcsperf.harness": ["data/*.tsv"]},
     package_dir={"hgext3rd": "hgext"},
-    py_modules=EXTENSIONS,
+    py_modules=MODULES,
 )

@@ -113,7 +113,6 @@ from mercurial import (
     error,
     exchange,
     extensions,
-    hg,
     localrepo,
     lock as lockmod,
     pycompat,
@@ -122,6 +121,8 @@ from mercurial import (
     util,
 )
 from mercurial.utils import procutil, stringutil
+
+from hgext3rd._hgcompat import repofactory
 
 testedwith = b'6.9 7.0 7.2'
 minimumhgversion = b'6.9'
@@ -365,8 +366,8 @@ def _take_snapshot(ui, repo, path):
         localrepo.createrepository(
             ui, path,
             requirements=set(repo.requirements) - {b'shared', b'relshared'})
-        streamclone.local_copy(repo, hg.repository(ui, path))
-    tip = hg.repository(ui, path)[b'tip']
+        streamclone.local_copy(repo, repofactory.repository(ui, path))
+    tip = repofactory.repository(ui, path)[b'tip']
     if tip.rev() == nullrev:
         raise error.Abort(_(b'repository is empty, nothing to bundle'))
     return tip.hex()

@@ -60,7 +60,6 @@ from mercurial import (
     extensions,
     localrepo,
     node as nodemod,
-    pycompat,
     registrar,
     revsetlang,
     rewriteutil,
@@ -69,6 +68,8 @@ from mercurial import (
 from mercurial.utils import stringutil
 
 from vcsperf.core import commitids
+
+from hgext3rd import _hgcompat
 
 testedwith = b'6.9 7.0 7.2'
 minimumhgversion = b'6.9'
@@ -86,11 +87,6 @@ configitem(b'commitid', b'deterministic', default=False)
 SOURCE_EXTRAS = (b'amend_source', b'rebase_source', b'histedit_source',
                  b'absorb_source', b'unamend_source', b'fix_source',
                  b'intermediate-source', b'source')
-
-# Mercurial 7.1 moved scmutil.cleanupnodes to cmdutil.cleanup_nodes.
-_cleanup_nodes = getattr(cmdutil, 'cleanup_nodes', None) or \
-    scmutil.cleanupnodes
-
 
 def _text(data):
     return data.decode('utf-8', 'surrogateescape')
@@ -202,12 +198,9 @@ def _amend(orig, ui, repo, old, extra, pats, opts, *args, **kwargs):
     # Core compares the new message with the old one to tell "nothing
     # changed"; a message given with -m or -l lacks the ID the amended
     # changeset will get back, so give it back before that comparison.
-    # Mercurial 7.x passes str keys here, 6.9 bytes keys.
-    str_keys = any(isinstance(k, str) for k in opts)
-    key = pycompat.sysstr if str_keys else bytes
+    bytes_opts, key = _hgcompat.bytes_opts(opts)
     old_id = commit_id(old.description())
-    message = cmdutil.logmessage(
-        ui, pycompat.byteskwargs(opts) if str_keys else opts)
+    message = cmdutil.logmessage(ui, bytes_opts)
     if old_id and message:
         with_id = commitids.ensure_id(_text(message), lambda: _text(old_id),
                                       parents=_parent_count(old))
@@ -278,7 +271,7 @@ def commitid_add(ui, repo, **opts):
             if wdir_parent in replacements:
                 with repo.dirstate.changing_parents(repo):
                     repo.setparents(replacements[wdir_parent])
-            _cleanup_nodes(repo, {old: [new] for old, new in
+            _hgcompat.cleanup_nodes(repo, {old: [new] for old, new in
                                   replacements.items()},
                            b'commitid-add', fixphase=True)
     ui.status(_(b'added commit IDs to %d changesets (%d rewritten)\n')

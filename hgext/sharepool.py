@@ -148,7 +148,6 @@ from mercurial import (
     error,
     exchange,
     extensions,
-    hg,
     merge as mergemod,
     policy,
     pycompat,
@@ -160,11 +159,7 @@ from mercurial.utils import stringutil, urlutil
 
 from vcsperf.core import pooling
 
-try:
-    from mercurial.repo import factory as repofactory  # Mercurial 7.2
-    from mercurial.cmd_impls import clone as cloneimpl
-except ImportError:
-    repofactory = cloneimpl = hg
+from hgext3rd._hgcompat import cloneimpl, repofactory
 
 urlerr = util.urlerr
 mpatch = policy.importmod('mpatch')

@@ -13,7 +13,7 @@ from mercurial import error
 
 import campaign
 import zstdwire
-from hgext3rd import zstdstore
+from hgext3rd.zstdstore import engine
 from zstdwire import store as dictstore
 from zstdwire_samples import chunks
 
@@ -52,12 +52,12 @@ def test_active_file_parses_or_aborts_naming_it(tally, tmp_path):
         with open(path, "wb") as fh:
             fh.write(data)
         try:
-            active = zstdstore.read_active(path)
+            active = engine.read_active(path)
         except error.Abort as err:
             ok = (err.message.startswith(b"%s is damaged: " % path)
                   and b"hg zstd-train" in err.hint)
         else:
-            ok = (set(active) <= set(zstdstore.KINDS)
+            ok = (set(active) <= set(engine.KINDS)
                   and all(type(v) is int and 0 < v < 2 ** 32
                           for v in active.values())
                   and json.loads(data) == {k.decode(): v

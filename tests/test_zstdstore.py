@@ -210,6 +210,42 @@ def test_unusable_dictionary_aborts_naming_the_file(hg, dict_repo, tmp_path,
     hg("verify", "-q", cwd=dict_repo)
 
 
+def test_verify_reports_each_revision_a_missing_dictionary_hides(
+        hg, dict_repo):
+    """A missing dictionary is a storage error: ``hg verify`` goes on past
+    the first revision it cannot read, names every one, and exits 1."""
+    filelogs = stats(hg, dict_repo)["filelog"]
+    active = filelogs["active"]
+    stored_with_it = filelogs["encodings"]["dictionary %d" % active]
+    path = dict_repo / ".hg" / "store" / "zstd-dicts" / str(active)
+    backup = path.read_bytes()
+    path.unlink()
+    verify = hg.proc("verify", "-q", cwd=dict_repo)
+    assert verify.returncode == 1, verify.stderr
+    output = verify.stdout + verify.stderr
+    assert "Traceback" not in output
+    assert not any(line.startswith("abort:") for line in output.splitlines())
+    damaged = set(re.findall(
+        r"^ (.+@\d+): unpacking [0-9a-f]{12}: zstd dictionary %d unusable: "
+        r".*is missing$" % active, output, re.MULTILINE))
+    # Every revision stored with the dictionary, and those whose delta
+    # chains go through one.
+    assert len(damaged) >= stored_with_it > 1, output[-2000:]
+    assert "integrity errors encountered!" in output
+    # A command reading one of them stops with one ``abort:`` line, its
+    # hint, and Mercurial's exit code for storage errors.
+    name, rev = sorted(damaged)[0].rsplit("@", 1)
+    read = hg.proc("--config", "ui.detailed-exit-code=yes", "debugdata",
+                   name, rev, cwd=dict_repo)
+    assert read.returncode == 50, read.stderr
+    lines = read.stderr.splitlines()
+    assert len(lines) == 2, read.stderr
+    assert lines[0].startswith("abort: zstd dictionary %d unusable: " % active)
+    assert lines[1].startswith("(copy %s from another clone" % path)
+    path.write_bytes(backup)
+    hg("verify", "-q", cwd=dict_repo)
+
+
 def test_corrupt_chunk_is_reported_never_returned(hg, dict_repo):
     data = dict_repo / ".hg" / "store" / "data"
     biggest = max(data.rglob("*.i"), key=lambda p: p.stat().st_size)

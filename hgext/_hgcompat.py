@@ -1,0 +1,86 @@
+# _hgcompat.py - what vcsperf's extensions need from older Mercurial
+#
+# This software may be used and distributed according to the terms of the
+# GNU General Public License version 2 or any later version.
+#
+# Not an extension: a module the extensions import.  Its name starts with
+# an underscore, it has no docstring (so no help text), no registrar table
+# and no setup function, and Mercurial lists disabled extensions only from
+# its own hgext directory, never from hgext3rd.
+#
+# Every probe of an older Mercurial release lives here, marked with the
+# release it tracks; when the oldest supported release (constraints.txt)
+# passes that mark, the probe and its fallback go.
+
+import inspect
+
+from mercurial import cmdutil, pycompat, revlog, scmutil
+from mercurial.revlogutils import deltas
+
+# Mercurial < 7.2: hg holds repository(), peer(), clone() and share();
+# 7.2 moved them to mercurial.repo.factory and mercurial.cmd_impls.clone
+# and deprecates the names in hg.
+try:
+    from mercurial.repo import factory as repofactory
+    from mercurial.cmd_impls import clone as cloneimpl
+except ImportError:
+    from mercurial import hg as repofactory
+    from mercurial import hg as cloneimpl
+
+# Mercurial < 7.1: scmutil.cleanupnodes, since moved to cmdutil.cleanup_nodes.
+cleanup_nodes = getattr(cmdutil, 'cleanup_nodes', None) or \
+    scmutil.cleanupnodes
+
+# Mercurial < 7.2 (6.9 has it not, 7.2 has it): no revlog.raw_comp_chunk.
+HAS_RAW_COMP_CHUNK = hasattr(revlog.revlog, 'raw_comp_chunk')
+
+
+def _parameters(function):
+    """The parameters of ``function`` as Mercurial defines it: this
+    module may be imported after extensions (ours too) wrapped it."""
+    while hasattr(function, '_origfunc'):
+        function = function._origfunc
+    return inspect.signature(function).parameters
+
+
+# Mercurial < 7.2: revlog._loadindex returns only the chunk cache, not the
+# index and the chunk cache, and _load_inner takes only that.
+_LOAD_INNER_TAKES_INDEX = 'index' in _parameters(revlog.revlog._load_inner)
+
+# Mercurial < 7.1: slicechunk has no ``inlined`` and reads it off the revlog.
+_SLICE_KNOWS_INLINE = 'inlined' in _parameters(deltas.slicechunk)
+
+
+def bytes_opts(opts):
+    """``(opts with bytes keys, the key type opts came with)``.
+
+    Mercurial < 7.0: the opts handed to cmdutil.amend have bytes keys,
+    from 7.0 str keys."""
+    if any(isinstance(k, str) for k in opts):
+        return pycompat.byteskwargs(opts), pycompat.sysstr
+    return opts, bytes
+
+
+def vfs_base(opener):
+    """The directory a store vfs opens files in, or None.
+
+    Mercurial < 7.1: the fncache vfs keeps its base on the vfs it wraps."""
+    return getattr(opener, 'base', None) or getattr(
+        getattr(opener, 'vfs', None), 'base', None)
+
+
+def load_index(rl):
+    """Load the index of ``rl`` from disk and build its inner revlog."""
+    loaded = rl._loadindex()
+    if _LOAD_INNER_TAKES_INDEX:
+        rl._load_inner(*loaded)
+    else:
+        rl._load_inner(loaded)
+
+
+def slicechunk(inner, revs, targetsize):
+    """``deltas.slicechunk`` for the revisions of an inner revlog."""
+    if _SLICE_KNOWS_INLINE:
+        return deltas.slicechunk(inner, revs, targetsize=targetsize,
+                                 inlined=inner.inline)
+    return deltas.slicechunk(inner, revs, targetsize=targetsize)

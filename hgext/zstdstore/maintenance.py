@@ -1,0 +1,341 @@
+# maintenance.py - hg zstd-train, zstd-recompress and zstd-stats
+#
+# This software may be used and distributed according to the terms of the
+# GNU General Public License version 2 or any later version.
+"""What zstdstore's maintenance commands do: train dictionaries, rewrite
+the store with them, and report how it is stored."""
+
+import json
+import os
+import struct
+import time
+
+from mercurial.i18n import _
+from mercurial import (
+    error,
+    pycompat,
+)
+from mercurial.revlogutils import constants as revlogconst
+from mercurial.utils import stringutil
+
+import zstandard
+import zstdwire
+
+from .engine import (
+    ACTIVE_FILE,
+    DICTS_DIR,
+    ENGINE,
+    HEADER,
+    KINDS,
+    MIN_CHUNK,
+    REQUIREMENT,
+    DamagedActive,
+    dicts_dir,
+)
+
+
+# Reading and writing revlogs -------------------------------------------
+
+
+def require_engine(repo):
+    if REQUIREMENT not in repo.requirements:
+        raise error.Abort(
+            _(b'this repository does not use the %s compression engine')
+            % ENGINE,
+            hint=_(b'convert it first: hg debugupgraderepo --run --config '
+                   b'format.revlog-compression=%s') % ENGINE)
+
+
+def _store_revlogs(repo):
+    """``(kind, revlog)`` for every revlog of the store: filelogs first,
+    then manifests, then the changelog."""
+    unfi = repo.unfiltered()
+    entries = [e for e in unfi.store.walk() if e.is_revlog]
+    for entry in entries:
+        if entry.is_filelog:
+            yield b'filelog', unfi.file(entry.target_id)._revlog
+    for entry in entries:
+        if entry.is_manifestlog:
+            yield b'manifest', unfi.manifestlog.getstorage(
+                entry.target_id)._revlog
+    yield b'changelog', unfi.changelog
+
+
+def _chunk(rl, rev):
+    return rl._inner._chunk(rev)
+
+
+def _newest_chunks(ui, repo, kind, revlogs):
+    """Stored chunks of one revlog class, newest first."""
+    if kind != b'filelog':
+        for rl in revlogs:
+            with rl.reading():
+                for rev in range(len(rl) - 1, -1, -1):
+                    yield _chunk(rl, rev)
+        return
+    # Filelogs: order the newest revisions of every file by the changeset
+    # that introduced them, reading only indexes until chunks are needed.
+    recent = []
+    progress = ui.makeprogress(_(b'indexing filelogs'), unit=_(b'files'),
+                               total=len(revlogs))
+    for rl in revlogs:
+        progress.increment()
+        for rev in range(len(rl) - 1, max(-1, len(rl) - 9), -1):
+            recent.append((rl.linkrev(rev), rev, rl))
+    progress.complete()
+    recent.sort(key=lambda item: item[0], reverse=True)
+    for _linkrev, rev, rl in recent:
+        yield _chunk(rl, rev)
+
+
+def _remove_stale_temporaries(ui, repo):
+    """Delete what killed writers left: atomictemp files (``.NAME-XXXX~``)
+    and unfinished dictionary files.  Called under the store lock, so no
+    live writer owns them."""
+    for dirpath, _dirs, files in os.walk(repo.store.path):
+        for name in files:
+            if (name.startswith(b'.') and name.endswith(b'~')) or \
+                    b'.tmp-' in name and dirpath.endswith(DICTS_DIR):
+                path = os.path.join(dirpath, name)
+                ui.debug(b'removing stale temporary file %s\n' % path)
+                os.unlink(path)
+
+
+def write_active(repo, active):
+    payload = json.dumps({k.decode('ascii'): v
+                          for k, v in sorted(active.items())}, indent=1)
+    with repo.svfs(ACTIVE_FILE, b'wb', atomictemp=True) as fh:
+        fh.write(payload.encode('ascii') + b'\n')
+
+
+def train(ui, repo, dict_size, budget):
+    """``hg zstd-train``: a new dictionary per revlog class, trained on
+    its newest chunks, made the active one."""
+    level = ui.configint(b'zstdstore', b'level')
+    with repo.lock():
+        require_engine(repo)
+        _remove_stale_temporaries(ui, repo)
+        dicts = dicts_dir(repo.svfs.join(DICTS_DIR))
+        by_kind = {kind: [] for kind in KINDS}
+        for kind, rl in _store_revlogs(repo):
+            by_kind[kind].append(rl)
+        try:
+            active = dict(dicts.active())
+        except DamagedActive as err:
+            # Training writes a new one: keep nothing from the old.
+            ui.warn(_(b'warning: %s\n') % err.message)
+            active = {}
+        for kind in KINDS:
+            start = time.monotonic()
+            samples = zstdwire.select_recent(
+                _newest_chunks(ui, repo, kind, by_kind[kind]), budget)
+            try:
+                dictionary = zstdwire.train(samples, dict_size, level)
+            except zstdwire.TrainingError as err:
+                ui.warn(_(b'%s: no new dictionary: %s\n')
+                        % (kind, stringutil.forcebytestr(err)))
+                continue
+            dict_id = dicts.store.add(dictionary, kind.decode('ascii'))
+            active[kind] = dict_id
+            ui.status(_(b'%s: dictionary %d, %d bytes, from %d samples '
+                        b'(%d bytes) in %.1fs\n')
+                      % (kind, dict_id, len(dictionary.as_bytes()),
+                         len(samples), sum(map(len, samples)),
+                         time.monotonic() - start))
+        # The dictionaries are on disk before anything names them.
+        write_active(repo, active)
+
+
+_INDEX_ENTRY = struct.Struct(revlogconst.INDEX_ENTRY_V1.format)
+_INDEX_HEADER = struct.Struct(revlogconst.INDEX_HEADER.format)
+
+
+def _rewrite_revlog(repo, rl):
+    """Recompress every chunk of ``rl`` with the repository's engine.
+
+    Returns False when no chunk changes.  The revlog stays valid at every
+    instant: an inline revlog is replaced by one rename; a split one first
+    becomes inline (its data file is then unused), then gets its new data
+    file, then its new split index.  A run killed in between leaves it
+    inline beside its data file: the next run splits it again, even with
+    no chunk to change.
+    """
+    if rl._format_version != revlogconst.REVLOGV1:
+        raise error.Abort(_(b'%s: only revlog version 1 can be recompressed')
+                          % rl._indexfile)
+    inner = rl._inner
+    svfs = repo.svfs
+    split = svfs.exists(rl._datafile)
+    header = rl._format_version | rl._format_flags
+    entries = []
+    changed = False
+    inline_fh = svfs(rl._indexfile, b'wb', atomictemp=True, checkambig=True)
+    data_fh = svfs(rl._datafile, b'wb', atomictemp=True) if split else None
+    try:
+        offset = 0
+        with rl.reading():
+            for rev in range(len(rl)):
+                old = bytes(inner.get_segment_for_revs(rev, rev)[1])
+                prefix, payload = inner.compress(inner.decompress(old))
+                chunk = prefix + payload
+                changed = changed or chunk != old
+                entry = rl.index[rev]
+                packed = _INDEX_ENTRY.pack(
+                    (offset << 16) | (entry[0] & 0xFFFF), len(chunk),
+                    *entry[2:8])
+                if rev == 0:
+                    packed = _INDEX_HEADER.pack(
+                        header | revlogconst.FLAG_INLINE_DATA) + packed[4:]
+                inline_fh.write(packed)
+                inline_fh.write(chunk)
+                if split:
+                    data_fh.write(chunk)
+                    entries.append(packed)
+                offset += len(chunk)
+        if not changed and not (split and rl._inline):
+            return False
+        inline_fh.close()
+        if split:
+            data_fh.close()
+            if entries:
+                entries[0] = _INDEX_HEADER.pack(
+                    header & ~revlogconst.FLAG_INLINE_DATA) + entries[0][4:]
+            with svfs(rl._indexfile, b'wb', atomictemp=True,
+                      checkambig=True) as fh:
+                fh.write(b''.join(entries))
+        return True
+    finally:
+        inline_fh.discard()
+        if data_fh is not None:
+            data_fh.discard()
+
+
+STATE_FILE = b'zstd-recompress.state'
+
+
+def recompress(ui, repo):
+    """``hg zstd-recompress``: every revlog rewritten with the active
+    dictionaries, resumable after a kill."""
+    with repo.lock():
+        require_engine(repo)
+        _remove_stale_temporaries(ui, repo)
+        active = dicts_dir(repo.svfs.join(DICTS_DIR)).active()
+        signature = {k.decode('ascii'): v for k, v in active.items()}
+        done = set()
+        if repo.svfs.exists(STATE_FILE):
+            state = json.loads(repo.svfs.read(STATE_FILE))
+            if state.get('active') == signature:
+                done = set(state['done'])
+        # One revlog open at a time: each holds its index and caches.
+        total = sum(1 for e in repo.unfiltered().store.walk() if e.is_revlog)
+        progress = ui.makeprogress(_(b'recompressing'), unit=_(b'revlogs'),
+                                   total=total)
+        rewritten = 0
+        last_save = time.monotonic()
+        for _kind, rl in _store_revlogs(repo):
+            progress.increment(item=rl._indexfile)
+            name = rl._indexfile.decode('utf-8', 'surrogateescape')
+            if name in done:
+                continue
+            if _rewrite_revlog(repo, rl):
+                rewritten += 1
+            done.add(name)
+            if time.monotonic() - last_save > 1:
+                _save_state(repo, signature, done)
+                last_save = time.monotonic()
+        progress.complete()
+        repo.svfs.tryunlink(STATE_FILE)
+        repo.invalidate(clearfilecache=True)
+        ui.status(_(b'recompressed %d of %d revlogs\n')
+                  % (rewritten, total))
+
+
+def _save_state(repo, signature, done):
+    payload = json.dumps({'active': signature, 'done': sorted(done)})
+    with repo.svfs(STATE_FILE, b'wb', atomictemp=True) as fh:
+        fh.write(payload.encode('utf-8'))
+
+
+class _ClassTotals:
+    """What ``hg zstd-stats`` counts for one revlog class."""
+
+    __slots__ = ('revisions', 'chunkbytes', 'storedbytes', 'corezstdbytes',
+                 'encodings')
+
+    def __init__(self):
+        self.revisions = 0
+        #: Bytes of the chunks once decompressed.
+        self.chunkbytes = 0
+        self.storedbytes = 0
+        #: Bytes core's zstd would store for the same chunks.
+        self.corezstdbytes = 0
+        #: ``{encoding name: chunks}``, see ``_encoding``.
+        self.encodings = {}
+
+
+def stats(ui, repo, opts):
+    """``hg zstd-stats``: per revlog class, how its chunks are stored
+    beside what core's zstd would store."""
+    plain = zstandard.ZstdCompressor(level=ui.configint(b'zstdstore',
+                                                        b'level'))
+    totals = {kind: _ClassTotals() for kind in KINDS}
+    revlogs = list(_store_revlogs(repo))
+    progress = ui.makeprogress(_(b'reading'), unit=_(b'revlogs'),
+                               total=len(revlogs))
+    for kind, rl in revlogs:
+        progress.increment()
+        counts = totals[kind]
+        inner = rl._inner
+        with rl.reading():
+            for rev in range(len(rl)):
+                stored = inner.get_segment_for_revs(rev, rev)[1]
+                chunk = inner.decompress(stored)
+                counts.revisions += 1
+                counts.chunkbytes += len(chunk)
+                counts.storedbytes += len(stored)
+                counts.corezstdbytes += _core_zstd_size(plain, chunk)
+                encoding = _encoding(bytes(stored[:32]))
+                counts.encodings[encoding] = \
+                    counts.encodings.get(encoding, 0) + 1
+    progress.complete()
+    active = dicts_dir(repo.svfs.join(DICTS_DIR)).active()
+    fm = ui.formatter(b'zstd-stats', pycompat.byteskwargs(opts))
+    for kind in KINDS:
+        counts = totals[kind]
+        fm.startitem()
+        fm.write(b'kind revisions chunkbytes storedbytes corezstdbytes',
+                 b'%-9s %8d revisions  %12d chunk bytes  %11d stored  '
+                 b'%11d as core zstd', kind, counts.revisions,
+                 counts.chunkbytes, counts.storedbytes, counts.corezstdbytes)
+        fm.write(b'ratio', b'  (%.3f)\n',
+                 counts.storedbytes / counts.corezstdbytes
+                 if counts.corezstdbytes else 1.0)
+        fm.data(active=active.get(kind))
+        for name, n in sorted(counts.encodings.items()):
+            fm.plain(b'    %-22s %6.1f%% of chunks%s\n'
+                     % (name, 100.0 * n / counts.revisions,
+                        b' (active)' if name == b'dictionary %d'
+                        % active.get(kind, -1) else b''))
+        fm.data(encodings=fm.formatdict(counts.encodings))
+    fm.end()
+
+
+def _core_zstd_size(plain, chunk):
+    """What a core zstd revlog stores for ``chunk``."""
+    if len(chunk) >= MIN_CHUNK:
+        compressed = len(plain.compress(chunk))
+        if compressed < len(chunk):
+            return compressed
+    return len(chunk) + (0 if chunk[:1] in (b'', b'\0') else 1)
+
+
+def _encoding(head):
+    marker = head[:1]
+    if marker == HEADER:
+        try:
+            return b'dictionary %d' % zstdwire.frame_parameters(
+                head[1:]).dict_id
+        except zstdwire.FrameError:
+            return b'dictionary ?'
+    return {b'(': b'zstd', b'x': b'zlib', b'u': b'raw', b'\0': b'raw',
+            b'': b'empty'}.get(marker, b'other')
