@@ -39,8 +39,9 @@ store
   its ``requires`` file or the requirements ``store``, ``fncache`` and
   ``dotencode`` is deleted with its destination.  A missing store is
   cloned, under the pool entry's lock (the lock core Mercurial's
-  ``share.pool`` takes too), with stream clone or clone bundles when the
-  server offers them, into a hidden directory renamed into place when
+  ``share.pool`` takes too), with stream clone (unless
+  ``sharepool.stream`` is false) or clone bundles when the server offers
+  them, into a hidden directory renamed into place when
   complete: a killed clone never leaves half a store.  ``--upstream URL``
   seeds it from another server (a mirror).  A new DEST becomes a share of
   the store and pulls the server's heads, as ``hg clone`` with
@@ -83,9 +84,10 @@ retry may cure -- "stream ended unexpectedly", an HTTP 5xx, a reset,
 refused or timed-out connection, an SSL error -- restart the run after a
 wait: the n-th retry waits ``(2^n - 1) * sharepool.retry-backoff`` seconds
 plus a random jitter between ``sharepool.retry-jitter-min`` and ``-max``
-(robustcheckout's ``robustcheckout.retryjittermin`` and ``-max``, in
-milliseconds, win when set).  A run makes at most ``--networkattempts``
-(default ``sharepool.network-attempts``, 3) attempts.  ``http.timeout``
+(robustcheckout's ``robustcheckout.retryjittermin`` and
+``robustcheckout.retryjittermax``, in milliseconds, win when set).  A
+run makes at most ``--networkattempts`` (default
+``sharepool.network-attempts``, 3) attempts.  ``http.timeout``
 defaults to 600 seconds here, so a stalled server counts as a failure
 instead of hanging the job.
 

@@ -47,7 +47,11 @@ with its own engine.
 
 Retraining happens on command only: run ``hg zstd-train`` when history has
 drifted (``hg zstd-stats`` shows the share of chunks each dictionary
-covers; for a busy repository, weekly from cron).  A retrained dictionary
+covers; for a busy repository, weekly from cron).  Each dictionary is
+``zstdstore.dict-size`` bytes (default 112 KiB), trained on up to
+``zstdstore.sample-budget`` bytes of the newest chunks of its revlog class
+(default 16 MiB); ``--dict-size`` and ``--sample-budget`` override them
+for one run.  A retrained dictionary
 gets a new ID and is used for new chunks; old chunks keep decoding with
 their own, until ``hg zstd-recompress`` rewrites them.  Old dictionary
 files are never deleted.
