@@ -556,8 +556,11 @@ def main():
                 "commitid": [t for t in tests if t in history_tests]}
     root = sdist(history.default_cache_dir())
     testdir = os.path.join(root, "tests")
-    results = os.path.join(history.default_cache_dir(),
-                           "hgtests-" + os.path.basename(root).split("-")[1])
+    # A run of chosen tests keeps its results apart: they would replace
+    # the whole run's, which --reuse reads.
+    results = os.path.join(history.default_cache_dir(), "hgtests-%s%s" % (
+        os.path.basename(root).split("-")[1],
+        "" if tests == DEFAULT_TESTS else "-selected"))
     dirs = {p: os.path.join(results, p) for p in PASSES}
     reports, names = {}, {}
     wanted = set(args.passes.split(",")) | {"baseline"}
