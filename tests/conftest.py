@@ -232,6 +232,15 @@ def tally(request):
     return tally
 
 
+def pytest_collection_modifyitems(items):
+    # A full campaign test tries up to a hundred times the fast cases: on a
+    # busy machine one took 536 of the default 600 s.
+    if campaign.FULL:
+        for item in items:
+            if item.get_closest_marker("campaign"):
+                item.add_marker(pytest.mark.timeout(3600))
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _CAMPAIGN_TALLIES:
         return
