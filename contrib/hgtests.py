@@ -165,6 +165,8 @@ MASKS = [
     (re.compile(rb"%3D"), b"="),
     (re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?(-[0-9a-f]{8})?\b"),
      b"<hash>"),
+    # The changelog's share of a bundle: commit IDs make changesets longer.
+    (re.compile(rb"^(\s+)\d+ \(changelog\)$"), rb"\1<size> (changelog)"),
     # absorb's short hashes: seven hex digits, with a letter and a digit,
     # or where absorb prints them, first on the line.
     (re.compile(rb"\b(?=[a-f]*[0-9])(?=[0-9]*[a-f])[0-9a-f]{7}\b"),
@@ -224,7 +226,9 @@ ID_LINE = re.compile(rb"^(%s)([|:\\/~ ]*?)MozReview-Commit-ID: \w{11}(.*)$"
                      % TAG)
 GRAPH_ONLY = re.compile(rb"^%s[|:\\/ ]*$" % TAG)
 GRAPH_EDGE = re.compile(rb"[|/\\:]+")
-NODE_LINE = re.compile(rb"^  [|:\\/ ]*[o@x*%_] ")
+# A graph's node: its mark, then the text two columns on or another column
+# (a "* " that starts a line is a list, as in rebase's collapsed message).
+NODE_LINE = re.compile(rb"^  [|:\\/+ -]*[o@x*%_](  | [|:\\/])")
 # A revset that finds changesets by a piece of their message.
 DESC_REVSET = re.compile(rb"""\bdesc\(['"]?([^'")]+)['"]?\)""")
 # How run-tests marks an expected line: a pattern, or a condition.
