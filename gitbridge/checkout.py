@@ -609,7 +609,8 @@ class Run:
         return False
 
     def share_problem(self, store):
-        """Why DEST must be deleted before it shares ``store``, or None."""
+        """Why DEST must be deleted before it shares ``store``, or None;
+        on the way, DEST's index is repaired (``repair_index``)."""
         dotgit = os.path.join(self.request.dest, ".git")
         if not os.path.lexists(dotgit):
             return None
@@ -628,20 +629,36 @@ class Run:
             return "destination uses the %s layout, not %s" % (
                 layout, self.request.layout)
         try:
-            stale = git("rev-parse", "--git-path", "index.lock",
-                        cwd=self.request.dest).strip()
             if _head_missing(self.request.dest):
                 return "working tree's commit is not in the store"
+            self.repair_index()
         except GitError as failure:
             return "destination is not a usable checkout: %s" % (
                 failure.stderr.strip().splitlines() or ["?"])[-1]
-        # DEST's lock is ours: an index lock is a killed checkout's
-        stale = os.path.join(self.request.dest, stale)
+        return None
+
+    def repair_index(self):
+        """Remove the lock a killed checkout left on DEST's index (DEST's
+        lock is ours), and rebuild a damaged index from HEAD: git checks
+        the index's checksum only in ``git fsck``, so other commands read
+        damage as entries, and die on it or carry it on."""
+        dest = self.request.dest
+        stale, index = git("rev-parse", "--git-path", "index.lock",
+                           "--git-path", "index", cwd=dest).splitlines()
+        stale = os.path.join(dest, stale)
         if os.path.exists(stale):
             self.warn("(removing %s, left by an interrupted checkout)"
                       % stale)
             os.unlink(stale)
-        return None
+        index = os.path.join(dest, index)
+        damage = _index_damage(index)
+        if not damage:
+            return
+        self.warn("(index %s is damaged: %s; rebuilding it from the "
+                  "checked-out commit)" % (index, damage))
+        os.unlink(index)
+        if _head_resolves(dest):
+            git("read-tree", "HEAD", cwd=dest)
 
     def check_sparse_unchanged(self):
         sparse = _is_sparse(self.request.dest)
@@ -660,7 +677,13 @@ class Run:
 
     def purge(self):
         self.say("(purging working directory)")
-        out = git("clean", "-ffdx", cwd=self.request.dest)
+        try:
+            out = git("clean", "-ffdx", cwd=self.request.dest)
+        except GitError as failure:
+            # damage in DEST that repair_index cannot see (an index
+            # written without a checksum)
+            raise _Restart("purge failed: %s; deleting destination"
+                           % failure.stderr.strip(), self.request.dest)
         self.say("(purged %d files)" % len(out.splitlines()))
 
     def update(self, store, commit):
@@ -811,11 +834,42 @@ def _head_missing(dest):
         return False
     except GitError:
         pass
+    return not _head_resolves(dest)
+
+
+def _head_resolves(dest):
+    """True when DEST's HEAD names a commit its objects hold."""
     try:
         git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", cwd=dest)
-        return False
-    except GitError:
         return True
+    except GitError:
+        return False
+
+
+def _index_damage(path):
+    """What is wrong with the git index file ``path`` (its header or its
+    trailing checksum over the rest), or None; a missing index is not
+    damage, nor one written without a checksum (``index.skipHash``)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return None
+    if len(data) < 12 + 20:
+        return "truncated to %d bytes" % len(data)
+    if data[:4] != b"DIRC":
+        return "no index signature"
+    version = int.from_bytes(data[4:8], "big")
+    if version not in (2, 3, 4):
+        return "unknown index version %d" % version
+    if data[-20:] == bytes(20):
+        return None
+    # SHA-1, or SHA-256 in a repository of that object format
+    for hash_ in (hashlib.sha1, hashlib.sha256):
+        size = hash_().digest_size
+        if hash_(data[:-size]).digest() == data[-size:]:
+            return None
+    return "checksum mismatch"
 
 
 def _is_sparse(dest):

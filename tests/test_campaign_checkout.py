@@ -149,7 +149,8 @@ def _flip_rounds(pool, tally, revisions, damage_store, checkout_state):
     for round_ in range(rounds):
         old, new = rng.sample(revisions, 2)
         first = pool.run(old)
-        assert first.returncode == 0, first.stderr
+        # a failed rerun of the round before is the failure to report
+        assert first.returncode == 0, (tally.failures, first.stderr)
         if round_ % 2:
             damage = _flip_bytes(pool.dest / checkout_state, rng)
         else:

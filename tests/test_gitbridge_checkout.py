@@ -302,6 +302,53 @@ def test_recovers_and_says_what_it_does(git, gitbridge, served, tmp_path,
     git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
 
 
+#: Where the first entry's flags start in an index of version 2: after the
+#: 12-byte header, its stat data, mode, ids, size and object id.
+_FIRST_ENTRY_FLAGS = 12 + 60
+
+
+_REBUILT = "is damaged: checksum mismatch; rebuilding it from the " \
+    "checked-out commit)"
+
+
+@pytest.mark.parametrize("layout, checksum, message", [
+    ("alternates", True, _REBUILT),
+    ("worktree", True, _REBUILT),
+    # written with index.skipHash: nothing to check, git's error tells
+    ("alternates", False,
+     "(purge failed: fatal: unknown index entry format 0x646f0000"),
+], ids=["alternates", "worktree", "skiphash"])
+def test_purge_recovers_from_a_damaged_index(git, gitbridge, served,
+                                             tmp_path, layout, checksum,
+                                             message):
+    """The campaign's damage (seed 1864152229): a flipped byte in an
+    entry's flags sets its "extended" bit, so git reads the first bytes
+    of its path as more flags and dies on every command that reads the
+    index, git clean of --purge first.  The run repairs it and ends at the
+    requested commit with exactly its files."""
+    dest = tmp_path / "co"
+    first, _, tip = served.commits
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "--layout",
+              layout, "-r", first, served.repo_url, dest)
+    index = dest / git("-C", dest, "rev-parse", "--git-path",
+                       "index").strip()
+    data = bytearray(index.read_bytes())
+    assert data[4:8] == b"\0\0\0\2" and data[_FIRST_ENTRY_FLAGS] == 0
+    data[_FIRST_ENTRY_FLAGS] = 0xea
+    if not checksum:
+        data[-20:] = bytes(20)
+    index.write_bytes(bytes(data))
+    (dest / "src" / "build.o").write_text("stale\n")
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "--layout",
+                     layout, "-r", tip, "--purge", served.repo_url, dest)
+    assert message in proc.stderr, proc.stderr
+    assert head(git, dest) == tip
+    assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
+    assert git("-C", dest, "ls-files").split() == git(
+        "-C", served.work, "ls-tree", "-r", "--name-only", tip).split()
+    git("-C", dest, "fsck", "--no-progress")  # checks the index's checksum
+
+
 @pytest.mark.parametrize("faults, failures", [
     ([Fault("command=fetch", cut=300)], {1}),
     ([Fault("info/refs", status=503)], {1}),
