@@ -57,7 +57,9 @@ purge
   ignored files are removed, outside a sparse profile too.
 update
   ``hg update --clean`` to the full node.  A DEST whose dirstate Mercurial
-  cannot parse is deleted first.  With ``--sparseprofile PATH``
+  cannot parse is deleted first; dirstate entries that disagree with the
+  parent's files (one lost, or renamed by a flipped byte) are rebuilt
+  from its manifest, before purge.  With ``--sparseprofile PATH``
   (needs the ``sparse`` extension) the sparse config becomes that profile
   alone; a profile missing at the revision aborts.  ``-U`` skips purge,
   update and verify.
@@ -471,6 +473,8 @@ class _Run:
             self.check_working_state(repo)
         with self.reading_store(storepath):
             self.check_parent_known(repo)
+            if not created:
+                self.check_tracked_files(repo)
             if request.purge and not created:
                 with step('purge'):
                     self.purge(repo)
@@ -804,6 +808,36 @@ class _Run:
                          % hex(parent))
             self.remove(self.request.dest, 'remove-wdir')
             raise _Restart(announce=True)
+
+    def check_tracked_files(self, repo):
+        """The dirstate must track the parent's files (in the sparse
+        profile), and claim no others are the parent's.  A damaged dirstate
+        that still parses may not: a flipped byte in a file name untracks
+        the file, which purge then deletes and the update, taking it for
+        unchanged, does not restore.  The entries that disagree are rebuilt
+        from the parent's manifest, as ``hg debugrebuilddirstate
+        --minimal`` does (but an entry a merge brought from the second
+        parent is left for the update), so the update compares those
+        files' contents."""
+        with repo.wlock():
+            dirstate = repo.dirstate
+            manifest = repo[dirstate.p1()].manifest()
+            files = manifest.keys()
+            sparse = dirstate._sparsematcher
+            if sparse is not None and not sparse.always():
+                files = manifest.walk(sparse)
+            files, entries = set(files), set(dirstate)
+            untracked = files - entries
+            stray = {name for name in entries - files
+                     if dirstate.get_entry(name).p1_tracked}
+            if not (untracked or stray):
+                return
+            self.ui.warn(_(b"(working directory state disagrees with its "
+                           b"parent's files: %d untracked, %d tracked but "
+                           b"not in it; rebuilding those entries)\n")
+                         % (len(untracked), len(stray)))
+            with dirstate.changing_parents(repo):
+                dirstate.rebuild(dirstate.p1(), files, untracked | stray)
 
     def purge(self, repo):
         self.ui.write(_(b'(purging working directory)\n'))

@@ -230,6 +230,8 @@ def test_sparse_profile_and_noupdate(hg, source, served, tmp_path):
     again = checkout(hg, served.url, tmp_path / "sparse", "-r",
                      source.nodes[0], "--sparseprofile", SPARSE_PROFILE)
     assert "already set" in again.stdout
+    # the dirstate tracks the profile's files only, as it should
+    assert "(working directory state" not in again.stderr
     assert parent(hg, tmp_path / "sparse") == source.nodes[0]
 
     bare = checkout(hg, served.url, tmp_path / "bare", "-U", "-b", "default",
@@ -639,6 +641,36 @@ def test_leaves_a_directory_that_is_not_a_checkout_alone(hg, served,
     assert not (tmp_path / "pool").exists()  # found before any clone
     (dest / "precious.txt").unlink()  # an empty directory is fine
     checkout(hg, served.url, dest, "-b", "default")
+
+
+@pytest.mark.parametrize("purge", [True, False])
+def test_dirstate_entry_renamed_by_a_flipped_byte_is_rebuilt(
+        hg, source, served, tmp_path, purge):
+    """issue 18's campaign: a byte flipped in a file name in DEST's
+    dirstate still parses, and the file, unchanged between the two
+    revisions, was no longer tracked: purge deleted it, the update took it
+    for unchanged, and the checkout finished clean without it (without
+    --purge, the file was left untracked).  Now the entries that disagree
+    with the parent's manifest are rebuilt before purge and update."""
+    dest = tmp_path / "co"
+    flags = ["--purge"] if purge else []
+    checkout(hg, served.url, dest, "-r", source.nodes[0], *flags)
+    dirstate = dest / ".hg" / "dirstate"
+    data = dirstate.read_bytes()
+    name = b"src/module0.py"  # the same in every revision
+    assert data.count(name) == 1  # dirstate-v1: entries hold the names
+    dirstate.write_bytes(data.replace(name, b"src/module0.px"))
+    proc = checkout(hg, served.url, dest, "-r", source.nodes[2], *flags)
+    assert ("(working directory state disagrees with its parent's files: "
+            "1 untracked, 1 tracked but not in it; rebuilding those "
+            "entries)") in proc.stderr
+    assert parent(hg, dest) == source.nodes[2]
+    assert hg("status", "-mardui", cwd=dest) == ""
+    assert hg("files", cwd=dest) == hg("files", "-r", source.nodes[2],
+                                       cwd=source)
+    assert (dest / "src/module0.py").read_text() == "x = 0\n"
+    again = checkout(hg, served.url, dest, "-r", source.nodes[2], *flags)
+    assert "disagrees" not in again.stderr
 
 
 # A misbehaving server -------------------------------------------------------
