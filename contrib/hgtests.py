@@ -159,12 +159,14 @@ EXPLAINED = {
          "hexdump of a stream bundle, which names the requirements")],
 }
 
+# A changeset's hash, short or full (a backup bundle adds 8 hex digits);
+# also what names a changeset in a command, which commit IDs change.
+HASH = re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?(-[0-9a-f]{8})?\b")
 # What an expected difference may change: masked on both sides.
 MASKS = [
     (re.compile(rb"%2C"), b","),
     (re.compile(rb"%3D"), b"="),
-    (re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?(-[0-9a-f]{8})?\b"),
-     b"<hash>"),
+    (HASH, b"<hash>"),
     # The changelog's share of a bundle: commit IDs make changesets longer.
     (re.compile(rb"^(\s+)\d+ \(changelog\)$"), rb"\1<size> (changelog)"),
     # absorb's short hashes: seven hex digits, with a letter and a digit,
@@ -201,8 +203,6 @@ OURS = re.compile(rb"(zstdstore|wirezstd|bundlegen|sharepool|pastbytes|"
 OWN_HGRC = re.compile(rb"^  \$ HGRCPATH=\S+ hg .*\n  abort: repository "
                       rb"requires features unknown to this Mercurial: "
                       rb"exp-compression-zstd-dict$", re.M)
-# A changeset named by the hash a test wrote down, which commit IDs change.
-HASH = re.compile(rb"\b[0-9a-f]{12}([0-9a-f]{28})?\b")
 # Tests that find changesets by their whole message, which the ID line
 # changes (checked by hand: the test's own code says so).
 FINDS_BY_MESSAGE = {
@@ -348,7 +348,7 @@ def without_id_paragraphs(lines):
         if not (found and GRAPH_ONLY.match(lines[i - 1])):
             continue
         following = lines[i + 1] if i + 1 < len(lines) else b""
-        graph = re.search(rb"[|:\\/]", found.group(2)) or NODE_LINE.match(
+        graph = GRAPH_EDGE.search(found.group(2)) or NODE_LINE.match(
             lines[i - 2])
         edge = graph and (
             NODE_LINE.match(following) or not following.startswith(b"  ")

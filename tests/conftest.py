@@ -3,11 +3,11 @@
 
 The real-content repository is the history of 57 successive pip releases
 (see vcsperf/harness/data/pip-releases.tsv: versions, upload dates and
-sha256 of each wheel).  The wheels are downloaded once with pip, their hashes are
-checked, and the Mercurial repository built from them is cached under
-``$VCSPERF_CACHE`` (default ``~/.cache/vcsperf``), keyed by the release
-table and the Mercurial version, so a rebuild happens only when either
-changes.  Tests get a hardlinked clone of it to work on.
+sha256 of each wheel).  The wheels are downloaded once with pip, their
+hashes are checked, and the Mercurial repository built from them is
+cached under ``$VCSPERF_CACHE`` (default ``~/.cache/vcsperf``), keyed by
+the release table and the Mercurial version, so a rebuild happens only
+when either changes.  Tests get a hardlinked clone of it to work on.
 """
 
 import hashlib

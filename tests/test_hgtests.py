@@ -98,17 +98,20 @@ def test_the_id_paragraph_in_a_graph_is_expected():
     assert hgtests.without_id_paragraphs(ours_patch) == [
         b"  | x  1 38413fe6b2d9 B", b"  |/   diff --git a/B b/B",
         b"  |    new file mode 100644", b"  o  0 44ba5bff8ff3 A", b"   "]
-    assert hgtests.classify("test-x.t", patch, ours_patch, ids=True)[0] == "expected"
+    assert hgtests.classify("test-x.t", patch, ours_patch,
+                            ids=True)[0] == "expected"
     # Taller nodes may lay the edges out differently.
-    merge = [b"  $ hg tglog", b"  | o  2: 531f80391e4a 'c'", b"  o /  1: 6f2528"
-             b"45ea45 'a'", b"  |/", b"  o  0: d20a80d4def3 'base'", b"   "]
+    merge = [b"  $ hg tglog", b"  | o  2: 531f80391e4a 'c'",
+             b"  o /  1: 6f252845ea45 'a'", b"  |/",
+             b"  o  0: d20a80d4def3 'base'", b"   "]
     ours_merge = [b"  $ hg tglog", b"  | o  2: 322de5257eff 'c", b"  | |",
                   b"  | |  MozReview-Commit-ID: G8UC5kw2Rm8'",
                   b"  o |  1: b06e980a84b7 'a", b"  | |",
                   b"  | |  MozReview-Commit-ID: AuHSYk57cZw'", b"  |/",
                   b"  o  0: 9d6075a9b08b 'base", b"   ",
                   b"     MozReview-Commit-ID: 4igS2xNr7sC'"]
-    assert hgtests.classify("test-x.t", merge, ours_merge, ids=True)[0] == "expected"
+    assert hgtests.classify("test-x.t", merge, ours_merge,
+                            ids=True)[0] == "expected"
     # A changed phase is still seen.
     ours[6] = b"  |  MozReview-Commit-ID: G8UC5kw2Rm8 public"
     assert hgtests.classify("test-x.t", GRAPH, ours, ids=True) == (
