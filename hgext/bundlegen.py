@@ -122,10 +122,10 @@ from mercurial import (
 )
 from mercurial.utils import procutil, stringutil
 
-from hgext3rd._hgcompat import repofactory
+from hgext3rd import _hgcompat
 
-testedwith = b'6.9 7.0 7.2'
-minimumhgversion = b'6.9'
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 cmdtable = {}
 command = registrar.command(cmdtable)
@@ -366,8 +366,9 @@ def _take_snapshot(ui, repo, path):
         localrepo.createrepository(
             ui, path,
             requirements=set(repo.requirements) - {b'shared', b'relshared'})
-        streamclone.local_copy(repo, repofactory.repository(ui, path))
-    tip = repofactory.repository(ui, path)[b'tip']
+        streamclone.local_copy(repo,
+                               _hgcompat.repofactory.repository(ui, path))
+    tip = _hgcompat.repofactory.repository(ui, path)[b'tip']
     if tip.rev() == nullrev:
         raise error.Abort(_(b'repository is empty, nothing to bundle'))
     return tip.hex()

@@ -71,8 +71,8 @@ from vcsperf.core import commitids
 
 from hgext3rd import _hgcompat
 
-testedwith = b'6.9 7.0 7.2'
-minimumhgversion = b'6.9'
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 cmdtable = {}
 command = registrar.command(cmdtable)

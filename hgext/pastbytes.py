@@ -61,8 +61,10 @@ from mercurial.utils import stringutil
 
 from vcsperf.core import pastbytes
 
-testedwith = b'6.9 7.0 7.2'
-minimumhgversion = b'6.9'
+from hgext3rd import _hgcompat
+
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 configtable = {}
 configitem = registrar.configitem(configtable)

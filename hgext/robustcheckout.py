@@ -17,10 +17,10 @@ module adds nothing.  See :hg:`help sharepool`.
 
 from mercurial import extensions
 
-from hgext3rd import sharepool
+from hgext3rd import _hgcompat, sharepool
 
-testedwith = sharepool.testedwith
-minimumhgversion = sharepool.minimumhgversion
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 _PROVIDED = ('cmdtable', 'configtable', 'extsetup')
 

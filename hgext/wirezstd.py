@@ -93,8 +93,10 @@ import zstandard
 
 from zstdwire import errors as zerrors, streams
 
-testedwith = b'6.9 7.0 7.2'
-minimumhgversion = b'6.9'
+from hgext3rd import _hgcompat
+
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 configtable = {}
 configitem = registrar.configitem(configtable)

@@ -86,8 +86,8 @@ from mercurial.upgrade_utils import engine as upgrade_engine
 from hgext3rd import _hgcompat
 from . import engine, maintenance, readpath
 
-testedwith = b'6.9 7.0 7.2'
-minimumhgversion = b'6.9'
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 cmdtable = {}
 command = registrar.command(cmdtable)
