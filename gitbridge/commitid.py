@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 
 from dulwich.repo import Repo
@@ -24,7 +23,7 @@ from gitbridge import commitmsg
 from vcsperf.core import commitids
 from vcsperf.core.commitids import map_ids
 from vcsperf.core.errors import Abort, print_abort
-from vcsperf.core.process import git_output
+from vcsperf.core.process import completed, git_output
 
 #: Marks a hook file as ours, so reinstalling may replace it.
 HOOK_MARK = "# commit-msg hook installed by `gitbridge install-hook`"
@@ -235,9 +234,9 @@ def _branch_ref(repo, branch):
 def _resolve_base(repo, ref, base):
     if base is not None:
         # git's own parser: the whole revision syntax (HEAD~2, @{u}, ...).
-        proc = subprocess.run(
+        proc = completed(
             ["git", "rev-parse", "-q", "--verify", base + "^{commit}"],
-            cwd=repo.path, capture_output=True, text=True)
+            None, cwd=repo.path)
         if proc.returncode:
             raise Abort("unknown revision %s" % base)
         return proc.stdout.strip().encode()
@@ -316,38 +315,28 @@ def mapping_json(mapping):
 # The command line -----------------------------------------------------------
 
 def add_commands(subparsers):
-    install = subparsers.add_parser(
-        "install-hook", help="install the commit-msg hook that adds "
-        "commit IDs, chaining the hook that is there")
-    install.add_argument("-C", dest="repo", default=".",
-                         help="the repository (default: here)")
+    install = _repo_command(
+        subparsers, "install-hook", "install the commit-msg hook that adds "
+        "commit IDs, chaining the hook that is there", _cmd_install_hook)
     # Needed before hooks were chained; scripts may still pass it.
     install.add_argument("--force", action="store_true",
                          help=argparse.SUPPRESS)
-    install.set_defaults(func=_handler(_cmd_install_hook))
 
-    uninstall = subparsers.add_parser(
-        "uninstall-hook", help="remove the commit-msg hook, putting the "
-        "chained hook back")
-    uninstall.add_argument("-C", dest="repo", default=".",
-                           help="the repository (default: here)")
-    uninstall.set_defaults(func=_handler(_cmd_uninstall_hook))
+    _repo_command(subparsers, "uninstall-hook", "remove the commit-msg "
+                  "hook, putting the chained hook back", _cmd_uninstall_hook)
 
     hook = subparsers.add_parser(
         "commit-msg", help="add a commit ID to a message file (the hook)")
     hook.add_argument("message_file")
     hook.set_defaults(func=_handler(_cmd_commit_msg))
 
-    add = subparsers.add_parser(
-        "commitid-add", help="give the commits of a branch that lack a "
-        "commit ID one, in one rewrite")
-    add.add_argument("-C", dest="repo", default=".",
-                     help="the repository (default: here)")
+    add = _repo_command(
+        subparsers, "commitid-add", "give the commits of a branch that lack "
+        "a commit ID one, in one rewrite", _cmd_add)
     add.add_argument("--base", help="leave commits reachable from this "
                      "revision alone (default: the branch's upstream)")
     add.add_argument("branch", nargs="?",
                      help="the branch (default: the checked-out one)")
-    add.set_defaults(func=_handler(_cmd_add))
 
     mapping = subparsers.add_parser(
         "commitid-map", help="match a series of commits to a previous "
@@ -364,6 +353,16 @@ def add_commands(subparsers):
     mapping.add_argument("--json", action="store_true",
                          help="print JSON")
     mapping.set_defaults(func=_handler(_cmd_map))
+
+
+def _repo_command(subparsers, name, help, command):
+    """The subcommand ``name`` that runs ``command`` on the repository
+    that ``-C`` names."""
+    parser = subparsers.add_parser(name, help=help)
+    parser.add_argument("-C", dest="repo", default=".",
+                        help="the repository (default: here)")
+    parser.set_defaults(func=_handler(command))
+    return parser
 
 
 def _handler(command):

@@ -21,7 +21,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -155,8 +154,8 @@ def _fast_import(git, repo, env, count):
                    "from :%d" % (i + 1),
                    "M 644 inline f%d" % i, "data %d" % len(content),
                    content]
-    subprocess.run([git, "fast-import", "--quiet"], input="\n".join(
-        stream).encode(), env=env, cwd=repo, check=True)
+    tools.run([git, "fast-import", "--quiet"], env, cwd=repo,
+              input="\n".join(stream))
 
 
 def table(rows, header):

@@ -14,7 +14,6 @@ batch chunk read (``chunkread``, an hg extension), the wall time of
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -78,8 +77,8 @@ def measure(repo, env, repeat):
     log = best_of(3, lambda: tools.hg(["log", "-T", "{desc}\n"], env,
                                       cwd=repo))
     start = time.perf_counter()
-    verify = subprocess.run([tools.executable("hg"), "verify", "-q"],
-                            env=env, cwd=repo, capture_output=True)
+    verify = tools.completed([tools.executable("hg"), "verify", "-q"], env,
+                             cwd=repo)
     return {"reads": reads, "log_seconds": log,
             "verify_seconds": time.perf_counter() - start,
             "verify_ok": verify.returncode == 0, "store": store_bytes(repo)}

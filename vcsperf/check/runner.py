@@ -57,7 +57,6 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -417,53 +416,10 @@ class Check:
         return self.command(args, env, cwd, on_line, check)
 
     def command(self, args, env, cwd=None, on_line=None, check=True):
-        """Run any command as ``hg`` does; a failure raises
+        """Run any command as ``hg`` is run; a failure raises
         ``tools.CommandError`` with what it wrote to stderr."""
-        proc = subprocess.Popen(args, env=env, cwd=cwd,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        messages = []
-        reader = threading.Thread(target=self._read_stderr,
-                                  args=(proc.stderr, messages), daemon=True)
-        reader.start()
-        out = []
-        try:
-            for raw in proc.stdout:
-                line = raw.decode("utf-8", "replace")
-                out.append(line)
-                if on_line:
-                    on_line(line)
-            proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        finally:
-            reader.join()
-        if proc.returncode and check:
-            raise tools.CommandError(proc.returncode, args, "".join(out),
-                                     "".join(messages))
-        return "".join(out)
-
-    def _read_stderr(self, stream, messages):
-        """Lines end in "\\n"; what ends in "\\r" is a progress bar."""
-        pending = b""
-        for block in iter(lambda: stream.read1(4096), b""):
-            pending += block
-            while True:
-                cut = min((i for i in (pending.find(b"\r"),
-                                       pending.find(b"\n")) if i >= 0),
-                          default=-1)
-                if cut < 0:
-                    break
-                text = pending[:cut].decode("utf-8", "replace")
-                if pending[cut:cut + 1] == b"\n":
-                    messages.append(text + "\n")
-                elif text.strip():
-                    self.console.detail(text.strip())
-                pending = pending[cut + 1:]
-        if pending:
-            messages.append(pending.decode("utf-8", "replace"))
+        return tools.run(args, env, cwd, check, on_line=on_line,
+                         on_progress=self.console.detail)
 
     # -- comparisons ------------------------------------------------------
 

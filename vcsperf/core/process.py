@@ -2,10 +2,12 @@
 subprocess runner of the adapters' command-line tools, the harness, the
 benchmarks and the check."""
 
+import io
 import os
 import shutil
 import subprocess
 import sys
+import threading
 
 from vcsperf.core.errors import Abort
 
@@ -29,11 +31,70 @@ class CommandError(subprocess.CalledProcessError):
         return "%s\n%s" % (super().__str__(), self.stderr)
 
 
-def run(args, env, cwd=None, check=True):
-    """Run a command, returning its stdout as text; on failure raise
-    ``CommandError``."""
-    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True,
-                          text=True)
+def completed(args, env, cwd=None, input=None, on_line=None,
+              on_progress=None):
+    """Run a command to its end, whatever its exit status: the
+    ``CompletedProcess``, with stdout and stderr as text.
+
+    ``input`` is text for its stdin.  ``on_line`` gets each line of
+    stdout as it comes; ``on_progress`` each piece of stderr that ends in
+    a carriage return (a progress bar redrawn in place), which is then left
+    out of ``stderr``.  With either callback there is no ``input``."""
+    if on_line is None and on_progress is None:
+        return subprocess.run(args, env=env, cwd=cwd, input=input,
+                              capture_output=True, text=True)
+    if input is not None:
+        raise TypeError("input goes with neither on_line nor on_progress")
+    proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    messages = []
+    reader = threading.Thread(target=_read_stderr,
+                              args=(proc.stderr, messages, on_progress),
+                              daemon=True)
+    reader.start()
+    out = []
+    try:
+        for line in io.TextIOWrapper(proc.stdout, encoding="utf-8",
+                                     errors="replace"):
+            out.append(line)
+            if on_line:
+                on_line(line)
+        proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        reader.join()
+    return subprocess.CompletedProcess(args, proc.returncode, "".join(out),
+                                       "".join(messages))
+
+
+def _read_stderr(stream, messages, on_progress):
+    """Lines end in "\\n"; what ends in "\\r" goes to ``on_progress``."""
+    pending = b""
+    for block in iter(lambda: stream.read1(4096), b""):
+        pending += block
+        while True:
+            cut = min((i for i in (pending.find(b"\r"), pending.find(b"\n"))
+                       if i >= 0), default=-1)
+            if cut < 0:
+                break
+            text = pending[:cut].decode("utf-8", "replace")
+            if pending[cut:cut + 1] == b"\n":
+                messages.append(text + "\n")
+            elif on_progress and text.strip():
+                on_progress(text.strip())
+            pending = pending[cut + 1:]
+    if pending:
+        messages.append(pending.decode("utf-8", "replace"))
+
+
+def run(args, env, cwd=None, check=True, input=None, on_line=None,
+        on_progress=None):
+    """Run a command (see ``completed``), returning its stdout as text; on
+    failure raise ``CommandError`` (unless ``check`` is false)."""
+    proc = completed(args, env, cwd, input, on_line, on_progress)
     if check and proc.returncode != 0:
         raise CommandError(proc.returncode, args, proc.stdout, proc.stderr)
     return proc.stdout

@@ -4,10 +4,10 @@ demo run the real ``hg`` and ``git``; the runner itself is
 
 import os
 
-from vcsperf.core.process import CommandError, executable, run
+from vcsperf.core.process import CommandError, completed, executable, run
 
-__all__ = ["FIXED_USER", "CommandError", "executable", "hg", "isolated_env",
-           "run"]
+__all__ = ["FIXED_USER", "CommandError", "completed", "executable", "hg",
+           "isolated_env", "run"]
 
 FIXED_USER = "vcsperf test <test@vcsperf.invalid>"
 
