@@ -10,20 +10,17 @@ the release table and the Mercurial version, so a rebuild happens only
 when either changes.  Tests get a hardlinked clone of it to work on.
 """
 
+import contextlib
 import hashlib
 import json
 import os
-import re
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
 
 import pytest
 from mercurial import util as hgutil
 
-from vcsperf.harness import history, tools
+from vcsperf.harness import history, servers, tools
 
 import campaign
 
@@ -41,8 +38,8 @@ class Commands:
 
     def proc(self, *args, cwd=None):
         """The CompletedProcess, for tests that look at failures."""
-        return subprocess.run([self.binary, *map(str, args)], env=self.env,
-                              cwd=cwd, capture_output=True, text=True)
+        return tools.completed([self.binary, *map(str, args)], self.env,
+                               cwd=cwd)
 
 
 @pytest.fixture
@@ -92,6 +89,10 @@ def gitrepo(git, tmp_path):
 
 
 class Server:
+    """An ``hg serve -d`` that its pid file names: only the module-scoped
+    server of tests/test_sharepool.py starts one; every other test uses
+    ``hgserve`` (``HgServer``, as the benchmarks and the check do)."""
+
     def __init__(self, url, pidfile):
         self.url = url
         self.pidfile = pidfile
@@ -114,28 +115,26 @@ class Server:
         os.kill(pid, signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def hg_servers(env):
+    """``with hg_servers(env) as start:`` ``start(repo, *args)`` starts an
+    ``HgServer`` of ``repo`` in ``env`` (``args``: more ``hg serve``
+    arguments) and returns it; every one started stops at the end."""
+    with contextlib.ExitStack() as stack:
+        yield lambda repo, *args: stack.enter_context(
+            servers.HgServer(env, repo, *args))
+
+
 @pytest.fixture
-def hgserve(hg, tmp_path):
-    """Start ``hg serve`` for a repository on 127.0.0.1, on a port the
+def hgserve(env):
+    """Starts ``hg serve`` for a repository on 127.0.0.1, on a port the
     kernel picks; every server started is stopped after the test.
 
-    ``hgserve(repo, *extra_args)`` returns a Server with ``url``.
+    ``hgserve(repo, *extra_args)`` returns an ``HgServer`` with ``url``
+    and ``stop()``.
     """
-    servers = []
-
-    def start(repo, *extra):
-        pidfile = tmp_path / ("hgserve-%d.pid" % len(servers))
-        out = hg("serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p", "0",
-                 "--pid-file", pidfile, *extra)
-        match = re.search(r"bound to 127\.0\.0\.1:(\d+)", out)
-        assert match, "hg serve did not say its port: %r" % out
-        server = Server("http://127.0.0.1:%s/" % match.group(1), pidfile)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+    with hg_servers(env) as start:
+        yield start
 
 
 def _real_repo_key():
@@ -151,20 +150,15 @@ def real_hg_repo_cached():
     """Path of the cached real-content Mercurial repository (read-only:
     use ``real_hg_repo`` to get a copy to work on)."""
     cache = history.default_cache_dir()
-    final = os.path.join(cache, "pip-releases-hg-%s" % _real_repo_key())
-    if not os.path.isdir(final):
-        os.makedirs(cache, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as scratch:
-            repo = os.path.join(scratch, "repo")
-            build_env = tools.isolated_env(scratch)
-            history.write_hg(history.pip_releases(cache), repo,
-                             hg=tools.executable("hg"), env=build_env)
-            try:
-                os.rename(repo, final)
-            except OSError:
-                if not os.path.isdir(final):
-                    raise
-    return final
+
+    def build(scratch):
+        repo = os.path.join(scratch, "repo")
+        history.write_hg(history.pip_releases(cache), repo,
+                         hg=tools.executable("hg"),
+                         env=tools.isolated_env(scratch))
+        return repo
+    return history.cached_directory(
+        os.path.join(cache, "pip-releases-hg-%s" % _real_repo_key()), build)
 
 
 @pytest.fixture
@@ -182,34 +176,30 @@ def real_git_repo(real_hg_repo_cached):
     Mercurial one (same release table)."""
     key = os.path.basename(real_hg_repo_cached).rsplit("-", 1)[-1]
     cache = history.default_cache_dir()
-    final = os.path.join(cache, "pip-releases-git-%s.git" % key)
-    if not os.path.isdir(final):
-        with tempfile.TemporaryDirectory(dir=cache) as scratch:
-            env = tools.isolated_env(scratch)
-            work = os.path.join(scratch, "work")
-            history.write_git(history.pip_releases(cache), work,
-                              git=tools.executable("git"), env=env)
-            bare = os.path.join(scratch, "bare.git")
-            tools.run(["git", "clone", "-q", "--bare", work, bare], env)
-            # packed, as a server's repository is: serving thousands of
-            # loose objects makes every clone compress them all again
-            tools.run(["git", "-C", bare, "repack", "-a", "-d", "-q"], env)
-            try:
-                os.rename(bare, final)
-            except OSError:
-                if not os.path.isdir(final):
-                    raise
-    return final
+
+    def build(scratch):
+        env = tools.isolated_env(scratch)
+        work = os.path.join(scratch, "work")
+        history.write_git(history.pip_releases(cache), work,
+                          git=tools.executable("git"), env=env)
+        bare = os.path.join(scratch, "bare.git")
+        tools.run(["git", "clone", "-q", "--bare", work, bare], env)
+        # packed, as a server's repository is: serving thousands of loose
+        # objects makes every clone compress them all again
+        tools.run(["git", "-C", bare, "repack", "-a", "-d", "-q"], env)
+        return bare
+    return history.cached_directory(
+        os.path.join(cache, "pip-releases-git-%s.git" % key), build)
 
 
 @pytest.fixture
 def gitbridge(env):
     """Runs the installed ``gitbridge`` console script; returns the
     CompletedProcess (checked for success unless ``check=False``)."""
+    command = Commands(tools.executable("gitbridge"), env)
+
     def run(*args, cwd=None, check=True):
-        proc = subprocess.run([tools.executable("gitbridge"),
-                               *map(str, args)], env=env, cwd=cwd,
-                              capture_output=True, text=True)
+        proc = command.proc(*args, cwd=cwd)
         if check:
             assert proc.returncode == 0, proc.stderr
         return proc

@@ -2,11 +2,13 @@
 
 import os
 import socket
+import sys
 import urllib.request
 
 import pytest
 
-from vcsperf.harness import history
+from vcsperf.core import process
+from vcsperf.harness import history, servers
 
 
 def test_hg_is_isolated_and_real(hg, hgrepo, hgrc):
@@ -43,6 +45,64 @@ def test_hgserve_serves_on_loopback_and_stops(hg, hgrepo, hgserve, tmp_path):
     server.stop()
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_hgserve_takes_serve_arguments_and_says_why_it_did_not_start(
+        hg, hgrepo, env, tmp_path):
+    log = tmp_path / "requests.log"
+    with servers.HgServer(env, hgrepo, "--config", "web.name=named here",
+                          "--accesslog", log) as server:
+        with urllib.request.urlopen(server.url) as resp:
+            assert b"named here" in resp.read()
+    assert "GET / HTTP" in log.read_text()
+    with pytest.raises(RuntimeError, match="hg serve did not start: abort: "
+                       "repository .*missing not found"):
+        servers.HgServer(env, tmp_path / "missing")
+
+
+def test_runner_streams_lines_and_progress_and_keeps_failures():
+    script = ("import sys\n"
+              "for n in range(3):\n"
+              "    sys.stderr.write('step %d\\r' % n); sys.stderr.flush()\n"
+              "    print('line', n, flush=True)\n"
+              "sys.stderr.write('abort: no more\\n')\n"
+              "sys.exit(3)\n")
+    lines, progress = [], []
+    proc = process.completed([sys.executable, "-c", script], None,
+                             on_line=lines.append, on_progress=progress.append)
+    assert lines == ["line 0\n", "line 1\n", "line 2\n"]
+    assert progress == ["step 0", "step 1", "step 2"]
+    assert (proc.returncode, proc.stdout, proc.stderr) == \
+        (3, "".join(lines), "abort: no more\n")
+    with pytest.raises(process.CommandError, match="abort: no more") as err:
+        process.run([sys.executable, "-c", script], None,
+                    on_line=lambda line: None)
+    assert err.value.stdout == "".join(lines)
+    assert process.run([sys.executable, "-c", "print(input())"], None,
+                       input="given\n") == "given\n"
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 8, 57, 100])
+def test_spread_picks_newest_first_then_farthest(size):
+    revisions = ["r%d" % i for i in range(size)]      # the newest first
+    for count in range(1, size + 2):
+        picks = history.spread(revisions, count)
+        assert len(picks) == min(count, size) == len(set(picks))
+        assert picks == history.spread(revisions, count + 1)[:count]
+        if picks:
+            assert picks[0] == "r0"
+    if size >= 4:
+        # the second pick halves the history, the next two the halves
+        half = size // 2
+        picks = history.spread(revisions, 4)
+        assert picks[:2] == [revisions[0], revisions[half]]
+        assert sorted(picks[2:]) == [revisions[half // 2],
+                                     revisions[(half + size) // 2]]
+    window = history.spread(revisions, 5, newest=0.1)
+    assert set(window) <= set(revisions[:max(5, size // 10)])
+    even = history.spread(revisions, 4, usable=lambda r: int(r[1:]) % 2 == 0)
+    assert all(int(r[1:]) % 2 == 0 for r in even)
+    assert len(even) == min(4, (size + 1) // 2)
 
 
 def test_real_content_repository(hg, real_hg_repo):

@@ -33,7 +33,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -66,34 +65,21 @@ def fetch_sdist(name, cache_dir=None):
     cache = os.path.join(cache_dir or history.default_cache_dir(),
                          "pastbytes")
     tree = os.path.join(cache, "%s-%s" % (name, version))
-    if os.path.isdir(tree):
-        return tree
-    os.makedirs(cache, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+
+    def build(scratch):
         # Mercurial's setup.py asks for this before it runs on Python 3,
         # and pip runs it to read the metadata.
         env = dict(os.environ, HGPYTHON3="1")
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             "--no-binary", ":all:", "--dest", tmp,
-             "%s==%s" % (name, version)],
-            check=True, stdout=subprocess.DEVNULL, env=env)
-        archive = os.path.join(tmp, filename)
-        actual = history._sha256(archive)
-        if actual != sha256:
-            raise RuntimeError("%s has sha256 %s, expected %s"
-                               % (filename, actual, sha256))
+        archive = history.pip_download("%s==%s" % (name, version), filename,
+                                       sha256, scratch, "--no-binary",
+                                       ":all:", env=env)
         with tarfile.open(archive) as tar:
             if hasattr(tarfile, "data_filter"):
-                tar.extractall(tmp, filter="data")
+                tar.extractall(scratch, filter="data")
             else:
-                tar.extractall(tmp)
-        try:
-            os.rename(os.path.join(tmp, "%s-%s" % (name, version)), tree)
-        except OSError:
-            if not os.path.isdir(tree):
-                raise
-    return tree
+                tar.extractall(scratch)
+        return os.path.join(scratch, "%s-%s" % (name, version))
+    return history.cached_directory(tree, build)
 
 
 def hook_modules(root):

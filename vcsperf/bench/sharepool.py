@@ -27,8 +27,8 @@ import time
 
 from vcsperf.bench import benchcli
 from vcsperf.core import pooling
-from vcsperf.harness import tools
-from vcsperf.harness.servers import GitServer
+from vcsperf.harness import history, tools
+from vcsperf.harness.servers import GitServer, HgServer
 
 
 def timed(args, env, cwd=None):
@@ -48,12 +48,6 @@ def timed_concurrently(commands, env):
     return time.monotonic() - start
 
 
-def spread(nodes, count):
-    """``count`` revisions spread over the newest tenth of history."""
-    newest = nodes[:max(count, len(nodes) // 10)]
-    return [newest[i * len(newest) // count] for i in range(count)]
-
-
 # Mercurial -------------------------------------------------------------------
 
 def bench_hg(repo, work, jobs):
@@ -68,11 +62,8 @@ def bench_hg(repo, work, jobs):
     served = os.path.join(work, "hg-served")
     tools.run([hg, "clone", "-q", "-U", repo, served], env)
     log = os.path.join(work, "hg-access.log")
-    out = tools.run([hg, "serve", "-R", served, "-d", "-a", "127.0.0.1",
-                     "-p", "0", "--pid-file", os.path.join(work, "hg.pid"),
-                     "--accesslog", log], env)
-    url = "http://127.0.0.1:%s/" % re.search(r":(\d+)\)", out).group(1)
-    try:
+    with HgServer(env, served, "--accesslog", log) as server:
+        url = server.url
         nodes = tools.run([hg, "log", "-R", served, "-T", "{node}\n"],
                           env).split()
         tip, other = nodes[0], nodes[len(nodes) // 50]
@@ -95,7 +86,7 @@ def bench_hg(repo, work, jobs):
         first_disk = pooling.disk_usage(d("pool"), d("co1"))
         second_disk = pooling.disk_usage(d("co2"))
         before = _hg_clones(log)
-        revs = spread(nodes, jobs)
+        revs = history.spread(nodes, jobs, newest=0.1)
         ours["concurrent"] = timed_concurrently(
             [robust + [d("pool8"), "-r", rev, url, d("job%d" % n)]
              for n, rev in enumerate(revs)], env)
@@ -107,8 +98,6 @@ def bench_hg(repo, work, jobs):
              for n, rev in enumerate(revs)], env)
         core_concurrent_disk = pooling.disk_usage(
             *[d("plainjob%d" % n) for n in range(jobs)])
-    finally:
-        os.kill(int(open(os.path.join(work, "hg.pid")).read()), 15)
     return {
         "changesets": len(nodes),
         "rows": [
@@ -193,7 +182,7 @@ def bench_git(repo, work, jobs, with_dulwich):
                                pooling.disk_usage(pool, d(layout + "1")),
                                pooling.disk_usage(d(layout + "2")))
         before = len(server.fetches())
-        revs = spread(commits, jobs)
+        revs = history.spread(commits, jobs, newest=0.1)
         concurrent = timed_concurrently(
             [[gitbridge, "checkout", "--sharebase", d("pool8"), "-r", rev,
               url, d("job%d" % n)] for n, rev in enumerate(revs)], env)

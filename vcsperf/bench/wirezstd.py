@@ -103,7 +103,7 @@ def measure_clones(repo, work, core, bundles, level):
                              core).strip()))
             stream = ("--stream",) if "stream" in name else ()
             dest = os.path.join(work, "clone")
-            with servers.HgServer(core, repo,
+            with servers.HgServer(core, repo, "--config",
                                   "extensions.clonebundles=") as server:
                 seconds = _timed(lambda: tools.hg(
                     ["clone", "-U", *stream, server.url, dest], core))
@@ -124,14 +124,14 @@ def measure_clones(repo, work, core, bundles, level):
     return results
 
 
-def pull(env, repo, dest, server_config, base):
+def pull(env, repo, dest, serve_args, base):
     """Bytes received and server CPU seconds for pulling ``repo`` into
     ``dest`` (a fresh clone of ``base`` revisions, or an empty repo)."""
     if base:
         tools.hg(["clone", "-q", "-U", "-r", base, repo, dest], env)
     else:
         tools.hg(["init", dest], env)
-    with servers.HgServer(env, repo, *server_config) as server:
+    with servers.HgServer(env, repo, *serve_args) as server:
         before = cpu_seconds(server.pid)
         start = time.perf_counter()
         out = tools.hg(["pull", "--debug", "-R", dest, server.url], env)
@@ -156,7 +156,7 @@ def measure_wire(repo, work, core, ours, full=True):
     for label, base in pulls + (("pull of last 100", last100),):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,
-                                   ("extensions.wirezstd=",))):
+                                   ("--config", "extensions.wirezstd="))):
             results["%s, %s" % (label, side)] = pull(
                 env, repo, os.path.join(work, "pulled"), config, base)
     return results

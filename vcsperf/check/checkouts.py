@@ -7,20 +7,7 @@ import time
 
 from vcsperf.check.outcome import Failed
 from vcsperf.core import pooling
-from vcsperf.harness import servers, tools
-
-def _spread(count, total, usable):
-    """``count`` revisions spread over ``0..total-1``, the tip first, each
-    accepted by ``usable``."""
-    picks = []
-    for fraction in (1.0, 0.5, 0.9, 0.25, 0.75, 0.1, 0.6, 0.4, 0.95, 0.05,
-                     0.85, 0.15, 0.7, 0.3, 0.8, 0.2):
-        rev = max(0, int(round((total - 1) * fraction)))
-        if rev not in picks and usable(rev):
-            picks.append(rev)
-            if len(picks) == count:
-                break
-    return picks
+from vcsperf.harness import history, servers, tools
 
 
 def _without_subrepos(check, env, rev):
@@ -34,8 +21,10 @@ def _without_subrepos(check, env, rev):
 def checkouts(check, work):
     core = check.hg_env()
     ours = check.hg_env(["sharepool", "share"])
-    revs = _spread(check.checkouts_count(), check.info["changesets"],
-                   lambda rev: _without_subrepos(check, core, rev))
+    total = check.info["changesets"]
+    revs = history.spread(range(total - 1, -1, -1), check.checkouts_count(),
+                          usable=lambda rev: _without_subrepos(check, core,
+                                                               rev))
     if len(revs) < 2:
         return "fewer than 2 revisions without subrepositories"
     nodes = [check.hg(["log", "-R", check.base, "-r", rev, "-T", "{node}"],
@@ -98,9 +87,8 @@ def _pooled_checkouts(check, work, targets, plain_name, plain, pooled_name,
 def git_checkouts(check, work):
     env = check.hg_env()
     commits = tools.run(["git", "-C", check.git, "rev-list",
-                         "--first-parent", "HEAD"], env).split()[::-1]
-    picks = [commits[i] for i in _spread(check.checkouts_count(),
-                                         len(commits), lambda i: True)]
+                         "--first-parent", "HEAD"], env).split()
+    picks = history.spread(commits, check.checkouts_count())
     url = "file://" + check.git
 
     def plain(commit, dest):

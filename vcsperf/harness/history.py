@@ -11,14 +11,16 @@ Two sources of real content:
   network, which is what the demo wants.
 
 Either is a sequence of ``Snapshot`` trees; ``write_hg`` and ``write_git``
-commit them with the real ``hg`` and ``git`` binaries.
+commit them with the real ``hg`` and ``git`` binaries.  ``spread`` picks
+revisions of a history to check out.
 """
 
 import concurrent.futures
 import hashlib
+import heapq
 import importlib.metadata
+import itertools
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -89,18 +91,42 @@ def _download(release, wheel_dir):
         return final
     os.makedirs(wheel_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=wheel_dir) as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             "--only-binary", ":all:", "--dest", tmp,
-             "pip==%s" % release.version],
-            check=True, stdout=subprocess.DEVNULL)
-        fetched = os.path.join(tmp, release.filename)
-        actual = _sha256(fetched)
-        if actual != release.sha256:
-            raise RuntimeError("%s has sha256 %s, expected %s"
-                               % (release.filename, actual, release.sha256))
+        fetched = pip_download("pip==%s" % release.version, release.filename,
+                               release.sha256, tmp, "--only-binary", ":all:")
         os.replace(fetched, final)
     return final
+
+
+def pip_download(requirement, filename, sha256, dest, *options, env=None):
+    """Download ``requirement`` (without its dependencies) with pip into
+    the directory ``dest`` and check that its file ``filename`` has
+    ``sha256``; returns the file's path."""
+    run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+         "--dest", dest, *options, requirement], env)
+    path = os.path.join(dest, filename)
+    actual = _sha256(path)
+    if actual != sha256:
+        raise RuntimeError("%s has sha256 %s, expected %s"
+                           % (filename, actual, sha256))
+    return path
+
+
+def cached_directory(path, build):
+    """``path``, a directory made once: ``build(scratch)`` makes it in an
+    empty scratch directory beside ``path`` and returns where, and that is
+    renamed to ``path``, so that an interrupted build leaves nothing behind
+    and of two concurrent builds one wins whole."""
+    if not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=parent) as scratch:
+            built = build(scratch)
+            try:
+                os.rename(built, path)
+            except OSError:
+                if not os.path.isdir(path):
+                    raise
+    return path
 
 
 def fetch_pip_releases(cache_dir=None, limit=None, jobs=4):
@@ -187,3 +213,32 @@ def write_git(snapshots, dest, git="git", env=None, progress=None):
              snap.message], commit_env)
         if progress:
             progress(count, snap)
+
+
+def spread(revisions, count, newest=1.0, usable=None):
+    """Up to ``count`` of ``revisions`` (a sequence, the newest first)
+    spread over the newest ``newest`` share of them (and never fewer than
+    ``count`` of them): the newest first, then each one as far from those
+    picked before, and from the end of that share, as it can be.  With
+    ``usable``, only revisions it accepts, of the first ``count + 16`` it
+    is asked about."""
+    window = min(len(revisions), max(count, int(len(revisions) * newest)))
+    candidates = (revisions[i] for i in _farthest_first(window))
+    if usable is not None:
+        candidates = filter(usable, itertools.islice(candidates, count + 16))
+    return list(itertools.islice(candidates, count))
+
+
+def _farthest_first(size):
+    """``0 .. size - 1``: 0 first, then each as far from those before and
+    from ``size`` as it can be (of two as far, the lower)."""
+    if size > 0:
+        yield 0
+    gaps = [(-size, 0, size)]
+    while gaps:
+        _, low, high = heapq.heappop(gaps)
+        if high - low > 1:
+            middle = (low + high) // 2
+            yield middle
+            heapq.heappush(gaps, (low - middle, low, middle))
+            heapq.heappush(gaps, (middle - high, middle, high))

@@ -23,37 +23,50 @@ from vcsperf.harness import tools
 
 
 class HgServer:
-    """``hg serve`` of ``repo`` on 127.0.0.1, as a child process (so that
-    an interrupt at any moment cannot leave it running), stopped on exit.
-    Its access and error logs go to ``repo.access.log`` and
-    ``repo.error.log``."""
+    """``hg serve`` of ``repo`` on 127.0.0.1, on a port the kernel picks,
+    as a child process (so that an interrupt at any moment cannot leave it
+    running), stopped by ``stop()`` or at the end of the ``with`` block.
+    ``args`` are any further ``hg serve`` arguments (``--config``,
+    ``--accesslog``, ``--web-conf``...).  Its access and error logs go to
+    ``repo.access.log`` and ``repo.error.log`` unless ``args`` say
+    otherwise, and what it writes to stderr to ``repo.serve.log``."""
 
-    def __init__(self, env, repo, *config):
-        self.proc = subprocess.Popen(
-            [tools.executable("hg"), "serve", "-R", repo, "-a", "127.0.0.1",
-             "-p", "0", "-A",
-             repo + ".access.log", "-E", repo + ".error.log",
-             *[a for c in config for a in ("--config", c)]], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    def __init__(self, env, repo, *args):
+        repo = os.fspath(repo)
+        with open(repo + ".serve.log", "ab") as stderr:
+            self.proc = subprocess.Popen(
+                [tools.executable("hg"), "serve", "-R", repo,
+                 "-a", "127.0.0.1", "-p", "0", "-A", repo + ".access.log",
+                 "-E", repo + ".error.log", *map(str, args)],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=stderr, text=True)
         try:
             line = self.proc.stdout.readline()
             found = re.search(r"bound to 127\.0\.0\.1:(\d+)", line)
             if not found:
-                raise RuntimeError("hg serve did not start: %r (see %s)"
-                                   % (line, repo + ".error.log"))
+                self.stop()
+                with open(repo + ".serve.log") as log:
+                    said = log.read().strip().splitlines()[-1:]
+                raise RuntimeError("hg serve did not start: %s (%s)"
+                                   % (" ".join(said) or repr(line),
+                                      repo + ".serve.log"))
         except BaseException:
-            self.__exit__()
+            self.stop()
             raise
         self.url = "http://127.0.0.1:%s/" % found.group(1)
         self.pid = self.proc.pid
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait()
+        self.proc.stdout.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait()
-        self.proc.stdout.close()
+        self.stop()
 
 
 class LocalServer:
