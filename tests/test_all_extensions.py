@@ -278,6 +278,20 @@ print(json.dumps(report))
 """ % os.path.dirname(os.path.abspath(__file__))
 
 
+def test_every_extension_is_tested_with_the_running_mercurial(hg, hgrc):
+    """``hg debugextensions`` shows every extension of the suite (and the
+    robustcheckout alias) as tested with this Mercurial's release, from
+    the one list of ``hgext3rd._hgcompat``, so that a crash report does
+    not blame them as untested."""
+    hgrc.write_text(HGRC + "robustcheckout =\n")
+    release = ".".join(hg("version", "-T", "{ver}").split(".")[:2])
+    tested = {row["name"]: row["testedwith"] for row in
+              json.loads(hg("debugextensions", "-T", "json"))}
+    ours = {*SUITE, "robustcheckout"}
+    assert {name: tested.get(name) for name in ours
+            if release not in tested.get(name, [])} == {}
+
+
 def test_every_wrapper_accepts_every_argument_of_what_it_wraps(env, tmp_path):
     """A wrapper that names the parameters of the function it wraps breaks
     when Mercurial adds one (``allow_internal`` broke amend, rebase and
