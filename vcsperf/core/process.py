@@ -54,11 +54,12 @@ def completed(args, env, cwd=None, input=None, on_line=None,
     reader.start()
     out = []
     try:
-        for line in io.TextIOWrapper(proc.stdout, encoding="utf-8",
-                                     errors="replace"):
-            out.append(line)
-            if on_line:
-                on_line(line)
+        with io.TextIOWrapper(proc.stdout, encoding="utf-8",
+                              errors="replace") as lines:
+            for line in lines:
+                out.append(line)
+                if on_line:
+                    on_line(line)
         proc.wait()
     except BaseException:
         proc.kill()
@@ -66,6 +67,7 @@ def completed(args, env, cwd=None, input=None, on_line=None,
         raise
     finally:
         reader.join()
+        proc.stderr.close()
     return subprocess.CompletedProcess(args, proc.returncode, "".join(out),
                                        "".join(messages))
 
