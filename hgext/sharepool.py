@@ -79,7 +79,10 @@ why.
 
 Every recovery prints what it does, in parentheses, so a CI log explains
 itself.  After a failure in any step, or a ``kill -9`` at any moment, the
-next run finishes the job.
+next run finishes the job.  The steps, their order, the restarts, the
+retries, the lock waits and these messages are one engine,
+``vcsperf.core.pooledcheckout``, which ``gitbridge checkout`` shares with
+Git's steps.
 
 Network operations (looking up, cloning, pulling) that fail in a way a
 retry may cure -- "stream ended unexpectedly", an HTTP 5xx, a reset,
@@ -401,9 +404,6 @@ class _Run(pooledcheckout.PooledCheckout):
     def say(self, template, *args):
         self.ui.write(self.text(template, *args) + b'\n')
 
-    def status(self, template, *args):
-        self.ui.status(self.text(template, *args) + b'\n')
-
     def note(self, template, *args):
         self.ui.note(self.text(template, *args) + b'\n')
 
@@ -482,12 +482,6 @@ class _Run(pooledcheckout.PooledCheckout):
                          % stringutil.forcebytestr(inst))
             self.remove_store(storepath)
             raise pooledcheckout.Restart(announce=False)
-
-    def start_over(self, message, *args):
-        """Say ``message``, delete DEST and start the run over."""
-        self.warn(message, *args)
-        self.remove_dest()
-        raise pooledcheckout.Restart()
 
     # destination ---------------------------------------------------------
 

@@ -75,6 +75,8 @@ class PooledCheckout:
                                 network_failures=0)
         #: What happened, for robustcheckout's Perfherder names.
         self.behaviors = set()
+        #: The pooled store of the current attempt.
+        self.store = None
 
     # The adapter's voice -------------------------------------------------
 
@@ -86,12 +88,8 @@ class PooledCheckout:
         """A line on stdout."""
         raise NotImplementedError
 
-    def status(self, template, *args):
-        """A line on stdout that quiet runs leave out."""
-        self.say(template, *args)
-
     def note(self, template, *args):
-        """A line on stdout for verbose runs."""
+        """A line on stdout that may be kept for verbose runs."""
         self.say(template, *args)
 
     def warn(self, template, *args):
@@ -185,7 +183,10 @@ class PooledCheckout:
 
     def run(self):
         """Check out the request; the timer's ``result`` fact says how it
-        ended."""
+        ended.  Two loops: a network failure ends the attempt and, after a
+        wait, starts the run again (``attempts.call``, robustcheckout's
+        way); damage repaired mid-run starts it again at once
+        (``_attempt_with_repairs``)."""
         try:
             self.attempts.call(self._attempt_with_repairs,
                                self._network_failure, self._retrying)
@@ -247,7 +248,7 @@ class PooledCheckout:
         """The steps, once, in order."""
         request, step = self.request, self.timer.step
         self.check_destination()
-        store = self.prepare_store()
+        self.store = store = self.prepare_store()
         self.timer.facts["store"] = os.fsdecode(store)
         if self.SHARE_BEFORE_PULL:
             created = self._share(store, None)
@@ -302,9 +303,7 @@ class PooledCheckout:
             self.note("(verified: working directory is %s and clean)",
                       node[:12])
             return
-        self.warn("(%s; deleting destination)", problem)
-        self.remove_dest()
-        raise Restart()
+        self.start_over("(%s; deleting destination)", problem)
 
     def report_disk(self, store):
         dest = self.request.dest
@@ -351,6 +350,13 @@ class PooledCheckout:
         if sparse and not self.request.sparseprofile:
             raise self.error("cannot use non-sparse checkout on existing "
                              "sparse checkout", hint=hint)
+
+    def start_over(self, problem, *args):
+        """Say ``problem`` (a template), delete DEST and start the run
+        over."""
+        self.warn(problem, *args)
+        self.remove_dest()
+        raise Restart()
 
     def remove(self, path, behavior):
         """Remove ``path`` (``pooling.discard``), timed as ``behavior``."""
