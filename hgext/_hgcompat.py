@@ -17,7 +17,7 @@ import inspect
 from mercurial import cmdutil, pycompat, revlog, scmutil
 from mercurial.revlogutils import deltas
 
-# The releases every extension is tested with, and the oldest it loads in.
+# The releases every extension is tested with, and the oldest it loads on.
 TESTEDWITH = b'6.9 7.0 7.2'
 MINIMUM_HG = b'6.9'
 
