@@ -10,13 +10,12 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 import struct
 import subprocess
 
 import pytest
 
-from conftest import Commands, Server
+from conftest import Commands, hg_servers
 from test_all_extensions import SUITE
 from vcsperf.harness import tools
 from vcsperf.harness.servers import GitServer
@@ -83,26 +82,14 @@ def git_commit(git, work, files, message):
 
 @pytest.fixture(scope="module")
 def module_hgserve(tmp_path_factory):
-    """hgserve for the module's shared, read-only source repository (hg
-    serve takes a second to stop: one server serves most tests)."""
+    """hgserve for the module's shared, read-only source repository (one
+    server serves most tests)."""
     home = tmp_path_factory.mktemp("home")
     (home / "hgrc").write_text(HGRC)
-    hg = Commands(tools.executable("hg"),
-                  tools.isolated_env(str(home), str(home / "hgrc")))
-    servers = []
-
-    def start(repo, *extra):
-        pidfile = home / ("hgserve-%d.pid" % len(servers))
-        out = hg("serve", "-R", repo, "-d", "-a", "127.0.0.1", "-p", "0",
-                 "--pid-file", pidfile, *extra)
-        port = re.search(r"bound to 127\.0\.0\.1:(\d+)", out).group(1)
-        servers.append(Server("http://127.0.0.1:%s/" % port, pidfile))
-        return servers[-1]
-
-    start.hg = hg
-    yield start
-    for server in servers:
-        server.stop()
+    env = tools.isolated_env(str(home), str(home / "hgrc"))
+    with hg_servers(env) as start:
+        start.hg = Commands(tools.executable("hg"), env)
+        yield start
 
 
 def make_hg_source(hg, path):

@@ -14,8 +14,6 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
-import time
 
 import pytest
 from mercurial import util as hgutil
@@ -86,33 +84,6 @@ def gitrepo(git, tmp_path):
     path = tmp_path / "gitrepo"
     git("init", "-q", "-b", "main", path)
     return path
-
-
-class Server:
-    """An ``hg serve -d`` that its pid file names: only the module-scoped
-    server of tests/test_sharepool.py starts one; every other test uses
-    ``hgserve`` (``HgServer``, as the benchmarks and the check do)."""
-
-    def __init__(self, url, pidfile):
-        self.url = url
-        self.pidfile = pidfile
-
-    def stop(self):
-        try:
-            pid = int(open(self.pidfile).read())
-        except (OSError, ValueError):
-            return
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
