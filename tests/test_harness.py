@@ -45,6 +45,7 @@ def test_hgserve_serves_on_loopback_and_stops(hg, hgrepo, hgserve, tmp_path):
         assert sock.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.slow
 def test_real_content_repository(hg, real_hg_repo):
     releases = history.pip_release_table()
     log = hg("log", "-r", "all()", "-T", "{date|hgdate}|{desc}\n",
