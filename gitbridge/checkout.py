@@ -5,11 +5,15 @@ repository per project in a pool directory, named by the project's root
 commit (``<pool>/<root sha>.git``), and makes DEST a working tree whose
 objects come from it, so a machine clones a project once and each later
 checkout fetches what is missing, or nothing.  It has the options and the
-guarantees of ``hg robustcheckout`` (see ``hg help sharepool``): the same
-steps, each timed (resolve, store, pull, share, purge, update, verify,
-disk), the same recoveries printed in parentheses, retries with backoff
-and jitter, one process fetching a store while the others wait for it, and
-locks taken over only from dead owners (``vcsperf.core.pooling``).
+guarantees of ``hg robustcheckout`` (see ``hg help sharepool``), because
+both are one engine, ``vcsperf.core.pooledcheckout``, with their own
+steps: the same order, the same timings (``clone``, ``pull``, ``purge``,
+``update`` or ``update_sparse``, ``verify``, ``disk``, ``remove_wdir``,
+``remove_store``), the same recoveries printed in parentheses, a network
+failure restarting the run after a wait with backoff and jitter, one
+process fetching a store while the others wait for it, and locks taken
+over only from dead owners (``vcsperf.core.pooling``).  This module
+supplies Git's steps only.
 
 Where Git differs:
 
@@ -23,6 +27,11 @@ Where Git differs:
   store never drops a commit a checkout stands on.
 - A sparse profile is a file in the repository holding Git's sparse
   patterns (non-cone mode).
+- Git has no lock over a working tree: each attempt holds a lock of the
+  pool's, ``<pool>/checkouts/<hash of DEST>.lock``, on DEST.
+- The wanted commit is fetched into the store before DEST becomes a share
+  of it (a worktree is added at that commit); Mercurial shares first and
+  pulls through the share.
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
@@ -36,18 +45,17 @@ sparse profile) is small work done in-process with dulwich.
 """
 
 import argparse
-import contextlib
 import hashlib
 import os
 import re
-import subprocess
 import sys
 
 from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
-from vcsperf.core import pooling
+from vcsperf.core import pooledcheckout, pooling
 from vcsperf.core.errors import Abort, print_abort
+from vcsperf.core.process import CommandError, git
 
 LAYOUTS = ("alternates", "worktree")
 STORE_SUFFIX = ".git"
@@ -62,40 +70,12 @@ _TRANSIENT = re.compile(
     r"Could not resolve host|Empty reply from server", re.I)
 
 
-class GitError(Exception):
-    def __init__(self, args, returncode, stderr):
-        super().__init__("git %s failed (%d): %s"
-                         % (" ".join(args[:2]), returncode,
-                            (stderr.strip().splitlines() or [""])[-1]))
-        self.stderr = stderr
-
-
-class _Restart(Exception):
-    """Damage found: say ``problem``, delete ``discard``, start over."""
-
-    def __init__(self, problem, discard):
-        super().__init__(problem)
-        self.problem = problem
-        self.discard = discard
-
-
-def git(*args, cwd=None, input=None, env=None):
-    """Run git; its stdout, or GitError with its stderr."""
-    proc = subprocess.run(["git", *args], cwd=cwd, input=input,
-                          capture_output=True, text=True,
-                          env=dict(env or os.environ, GIT_TERMINAL_PROMPT="0",
-                                   LC_ALL="C"))
-    if proc.returncode != 0:
-        raise GitError(args, proc.returncode, proc.stderr)
-    return proc.stdout
-
-
 def git_config(cwd=None):
     """``share.pool`` and the ``sharepool.*`` settings from git config."""
     try:
         out = git("config", "-z", "--get-regexp", r"^(share\.pool|sharepool\.)",
                   cwd=cwd)
-    except GitError:
+    except CommandError:
         return {}
     pairs = (item.split("\n", 1) for item in out.split("\0") if item)
     return {key: value for key, value in pairs}
@@ -143,23 +123,19 @@ def main(args):
     except Abort as abort:
         return print_abort(abort)
     try:
-        run.checkout()
-        run.timer.facts["result"] = "ok"
+        run.run()
         return 0
     except Abort as abort:
-        run.timer.facts["result"] = "error"
         return print_abort(abort)
-    except GitError as failure:
-        run.timer.facts["result"] = "error"
-        return print_abort(Abort(str(failure), hint="the last line of "
-                                 "git's message is shown"))
-    except BaseException:
-        run.timer.facts["result"] = "error"
-        raise
+    except CommandError as failure:
+        return print_abort(Abort(
+            "git %s failed (%d): %s"
+            % (" ".join(failure.cmd[1:3]), failure.returncode,
+               (failure.stderr.strip().splitlines() or [""])[-1]),
+            hint="the last line of git's message is shown"))
     finally:
-        run.timer.facts["network_failures"] = run.attempts.failures
         if request.timings:
-            print(run.timer.json_line("checkout"), flush=True)
+            print(run.timings_line(), flush=True)
 
 
 class Request:
@@ -231,86 +207,57 @@ def _config_number(config):
 
 # The steps -------------------------------------------------------------------
 
-class Run:
-    """One checkout: the steps in order, sharing the network attempts, the
-    timer and what was learnt (refs, root, store, commit)."""
+class Run(pooledcheckout.PooledCheckout):
+    """One checkout: the engine (``vcsperf.core.pooledcheckout``) with
+    Git's steps; it learns the refs, the root and the commit."""
 
-    MAX_RESTARTS = 2
+    # a worktree is added at the commit, so the commit comes first
+    SHARE_BEFORE_PULL = False
 
     def __init__(self, request):
-        self.request = request
-        self.timer = pooling.StepTimer()
-        self.attempts = pooling.NetworkAttempts(
-            request.attempts, backoff=request.backoff, jitter=request.jitter)
-        self.timer.facts.update(cloned=False, pulled=False, restarts=0,
-                                network_failures=0,
-                                layout=request.layout)
+        super().__init__(
+            request,
+            pooling.NetworkAttempts(request.attempts, backoff=request.backoff,
+                                    jitter=request.jitter),
+            request.lock_policy)
+        self.timer.facts["layout"] = request.layout
         self.revision = request.revision
         self.url_key = hashlib.sha256(request.url.encode()).hexdigest()[:20]
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
 
-    def say(self, message):
-        print(message, flush=True)
+    # voice -------------------------------------------------------------
 
-    def warn(self, message):
+    def text(self, template, *args):
+        return template % args if args else template
+
+    def say(self, template, *args):
+        print(self.text(template, *args), flush=True)
+
+    def warn(self, template, *args):
         sys.stdout.flush()
-        print(message, file=sys.stderr, flush=True)
+        print(self.text(template, *args), file=sys.stderr, flush=True)
 
-    def checkout(self):
-        request = self.request
-        self.say("ensuring %s@%s is available at %s"
-                 % (request.url, request.wanted, request.dest))
-        checkouts = os.path.join(request.sharebase, "checkouts")
+    def error(self, template, *args, hint=None):
+        return Abort(self.text(template, *args), hint=hint)
+
+    def transient(self, exc):
+        return _transient(exc)
+
+    def holding_destination(self):
+        """DEST's own lock in the pool: Git has no lock over a whole
+        working tree."""
+        checkouts = os.path.join(self.request.sharebase, "checkouts")
         os.makedirs(checkouts, exist_ok=True)
-        key = hashlib.sha256(request.dest.encode()).hexdigest()[:20]
-        with self.lock(os.path.join(checkouts, key),
-                       "checkout %s" % request.dest):
-            self._checkout_with_restarts()
+        key = hashlib.sha256(self.request.dest.encode()).hexdigest()[:20]
+        return self.lock(os.path.join(checkouts, key + ".lock"),
+                         "checkout %s" % self.request.dest)
 
-    def _checkout_with_restarts(self):
-        for restart in range(self.MAX_RESTARTS + 1):
-            try:
-                return self._checkout_once()
-            except _Restart as damage:
-                self.warn("(%s)" % damage.problem)
-                pooling.discard(damage.discard)
-                if restart == self.MAX_RESTARTS:
-                    raise Abort("giving up after %d attempts to repair the "
-                                "store and checkout" % (restart + 1),
-                                hint="see the messages above")
-                self.timer.facts["restarts"] += 1
-                self.warn("(attempting checkout from beginning)")
+    # resolve and ensure the store -----------------------------------------
 
-    def _checkout_once(self):
-        step = self.timer.step
-        self.check_destination()
-        with step("resolve"):
-            refs = self.resolve()
-        with step("store"):
-            store = self.ensure_store(refs)
-        self.timer.facts["store"] = store
-        with step("pull"):
-            commit = self.pull(store)
-        self.timer.facts["node"] = commit
-        with step("share"):
-            existed = self.ensure_share(store, commit)
-        self.fresh_dest = not existed
-        if self.request.noupdate:
-            self.say("(skipping update since -U specified)")
-        else:
-            if self.request.purge and existed:
-                with step("purge"):
-                    self.purge()
-            with step("update"):
-                self.update(store, commit)
-            with step("verify"):
-                self.verify(commit)
-        with step("disk"):
-            self.report_disk(store)
-
-    # resolve -----------------------------------------------------------
+    def prepare_store(self):
+        return self.ensure_store(self.resolve())
 
     def resolve(self):
         """The remote's refs; a branch becomes the commit it names now."""
@@ -328,7 +275,7 @@ class Run:
                             hint="check the name, and that it was pushed "
                             "there")
             self.warn("(remote resolved %s to %s; result is not "
-                      "deterministic)" % (name, self.revision))
+                      "deterministic)", name, self.revision)
         else:
             for ref in ("refs/heads/", "refs/tags/"):
                 named = refs.get(ref + self.revision)
@@ -349,23 +296,6 @@ class Run:
                         hint="is the repository empty?")
         return refs
 
-    def network(self, operation):
-        def report(reason, failed, limit, delay):
-            self.warn(reason)
-            self.warn("(retrying after network failure on attempt %d of %d)"
-                      % (failed, limit))
-            self.warn("(waiting %.2fs before retry)" % delay)
-
-        try:
-            return self.attempts.call(operation, _transient, report)
-        except pooling.GaveUp as gaveup:
-            raise Abort("reached maximum number of network attempts; giving "
-                        "up (%d attempts; last failure: %s)"
-                        % (gaveup.attempts, gaveup.reason),
-                        hint="raise --networkattempts, or check the server")
-
-    # ensure store ------------------------------------------------------------
-
     def ensure_store(self, refs):
         """The path of a healthy store for the URL, cloned if needed."""
         sharebase = self.request.sharebase
@@ -373,7 +303,8 @@ class Run:
         root = self.known_root(refs)
         cloned = False
         if root is None:
-            with self.lock(os.path.join(sharebase, ".url-%s" % self.url_key),
+            with self.lock(os.path.join(sharebase,
+                                        ".url-%s.lock" % self.url_key),
                            "pool entry for %s" % self.request.url):
                 root = self.known_root(refs)
                 if root is None:
@@ -385,8 +316,8 @@ class Run:
             if not os.path.exists(store):
                 self.clone(store)
             elif not cloned:
-                self.say("(sharing from existing pooled repository %s)"
-                         % os.path.basename(store))
+                self.say("(sharing from existing pooled repository %s)",
+                         os.path.basename(store))
         return store
 
     def known_root(self, refs):
@@ -462,16 +393,13 @@ class Run:
         """A new bare store at ``partial`` with all of the URL's (or the
         upstream's) branches and tags."""
         source = self.request.upstream or self.request.url
-        self.say("(cloning %s into new pooled repository)" % source)
-
-        def attempt():
-            pooling.discard(partial)
+        self.say("(cloning %s into new pooled repository)", source)
+        pooling.discard(partial)
+        with self.timer.step("clone"):
             git("init", "-q", "--bare", partial)
             git("config", "gc.auto", "0", cwd=partial)
-            self.fetch(partial, source)
-
-        self.network(attempt)
-        self.timer.facts["cloned"] = True
+            self.network(lambda: self.fetch(partial, source))
+        self.store_cloned()
 
     def fetch(self, store, url):
         key = hashlib.sha256(url.encode()).hexdigest()[:20]
@@ -480,60 +408,30 @@ class Run:
             "+refs/tags/*:refs/pool/%s/tags/*" % key,
             cwd=store, env=self.remote_env)
 
-    @contextlib.contextmanager
-    def lock(self, path, what):
-        def waiting(owner, seconds, takeover):
-            self.warn("(waiting up to %d seconds for lock on %s held by "
-                      "%s; %s then)"
-                      % (seconds, what, pooling.describe_owner(owner),
-                         "taking it over" if takeover else "giving up"))
-
-        def taken_over(owner):
-            self.warn("(took over the lock on %s from %s)"
-                      % (what, pooling.describe_owner(owner)))
-
-        lock = pooling.PidLock(path + ".lock", self.request.lock_policy,
-                               waiting, taken_over)
-        try:
-            lock.acquire()
-        except pooling.LockTimeout as timeout:
-            raise Abort(str(timeout), hint="raise sharepool.lock-timeout")
-        try:
-            yield lock
-        finally:
-            lock.release()
-
-    def store_lock(self, store):
-        return self.lock(store, "pooled store %s" % os.path.basename(store))
-
     def repair_store(self, store):
         """Under the store's lock: remove what killed runs left (half
         clones, git's own lock files, temporary packs); delete a store that
         is not a repository."""
-        sharebase, name = os.path.split(store)
-        for leftover in pooling.discarded_leftovers(sharebase, name):
-            self.warn("(removing %s, left by an interrupted clone or "
-                      "removal)" % leftover)
-            pooling.discard(leftover)
+        self.remove_leftovers(store)
         if not os.path.exists(store):
             return
         try:
             Repo(store)
         except NotGitRepository:
-            self.warn("(%s is not a git repository; deleting shared store)"
-                      % store)
-            pooling.discard(store)
+            self.warn("(%s is not a git repository; deleting shared store)",
+                      store)
+            self.remove(store, "remove-store")
             return
         stale = _stale_git_files(store)
         if stale:
             self.warn("(removing %d lock and temporary files left by an "
-                      "interrupted git process)" % len(stale))
+                      "interrupted git process)", len(stale))
             for path in stale:
                 os.unlink(path)
 
     # pull --------------------------------------------------------------------
 
-    def pull(self, store):
+    def obtain(self, store):
         """The full sha of the wanted commit, fetched into the store if it
         lacks it; one process fetches a store at a time."""
         commit = self.local_commit(store)
@@ -543,15 +441,14 @@ class Run:
             commit = self.local_commit(store)
             if commit:
                 self.say("(%s was fetched by another process while we "
-                         "waited; not pulling)" % self.revision)
+                         "waited; not pulling)", self.revision)
                 return commit
-            self.say("(pulling to obtain %s)" % self.request.wanted)
-            try:
-                self.network(lambda: self.fetch(store, self.request.url))
-            except GitError as failure:
-                raise _Restart("fetch failed: %s; deleting shared store"
-                               % failure.stderr.strip(), store)
-            self.timer.facts["pulled"] = True
+            self.say("(pulling to obtain %s)", self.request.wanted)
+            failure = self.pull(store)
+        if failure:
+            self.warn("(fetch failed: %s; deleting shared store)", failure)
+            self.remove_store(store)
+            raise pooledcheckout.Restart()
         commit = self.local_commit(store)
         if commit is None:
             raise Abort("revision %s not found on %s"
@@ -560,11 +457,21 @@ class Run:
                         "to a branch or tag there")
         return commit
 
+    def pull(self, store):
+        """Fetch the URL's branches and tags into the store; what git said
+        when that failed other than on the network, else None."""
+        try:
+            with self.pulling():
+                self.network(lambda: self.fetch(store, self.request.url))
+        except CommandError as failure:
+            return failure.stderr.strip()
+        return None
+
     def local_commit(self, store):
         try:
             return git("rev-parse", "--verify", "--quiet",
                        self.revision + "^{commit}", cwd=store).strip()
-        except GitError as failure:
+        except CommandError as failure:
             if "ambiguous" in failure.stderr:
                 raise _ambiguous(self.revision, "matches several objects")
             return None
@@ -582,18 +489,21 @@ class Run:
             raise Abort("destination exists but no .git directory",
                         hint="remove it, or choose another destination")
 
-    def ensure_share(self, store, commit):
-        """DEST sharing ``store`` in the request's layout; whether it
-        already did."""
-        dest = self.request.dest
+    def is_shared(self, store):
+        """Whether DEST shares ``store`` in the request's layout; a DEST
+        that shares something else is deleted."""
         problem = self.share_problem(store)
         if problem:
-            self.warn("(%s; deleting destination)" % problem)
-            pooling.discard(dest)
-        if os.path.lexists(os.path.join(dest, ".git")):
-            self.say("(existing repository shared store: %s)" % store)
-            self.check_sparse_unchanged()
-            return True
+            self.warn("(%s; deleting destination)", problem)
+            self.remove_dest()
+        if not os.path.lexists(os.path.join(self.request.dest, ".git")):
+            return False
+        self.say("(existing repository shared store: %s)", store)
+        self.check_sparse_unchanged(_is_sparse(self.request.dest))
+        return True
+
+    def create_share(self, store, commit):
+        dest = self.request.dest
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if self.request.layout == "worktree":
             with self.store_lock(store):
@@ -606,7 +516,6 @@ class Run:
             _write_atomically(os.path.join(dest, ".git", "objects", "info",
                                            "alternates"),
                               os.path.join(store, "objects") + "\n")
-        return False
 
     def share_problem(self, store):
         """Why DEST must be deleted before it shares ``store``, or None;
@@ -632,7 +541,7 @@ class Run:
             if _head_missing(self.request.dest):
                 return "working tree's commit is not in the store"
             self.repair_index()
-        except GitError as failure:
+        except CommandError as failure:
             return "destination is not a usable checkout: %s" % (
                 failure.stderr.strip().splitlines() or ["?"])[-1]
         return None
@@ -647,121 +556,88 @@ class Run:
                            "--git-path", "index", cwd=dest).splitlines()
         stale = os.path.join(dest, stale)
         if os.path.exists(stale):
-            self.warn("(removing %s, left by an interrupted checkout)"
-                      % stale)
+            self.warn("(removing %s, left by an interrupted checkout)",
+                      stale)
             os.unlink(stale)
         index = os.path.join(dest, index)
         damage = _index_damage(index)
         if not damage:
             return
         self.warn("(index %s is damaged: %s; rebuilding it from the "
-                  "checked-out commit)" % (index, damage))
+                  "checked-out commit)", index, damage)
         os.unlink(index)
         if _head_resolves(dest):
             git("read-tree", "HEAD", cwd=dest)
 
-    def check_sparse_unchanged(self):
-        sparse = _is_sparse(self.request.dest)
-        if self.request.sparseprofile and not sparse:
-            raise Abort("cannot enable sparse profile on existing "
-                        "non-sparse checkout",
-                        hint="use a separate working directory to use "
-                        "sparse")
-        if sparse and not self.request.sparseprofile:
-            raise Abort("cannot use non-sparse checkout on existing sparse "
-                        "checkout",
-                        hint="use a separate working directory to use "
-                        "sparse")
-
-    # purge, update, verify, disk ---------------------------------------------------
+    # purge, update, verify ----------------------------------------------------
 
     def purge(self):
-        self.say("(purging working directory)")
         try:
             out = git("clean", "-ffdx", cwd=self.request.dest)
-        except GitError as failure:
+        except CommandError as failure:
             # damage in DEST that repair_index cannot see (an index
             # written without a checksum)
-            raise _Restart("purge failed: %s; deleting destination"
-                           % failure.stderr.strip(), self.request.dest)
-        self.say("(purged %d files)" % len(out.splitlines()))
+            self.start_over("(purge failed: %s; deleting destination)",
+                            failure.stderr.strip())
+        return len(out.splitlines())
 
-    def update(self, store, commit):
-        dest = self.request.dest
-        if self.request.sparseprofile:
-            self.set_sparse_profile(store, commit)
-        try:
-            git("checkout", "--quiet", "--force", "--detach", commit,
-                cwd=dest)
-        except GitError as failure:
-            # a fresh checkout failing means the store is damaged
-            damaged = store if self.fresh_dest else dest
-            raise _Restart("checkout failed: %s; deleting %s"
-                           % (failure.stderr.strip(), damaged), damaged)
-        if self.request.layout == "alternates":
-            with self.store_lock(store):
-                git("update-ref", "refs/checkouts/%s" % hashlib.sha256(
-                    dest.encode()).hexdigest()[:20], commit, cwd=store)
-        self.say("updated to %s" % commit)
-
-    def set_sparse_profile(self, store, commit):
-        profile = self.request.sparseprofile
-        patterns = _blob_at(store, commit, profile)
+    def set_sparse_profile(self, commit):
+        dest, profile = self.request.dest, self.request.sparseprofile
+        patterns = _blob_at(self.store, commit, profile)
         if patterns is None:
             raise Abort("sparse profile %s does not exist at revision %s"
                         % (profile, commit),
                         hint="check the path; it is relative to the "
                         "repository root")
         current = git("rev-parse", "--git-path", "info/sparse-checkout",
-                      cwd=self.request.dest).strip()
-        path = os.path.join(self.request.dest, current)
+                      cwd=dest).strip()
+        path = os.path.join(dest, current)
         try:
             with open(path) as fh:
                 if fh.read() == patterns:
-                    self.say("(sparse profile %s already set)" % profile)
+                    self.say("(sparse profile %s already set)", profile)
                     return
         except FileNotFoundError:
             pass
-        self.say("(setting sparse config to profile %s)" % profile)
-        git("config", "extensions.worktreeConfig", "true",
-            cwd=self.request.dest)
-        git("config", "--worktree", "core.sparseCheckout", "true",
-            cwd=self.request.dest)
+        self.say("(setting sparse config to profile %s)", profile)
+        git("config", "extensions.worktreeConfig", "true", cwd=dest)
+        git("config", "--worktree", "core.sparseCheckout", "true", cwd=dest)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _write_atomically(path, patterns)
 
-    def verify(self, commit):
-        dest = self.request.dest
-        head = git("rev-parse", "HEAD", cwd=dest).strip()
-        if head != commit:
-            problem = "working directory parent is %s, not %s" % (head,
-                                                                  commit)
-        else:
-            untracked = ("--untracked-files=all", "--ignored") \
-                if self.request.purge else ("--untracked-files=no",)
-            dirty = git("status", "--porcelain", *untracked,
-                        cwd=dest).splitlines()
-            problem = dirty and ("working directory not clean after update: "
-                                 "%d entries" % len(dirty))
-        if problem:
-            raise _Restart(problem + "; deleting destination", dest)
-        self.say("(verified: working directory is %s and clean)"
-                 % commit[:12])
+    def update(self, commit, created):
+        dest, store = self.request.dest, self.store
+        try:
+            git("checkout", "--quiet", "--force", "--detach", commit,
+                cwd=dest)
+        except CommandError as failure:
+            # a fresh checkout failing means the store is damaged
+            self.warn("(checkout failed: %s; deleting %s)",
+                      failure.stderr.strip(), store if created else dest)
+            if created:
+                self.remove_store(store)
+            else:
+                self.remove_dest()
+            raise pooledcheckout.Restart()
+        if self.request.layout == "alternates":
+            with self.store_lock(store):
+                git("update-ref", "refs/checkouts/%s" % hashlib.sha256(
+                    dest.encode()).hexdigest()[:20], commit, cwd=store)
 
-    def report_disk(self, store):
-        sizes = (pooling.disk_usage(store),
-                 pooling.disk_usage(self.request.dest),
-                 pooling.free_space(self.request.sharebase))
-        self.timer.facts.update(zip(("store_bytes", "checkout_bytes",
-                                     "free_bytes"), sizes))
-        self.say("(disk: pooled store %s, checkout %s, %s free)"
-                 % tuple(pooling.format_bytes(n) for n in sizes))
+    def working_state(self):
+        dest = self.request.dest
+        untracked = ("--untracked-files=all", "--ignored") \
+            if self.request.purge else ("--untracked-files=no",)
+        dirty = git("status", "--porcelain", *untracked,
+                    cwd=dest).splitlines()
+        return (git("rev-parse", "HEAD", cwd=dest).strip(),
+                dirty and "%d entries" % len(dirty) or None)
 
 
 # Helpers ---------------------------------------------------------------------
 
 def _transient(exc):
-    if isinstance(exc, GitError):
+    if isinstance(exc, CommandError):
         match = _TRANSIENT.search(exc.stderr)
         if match:
             lines = [line for line in exc.stderr.strip().splitlines()
@@ -832,7 +708,7 @@ def _head_missing(dest):
     try:
         git("symbolic-ref", "--quiet", "HEAD", cwd=dest)
         return False
-    except GitError:
+    except CommandError:
         pass
     return not _head_resolves(dest)
 
@@ -842,7 +718,7 @@ def _head_resolves(dest):
     try:
         git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", cwd=dest)
         return True
-    except GitError:
+    except CommandError:
         return False
 
 
@@ -876,7 +752,7 @@ def _is_sparse(dest):
     try:
         return git("config", "--get", "core.sparseCheckout",
                    cwd=dest).strip() == "true"
-    except GitError:
+    except CommandError:
         return False
 
 

@@ -17,6 +17,10 @@ import inspect
 from mercurial import cmdutil, pycompat, revlog, scmutil
 from mercurial.revlogutils import deltas
 
+# The releases every extension is tested with, and the oldest it loads on.
+TESTEDWITH = b'6.9 7.0 7.2'
+MINIMUM_HG = b'6.9'
+
 # Mercurial < 7.2: hg holds repository(), peer(), clone() and share();
 # 7.2 moved them to mercurial.repo.factory and mercurial.cmd_impls.clone
 # and deprecates the names in hg.

@@ -79,7 +79,10 @@ why.
 
 Every recovery prints what it does, in parentheses, so a CI log explains
 itself.  After a failure in any step, or a ``kill -9`` at any moment, the
-next run finishes the job.
+next run finishes the job.  The steps, their order, the restarts, the
+retries, the lock waits and these messages are one engine,
+``vcsperf.core.pooledcheckout``, which ``gitbridge checkout`` shares with
+Git's steps.
 
 Network operations (looking up, cloning, pulling) that fail in a way a
 retry may cure -- "stream ended unexpectedly", an HTTP 5xx, a reset,
@@ -142,7 +145,6 @@ import json
 import os
 import re
 import ssl
-import time
 
 from mercurial.i18n import _
 from mercurial.node import hex, nullid
@@ -161,15 +163,16 @@ from mercurial import (
 )
 from mercurial.utils import stringutil, urlutil
 
-from vcsperf.core import pooling
+from vcsperf.core import pooledcheckout, pooling
 
+from hgext3rd import _hgcompat
 from hgext3rd._hgcompat import cloneimpl, repofactory
 
 urlerr = util.urlerr
 mpatch = policy.importmod('mpatch')
 
-testedwith = b'6.9 7.0 7.2'
-minimumhgversion = b'6.9'
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
 
 cmdtable = {}
 command = registrar.command(cmdtable)
@@ -205,8 +208,6 @@ DIRSTATE_DAMAGE = (error.CorruptedDirstate,) + _PARSE_ERRORS
 #: Raised while reading the store, but not damage a new clone repairs: a
 #: revision censored on purpose, a bundle part the server should not send.
 _NOT_DAMAGE = (error.CensoredNodeError, error.BundleValueError)
-#: How often damage found and repaired mid-run may restart the run.
-MAX_RESTARTS = 2
 HTTP_TIMEOUT = b'600'
 _POOLED_SHAREDPATH = re.compile(br'[0-9a-f]{40}/\.hg$')
 #: The operations robustcheckout reports to Perfherder, by step name.
@@ -257,16 +258,10 @@ def robustcheckout(ui, url, dest, **opts):
     _tune_for_ci(ui)
     run = _Run(ui, request)
     try:
-        run.checkout()
-        run.timer.facts['result'] = 'ok'
-    except BaseException:
-        run.timer.facts['result'] = 'error'
-        raise
+        run.run()
     finally:
-        run.close()
         if opts['timings'] or ui.configbool(b'sharepool', b'timings'):
-            line = run.timer.json_line('robustcheckout')
-            ui.write(pycompat.bytestr(line) + b'\n')
+            ui.write(pycompat.bytestr(run.timings_line()) + b'\n')
         if 'TASKCLUSTER_INSTANCE_TYPE' in os.environ:
             ui.write(b'PERFHERDER_DATA: %s\n'
                      % pycompat.bytestr(_perfherder(run, url)))
@@ -379,131 +374,67 @@ def _enabled_as_robustcheckout():
         return False
 
 
-class _Restart(Exception):
-    """A step found damage, said so and removed it; the run starts over.
-    ``announce``: say "(attempting checkout from beginning)" first."""
+class _Run(pooledcheckout.PooledCheckout):
+    """One robustcheckout: the engine (``vcsperf.core.pooledcheckout``)
+    with Mercurial's steps, and robustcheckout's words."""
 
-    def __init__(self, announce):
-        super().__init__()
-        self.announce = announce
-
-
-class _NetworkFailure(Exception):
-    """A network operation failed in a way a retry may cure."""
-
-    def __init__(self, reason):
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _Run:
-    """One robustcheckout: the steps, in order, sharing the network
-    attempts, the timer and what was learnt."""
+    TIMINGS_NAME = 'robustcheckout'
 
     def __init__(self, ui, request):
+        super().__init__(
+            request,
+            pooling.NetworkAttempts(
+                request.attempts,
+                backoff=ui.configwith(float, b'sharepool', b'retry-backoff'),
+                jitter=_jitter(ui)),
+            _lock_policy(ui))
         self.ui = ui
-        self.request = request
-        self.timer = pooling.StepTimer()
-        self.attempts = pooling.NetworkAttempts(
-            request.attempts,
-            backoff=ui.configwith(float, b'sharepool', b'retry-backoff'),
-            jitter=_jitter(ui))
-        self.lock_policy = _lock_policy(ui)
         self.remote = self.remote_url = None
-        self.behaviors = set()
-        self.timer.facts.update(cloned=False, pulled=False, restarts=0,
-                                network_failures=0)
+        self.root = self.repo = None
 
-    def close(self):
-        self.timer.facts['network_failures'] = self.attempts.failures
-        self.disconnect()
+    # voice ---------------------------------------------------------------
 
-    def checkout(self):
-        request = self.request
-        while True:
-            self.ui.write(_(b'ensuring %s@%s is available at %s\n')
-                          % (urlutil.hidepassword(request.url),
-                             request.revision or request.branch,
-                             request.dest_arg))
-            try:
-                return self._checkout_once()
-            except _NetworkFailure as failure:
-                self.disconnect()
-                self.ui.warn(b'%s\n' % pycompat.bytestr(failure.reason))
-                try:
-                    delay = self.attempts.failed(failure.reason)
-                except pooling.GaveUp:
-                    # robustcheckout's message, trailing newline included
-                    raise error.Abort(_(b'reached maximum number of network '
-                                        b'attempts; giving up\n'))
-                self.ui.warn(_(b'(retrying after network failure on attempt '
-                               b'%d of %d)\n')
-                             % (self.attempts.failures, self.attempts.limit))
-                self.ui.warn(_(b'(waiting %.2fs before retry)\n') % delay)
-                time.sleep(delay)
-            except _Restart as restart:
-                if self.timer.facts['restarts'] == MAX_RESTARTS:
-                    raise error.Abort(
-                        _(b'giving up after %d attempts to repair the store '
-                          b'and checkout') % (MAX_RESTARTS + 1),
-                        hint=_(b'see the messages above'))
-                self.timer.facts['restarts'] += 1
-                if restart.announce:
-                    self.ui.warn(_(b'(attempting checkout from beginning)\n'))
+    def text(self, template, *args):
+        message = _(pycompat.bytestr(template))
+        if not args:
+            return message
+        return message % tuple(os.fsencode(arg) if isinstance(arg, str)
+                               else arg for arg in args)
 
-    def _checkout_once(self):
-        request, step = self.request, self.timer.step
-        self.inspect_destination()
-        root = self.network(lambda: self.lookup(
-            request.upstream or request.url, [b'0'])[0])
-        storepath = os.path.join(request.sharebase, hex(root))
-        self.timer.facts['store'] = os.fsdecode(storepath)
-        self.inspect_store(storepath)
-        created = not os.path.exists(os.path.join(request.dest, b'.hg'))
-        if created:
-            with step('clone'):
-                self.create_share(storepath, root)
-        repo = repofactory.repository(self.ui, request.dest)
-        node = self.wanted_node(repo, storepath)
-        self.timer.facts['node'] = pycompat.sysstr(hex(node))
-        if request.noupdate:
-            self.ui.write(_(b'(skipping update since `-U` was passed)\n'))
-            return
-        if not created:
-            self.check_working_state(repo)
-        with self.reading_store(storepath):
-            self.check_parent_known(repo)
-            if not created:
-                self.check_tracked_files(repo)
-            if request.purge and not created:
-                with step('purge'):
-                    self.purge(repo)
-            self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
-                               else 'populated-wdir')
-            if request.sparseprofile:
-                self.set_sparse_profile(repo, node)
-            with step('update_sparse' if request.sparseprofile
-                      else 'update'):
-                self.update(repo, node)
-            with step('verify'):
-                self.verify(node)
-        if (self.ui.verbose
-                or self.ui.configbool(b'sharepool', b'disk-report')):
-            with step('disk'):
-                self.report_disk(storepath)
+    def say(self, template, *args):
+        self.ui.write(self.text(template, *args) + b'\n')
+
+    def note(self, template, *args):
+        self.ui.note(self.text(template, *args) + b'\n')
+
+    def warn(self, template, *args):
+        self.ui.warn(self.text(template, *args) + b'\n')
+
+    def error(self, template, *args, hint=None):
+        return error.Abort(self.text(template, *args),
+                           hint=hint and self.text(hint))
+
+    def network_gave_up(self, gaveup):
+        # robustcheckout's message, trailing newline included
+        return error.Abort(_(b'reached maximum number of network '
+                             b'attempts; giving up\n'))
+
+    def transient(self, exc):
+        return _transient(exc)
+
+    @property
+    def shown_url(self):
+        return urlutil.hidepassword(self.request.url)
+
+    @property
+    def shown_dest(self):
+        return self.request.dest_arg
+
+    def wants_disk_report(self):
+        return (self.ui.verbose
+                or self.ui.configbool(b'sharepool', b'disk-report'))
 
     # network -------------------------------------------------------------
-
-    def network(self, operation):
-        """Run a network operation; a failure a retry may cure restarts the
-        run (see ``checkout``)."""
-        try:
-            return operation()
-        except Exception as exc:
-            reason = _transient(exc)
-            if reason is None:
-                raise
-            raise _NetworkFailure(reason)
 
     def lookup(self, url, keys):
         """The nodes ``keys`` name on ``url``, in one round trip."""
@@ -536,36 +467,6 @@ class _Run:
             self.remote.close()
         self.remote = self.remote_url = None
 
-    # locks and removal ---------------------------------------------------
-
-    def stale_lock(self, path, what):
-        """Whether the lock ``path`` was left by an owner that the lock
-        policy lets us take over; waits while a live owner holds it."""
-        with _lock_timeout_abort(what):
-            return pooling.await_lock(os.fsdecode(path), self.lock_policy,
-                                      self.waiting(what)) is not None
-
-    def waiting(self, what):
-        """What to say before waiting for the lock on ``what``."""
-        def say(owner, seconds, takeover):
-            then = (_(b'taking it over then') if takeover
-                    else _(b'giving up then'))
-            self.ui.warn(_(b'(waiting up to %d seconds for lock on %s held '
-                           b'by %s; %s)\n')
-                         % (seconds, what, _owner(owner), then))
-        return say
-
-    def remove(self, path, behavior):
-        with self.timer.step(behavior.replace('-', '_')):
-            pooling.discard(path)
-        self.behaviors.add(behavior)
-
-    def remove_store(self, storepath):
-        """Delete a pooled store under its pool entry's lock, so that no
-        other checkout starts sharing it meanwhile."""
-        with self.pool_lock(*os.path.split(storepath)):
-            self.remove(storepath, 'remove-store')
-
     @contextlib.contextmanager
     def reading_store(self, storepath):
         """Damage found in the store's data while reading it deletes the
@@ -580,11 +481,11 @@ class _Run:
             self.ui.warn(_(b'(repo corruption: %s; deleting shared store)\n')
                          % stringutil.forcebytestr(inst))
             self.remove_store(storepath)
-            raise _Restart(announce=False)
+            raise pooledcheckout.Restart(announce=False)
 
     # destination ---------------------------------------------------------
 
-    def inspect_destination(self):
+    def check_destination(self):
         """Leave DEST absent or a share of some pooled store; abort when it
         is something else a user may care about."""
         dest = self.request.dest
@@ -596,24 +497,25 @@ class _Run:
                 raise error.Abort(_(b'destination exists but no .hg '
                                     b'directory'))
             return
-        self.check_sparse_unchanged(hgdir)
+        self.check_sparse_unchanged(
+            os.path.exists(os.path.join(hgdir, b'sparse')))
         try:
             with open(os.path.join(hgdir, b'sharedpath'), 'rb') as fh:
                 shared = fh.read().strip()
         except FileNotFoundError:
             self.ui.warn(_(b'(destination is not shared; deleting)\n'))
-            return self.remove(dest, 'remove-wdir')
+            return self.remove_dest()
         self.ui.write(_(b'(existing repository shared store: %s)\n')
                       % shared)
         if not os.path.exists(os.path.join(hgdir, shared)):
             self.ui.warn(_(b'(shared store does not exist; deleting '
                            b'destination)\n'))
-            return self.remove(dest, 'remove-wdir')
+            return self.remove_dest()
         if not _POOLED_SHAREDPATH.search(shared.replace(b'\\', b'/')):
             self.ui.warn(_(b'(shared store does not belong to pooled '
                            b'storage; deleting destination to improve '
                            b'efficiency)\n'))
-            return self.remove(dest, 'remove-wdir')
+            return self.remove_dest()
         if self.stale_lock(os.path.join(hgdir, b'wlock'),
                            _(b'working directory of %s')
                            % self.request.dest_arg):
@@ -621,30 +523,20 @@ class _Run:
                            b'assuming it is left over from a previous '
                            b'process and that the destination is corrupt; '
                            b'deleting it just to be sure)\n'))
-            self.remove(dest, 'remove-wdir')
-
-    def check_sparse_unchanged(self, hgdir):
-        """robustcheckout's rule: a checkout other tools may use is never
-        switched between sparse and full."""
-        sparse = os.path.exists(os.path.join(hgdir, b'sparse'))
-        if self.request.sparseprofile and not sparse:
-            raise error.Abort(
-                _(b'cannot enable sparse profile on existing non-sparse '
-                  b'checkout'),
-                hint=_(b'use a separate working directory to use sparse'))
-        if sparse and not self.request.sparseprofile:
-            raise error.Abort(
-                _(b'cannot use non-sparse checkout on existing sparse '
-                  b'checkout'),
-                hint=_(b'use a separate working directory to use sparse'))
+            self.remove_dest()
 
     # store ---------------------------------------------------------------
 
-    def inspect_store(self, storepath):
-        """Delete the store (and DEST) when it is locked by a process that
-        is gone or lacks requirements."""
+    def prepare_store(self):
+        """The store named by the remote's revision 0, deleted (with DEST)
+        when it is locked by a process that is gone or lacks
+        requirements; a missing one is cloned in ``create_share``."""
+        request = self.request
+        (self.root,) = self.network(lambda: self.lookup(
+            request.upstream or request.url, [b'0']))
+        storepath = os.path.join(request.sharebase, hex(self.root))
         if not os.path.exists(storepath):
-            return
+            return storepath
         lock = os.path.join(storepath, b'.hg', b'store', b'lock')
         what = _(b'store of pooled repository %s') % os.path.basename(
             storepath)
@@ -657,11 +549,16 @@ class _Run:
             problem = _store_problem(storepath)
         if problem:
             self.ui.warn(b'(%s)\n' % problem)
-            if os.path.lexists(self.request.dest):
-                self.remove(self.request.dest, 'remove-wdir')
+            if os.path.lexists(request.dest):
+                self.remove_dest()
             self.remove_store(storepath)
+        return storepath
 
-    def create_share(self, storepath, root):
+    def is_shared(self, storepath):
+        # check_destination left DEST absent or a share of a pooled store
+        return os.path.exists(os.path.join(self.request.dest, b'.hg'))
+
+    def create_share(self, storepath, node):
         """DEST as a new share of the store, cloned first if missing, then
         pulled from the clone source as ``hg clone`` with a pool does."""
         request = self.request
@@ -672,49 +569,22 @@ class _Run:
         if request.upstream:
             self.ui.write(_(b'(cloning from upstream repo %s)\n')
                           % urlutil.hidepassword(request.upstream))
-        with self.pool_lock(sharebase, name):
-            for leftover in pooling.discarded_leftovers(sharebase, name):
-                self.ui.warn(_(b'(removing %s, left by an interrupted '
-                               b'clone or removal)\n')
-                             % os.fsencode(leftover))
-                pooling.discard(leftover)
+        with self.store_lock(storepath):
+            self.remove_leftovers(storepath)
             if os.path.exists(storepath):
                 self.ui.status(_(b'(sharing from existing pooled repository '
                                  b'%s)\n') % name)
             else:
                 self.ui.status(_(b'(sharing from new pooled repository '
                                  b'%s)\n') % name)
-                self.network(lambda: self.clone(storepath, root, source))
+                self.network(lambda: self.clone(storepath, source))
         store = repofactory.repository(self.ui, storepath)
         repo = cloneimpl.share(self.ui, store, dest=request.dest,
                                update=False, bookmarks=False,
                                defaultpath=request.url)
-        self.behaviors.add('clone')
         self.pull(repo, storepath, source, None)
 
-    @contextlib.contextmanager
-    def pool_lock(self, sharebase, name):
-        """The lock core Mercurial's share.pool takes for the entry
-        ``name`` (the same file, in Mercurial's format), under the run's
-        lock policy."""
-        what = _(b'pooled store %s') % name
-
-        def taken_over(owner):
-            self.ui.warn(_(b'(took over the lock on %s from %s)\n')
-                         % (what, _owner(owner)))
-
-        lock = pooling.PidLock(os.fsdecode(os.path.join(sharebase,
-                                                        name + b'.lock')),
-                               self.lock_policy, self.waiting(what),
-                               taken_over)
-        with _lock_timeout_abort(what):
-            lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
-
-    def clone(self, storepath, root, source):
+    def clone(self, storepath, source):
         """Clone the store into a hidden sibling and rename it into place:
         a clone killed midway leaves only the sibling, which the next
         holder of the pool lock removes."""
@@ -730,27 +600,27 @@ class _Run:
             pooling.discard(partial)
             raise
         repo = repofactory.repository(self.ui, partial)
-        if len(repo) == 0 or repo.changelog.node(0) != root:
+        if len(repo) == 0 or repo.changelog.node(0) != self.root:
             pooling.discard(partial)
             raise error.Abort(
                 _(b'%s is not the same repository as %s (revision 0 '
                   b'differs)') % (source, self.request.url),
                 hint=_(b'check --upstream'))
         os.rename(partial, storepath)
-        self.behaviors.add('create-store')
-        self.timer.facts['cloned'] = True
+        self.store_cloned()
 
     # pull ----------------------------------------------------------------
 
-    def wanted_node(self, repo, storepath):
-        """The full node to check out, pulled into DEST's store if it lacks
-        it; a branch is resolved on the server every time."""
+    def obtain(self, storepath):
+        """The full node to check out (hex), pulled into DEST's store if
+        it lacks it; a branch is resolved on the server every time."""
         request = self.request
+        self.repo = repo = repofactory.repository(self.ui, request.dest)
         if request.revision:
             with self.reading_store(storepath):
                 node = _local_node(repo, request.revision)
             if node is not None:
-                return node
+                return hex(node)
         self.ui.write(_(b'(pulling to obtain %s)\n') % request.wanted)
         (node,) = self.network(lambda: self.lookup(request.url,
                                                    [request.wanted]))
@@ -764,14 +634,12 @@ class _Run:
         if present:
             self.ui.warn(_(b'(revision already present locally; not '
                            b'pulling)\n'))
-            return node
-        with self.timer.step('pull'):
+            return hex(node)
+        with self.pulling():
             pulled = self.pull(repo, storepath, request.url, [node])
-        if not pulled.rheads:
-            raise error.Abort(_(b'unable to pull requested revision'))
-        self.timer.facts['pulled'] = True
-        self.behaviors.add('pull')
-        return node
+            if not pulled.rheads:
+                raise error.Abort(_(b'unable to pull requested revision'))
+        return hex(node)
 
     def pull(self, repo, storepath, url, heads):
         """Pull ``heads`` (None: all) from ``url`` into the share ``repo``;
@@ -784,8 +652,8 @@ class _Run:
             if inst.message != _(b'repository is unrelated'):
                 raise
             self.ui.warn(_(b'(repository is unrelated; deleting)\n'))
-            self.remove(self.request.dest, 'remove-wdir')
-            raise _Restart(announce=False)
+            self.remove_dest()
+            raise pooledcheckout.Restart(announce=False)
         except error.RepoError as inst:
             if pycompat.bytestr(inst) != _(b'abandoned transaction found'):
                 raise
@@ -795,19 +663,33 @@ class _Run:
                 self.ui.warn(_(b'(could not recover repo state; deleting '
                                b'shared store)\n'))
                 self.remove_store(storepath)
-            raise _Restart(announce=True)
+            raise pooledcheckout.Restart()
 
-    # purge, update, verify, disk -----------------------------------------
+    # working state, purge, update, verify ----------------------------------
 
-    def check_parent_known(self, repo):
+    def check_working_state(self, created):
+        repo = self.repo
+        if not created:
+            self.check_dirstate_readable(repo)
         parent = repo.dirstate.p1()
         if parent != nullid and not repo.unfiltered().changelog.hasnode(
                 parent):
-            self.ui.warn(_(b'(working directory parent %s is not in the '
-                           b'shared store; deleting destination)\n')
-                         % hex(parent))
-            self.remove(self.request.dest, 'remove-wdir')
-            raise _Restart(announce=True)
+            self.start_over('(working directory parent %s is not in the '
+                            'shared store; deleting destination)',
+                            hex(parent))
+        if not created:
+            self.check_tracked_files(repo)
+
+    def check_dirstate_readable(self, repo):
+        """DEST's dirstate must be readable; one Mercurial cannot parse
+        (disk damage, a garbage file) makes DEST a new share."""
+        try:
+            repo.dirstate.p1()
+            b'' in repo.dirstate  # parses every entry
+        except DIRSTATE_DAMAGE as inst:
+            self.start_over('(working directory state is unreadable: %s; '
+                            'deleting destination)',
+                            stringutil.forcebytestr(inst))
 
     def check_tracked_files(self, repo):
         """The dirstate must track the parent's files (in the sparse
@@ -839,21 +721,20 @@ class _Run:
             with dirstate.changing_parents(repo):
                 dirstate.rebuild(dirstate.p1(), files, untracked | stray)
 
-    def purge(self, repo):
-        self.ui.write(_(b'(purging working directory)\n'))
+    def purge(self):
+        repo = self.repo
         with repo.wlock(), _outside_sparse_too(repo):
-            removed = mergemod.purge(
+            return len(mergemod.purge(
                 repo, scmutil.matchall(repo), unknown=True, ignored=True,
-                removeemptydirs=True, abortonerror=True)
-        self.ui.note(_(b'(purged %d files)\n') % len(removed))
+                removeemptydirs=True, abortonerror=True))
 
-    def set_sparse_profile(self, repo, node):
+    def set_sparse_profile(self, node):
         from mercurial import sparse
 
-        profile = self.request.sparseprofile
+        repo, profile = self.repo, self.request.sparseprofile
         if profile not in repo[node]:
             raise error.Abort(_(b'sparse profile %s does not exist at '
-                                b'revision %s') % (profile, hex(node)))
+                                b'revision %s') % (profile, node))
         includes, excludes, profiles = sparse.parseconfig(
             repo.ui, repo.vfs.tryread(b'sparse'), b'sparse')
         if profiles == {profile} and not includes and not excludes:
@@ -877,23 +758,12 @@ class _Run:
                          b'conflicting\n') % (added, dropped, conflicting))
         self.ui.write(_(b'(sparse refresh complete)\n'))
 
-    def check_working_state(self, repo):
-        """DEST's dirstate must be readable; one Mercurial cannot parse
-        (disk damage, a garbage file) makes DEST a new share."""
+    def update(self, node, created):
+        repo = self.repo
+        self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
+                           else 'populated-wdir')
         try:
-            repo.dirstate.p1()
-            b'' in repo.dirstate  # parses every entry
-        except DIRSTATE_DAMAGE as inst:
-            self.ui.warn(_(b'(working directory state is unreadable: %s; '
-                           b'deleting destination)\n')
-                         % stringutil.forcebytestr(inst))
-            self.remove(self.request.dest, 'remove-wdir')
-            raise _Restart(announce=True)
-
-    def update(self, repo, node):
-        try:
-            updated = commands.update(self.ui, repo, rev=hex(node),
-                                      clean=True)
+            updated = commands.update(self.ui, repo, rev=node, clean=True)
         except error.WorkerError:
             # Why a worker died (damage in the store, say) is learnt only
             # where the exception is raised: once more, in this process.
@@ -901,64 +771,21 @@ class _Run:
                            b'without workers)\n'))
             with repo.ui.configoverride({(b'worker', b'enabled'): False},
                                         b'sharepool'):
-                updated = commands.update(self.ui, repo, rev=hex(node),
+                updated = commands.update(self.ui, repo, rev=node,
                                           clean=True)
         if updated:
             raise error.Abort(_(b'error updating'))
-        self.ui.write(_(b'updated to %s\n') % hex(node))
 
-    def verify(self, node):
-        """The working directory's parent is ``node`` and nothing differs
-        from it; else DEST is deleted and the run starts over."""
+    def working_state(self):
         repo = repofactory.repository(self.ui, self.request.dest)
-        parent = repo.dirstate.p1()
-        if parent != node:
-            problem = (_(b'working directory parent is %s, not %s')
-                       % (hex(parent), hex(node)))
-        else:
-            purged = self.request.purge
-            with repo.wlock():
-                st = repo.status(unknown=purged, ignored=purged)
-            counts = [b'%d %s' % (len(files), kind) for files, kind in (
-                (st.modified, b'modified'), (st.added, b'added'),
-                (st.removed, b'removed'), (st.deleted, b'missing'),
-                (st.unknown, b'unknown'), (st.ignored, b'ignored')) if files]
-            problem = counts and (_(b'working directory not clean after '
-                                    b'update: %s') % b', '.join(counts))
-        if problem:
-            self.ui.warn(_(b'(%s; deleting destination)\n') % problem)
-            self.remove(self.request.dest, 'remove-wdir')
-            raise _Restart(announce=True)
-        self.ui.note(_(b'(verified: working directory is %s and clean)\n')
-                     % hex(node)[:12])
-
-    def report_disk(self, storepath):
-        store = pooling.disk_usage(storepath)
-        checkout = pooling.disk_usage(self.request.dest)
-        free = pooling.free_space(self.request.dest)
-        self.timer.facts.update(store_bytes=store, checkout_bytes=checkout,
-                                free_bytes=free)
-        self.ui.write(_(b'(disk: pooled store %s, checkout %s, %s free)\n')
-                      % tuple(pycompat.bytestr(pooling.format_bytes(n))
-                              for n in (store, checkout, free)))
-
-
-class _lock_timeout_abort:
-    """Turn a lock wait that timed out into an abort naming the owner."""
-
-    def __init__(self, what):
-        self.what = what
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if isinstance(exc, pooling.LockTimeout):
-            raise error.Abort(
-                _(b'timed out waiting for lock on %s held by %s')
-                % (self.what, pycompat.bytestr(exc.owner)),
-                hint=_(b'raise sharepool.lock-timeout, or stop that '
-                       b'process'))
+        purged = self.request.purge
+        with repo.wlock():
+            st = repo.status(unknown=purged, ignored=purged)
+        counts = [b'%d %s' % (len(files), kind) for files, kind in (
+            (st.modified, b'modified'), (st.added, b'added'),
+            (st.removed, b'removed'), (st.deleted, b'missing'),
+            (st.unknown, b'unknown'), (st.ignored, b'ignored')) if files]
+        return hex(repo.dirstate.p1()), b', '.join(counts) or None
 
 
 class _outside_sparse_too:
@@ -974,11 +801,6 @@ class _outside_sparse_too:
 
     def __exit__(self, *exc):
         self.dirstate._sparsematchfn = self.saved
-
-
-def _owner(owner):
-    """Who holds a lock, for a message."""
-    return stringutil.forcebytestr(pooling.describe_owner(owner))
 
 
 def _recover(ui, repo):

@@ -5,10 +5,8 @@ pool's indexes and the checkout's dirstate.  After each, a rerun must
 finish: the requested revision, nothing modified, ``hg verify`` or ``git
 fsck`` clean."""
 
-import hashlib
 import os
 import shutil
-import subprocess
 import threading
 import time
 
@@ -17,9 +15,8 @@ from hypothesis import given, settings, strategies as st
 from mercurial import store as hgstore
 
 import campaign
-import test_sharepool
-from test_all_extensions import SUITE
-from test_gitbridge_checkout import gitbridge  # noqa: F401 (a fixture)
+from checkout_drivers import GitDriver, HgDriver
+from checkout_drivers import hgrc  # noqa: F401 (a fixture)
 from vcsperf.core import pooling
 from vcsperf.harness.servers import GitServer
 
@@ -127,7 +124,7 @@ def _kill_rounds(pool, tally, prepare, env):
         revision = prepare(kind)
         delay = tally.rng.uniform(0.02, durations[kind])
         start = time.monotonic()
-        if campaign.kill_after(pool.command(revision), env, delay):
+        if campaign.kill_after(pool.run_command(revision), env, delay):
             killed += 1
         else:  # it ended by itself: how long such a run takes now
             durations[kind] = time.monotonic() - start
@@ -178,83 +175,9 @@ def _flip_bytes(path, rng):
 # hg robustcheckout ---------------------------------------------------------
 
 @pytest.fixture
-def hgrc(hgrc):
-    """sharepool's fast retries, and every extension of the suite."""
-    with open(hgrc, "a") as fh:
-        fh.write(test_sharepool.HGRC + "[extensions]\n"
-                 + "".join("%s =\n" % name for name in SUITE))
-    return hgrc
-
-
-class HgPool:
-    """The real history served by hg serve, a pool and one DEST."""
-
-    def __init__(self, hg, repo, server, tmp_path):
-        self.hg, self.repo, self.url = hg, repo, server.url
-        self.nodes = hg("log", "-T", "{node}\n", cwd=repo).split()[::-1]
-        self.pool, self.dest = tmp_path / "pool", tmp_path / "co"
-        self.store = self.pool / self.nodes[0]
-        self.trees = tmp_path / "trees"
-
-    def command(self, node):
-        return [self.hg.binary, "robustcheckout", "--sharebase",
-                str(self.pool), "--purge", "-r", node, self.url,
-                str(self.dest)]
-
-    def run(self, node):
-        return subprocess.run(self.command(node), env=self.hg.env,
-                              capture_output=True, text=True)
-
-    def problems(self, rerun, node, files=False):
-        """What is wrong after a rerun that was to check out ``node``:
-        it failed, DEST is elsewhere or modified (or, with ``files``, its
-        files are not the served revision's), the store fails hg verify,
-        the pool holds more than the store."""
-        if rerun.returncode != 0:
-            return ["exit %d: %s" % (rerun.returncode,
-                                     rerun.stderr.strip()[-300:])]
-        found = []
-        where = self.hg("id", "--debug", "-i", cwd=self.dest).strip()
-        if where != node:
-            found.append("DEST at %s" % where)
-        if self.hg("status", cwd=self.dest):
-            found.append("DEST modified")
-        if files and _tree_digest(self.dest) != _tree_digest(
-                self.tree(node)):
-            found.append("DEST's files differ from the served revision")
-        verify = self.hg.proc("verify", "-q", cwd=self.store)
-        if verify.returncode:
-            found.append("hg verify: %s" % verify.stderr.strip()[-300:])
-        if os.listdir(self.pool) != [self.nodes[0]]:
-            found.append("pool holds %s" % os.listdir(self.pool))
-        return found
-
-    def tree(self, node):
-        """The files of ``node``, from the served repository."""
-        path = self.trees / node
-        if not path.exists():
-            self.hg("archive", "-R", self.repo, "-r", node, "-t", "files",
-                    "--config", "ui.archivemeta=false", path)
-        return path
-
-
-def _tree_digest(root):
-    """Path, mode and content of every file under ``root`` but .hg and
-    .git."""
-    entries = []
-    for top, dirs, files in os.walk(root):
-        dirs[:] = [name for name in dirs if name not in (".hg", ".git")]
-        for name in files:
-            path = os.path.join(top, name)
-            with open(path, "rb") as fh:
-                entries.append((os.path.relpath(path, root),
-                                os.access(path, os.X_OK), fh.read()))
-    return sorted(entries)
-
-
-@pytest.fixture
 def hg_pool(hg, real_hg_repo, hgserve, tmp_path):
-    return HgPool(hg, real_hg_repo, hgserve(real_hg_repo), tmp_path)
+    """The real history served by hg serve, a pool and one DEST."""
+    return HgDriver(hg, real_hg_repo, hgserve(real_hg_repo).url, tmp_path)
 
 
 @_on_real_history
@@ -265,7 +188,7 @@ def test_robustcheckout_killed_at_random_moments_then_rerun_finishes(
     next run finishes the checkout, and the store passes hg verify."""
     pool = hg_pool
     old_store = tmp_path / "old-store"
-    hg("clone", "-q", "-U", "-r", pool.nodes[20], pool.repo, old_store)
+    hg("clone", "-q", "-U", "-r", pool.revisions[20], pool.repo, old_store)
 
     def prepare(kind):
         """The starting state of a round, and the revision it asks for."""
@@ -274,8 +197,8 @@ def test_robustcheckout_killed_at_random_moments_then_rerun_finishes(
             pooling.discard(pool.dest)
         if kind == "pull":
             hg("clone", "-q", "-U", old_store, pool.store)
-        return tally.rng.choice(pool.nodes[25:] if kind != "update"
-                                else pool.nodes)
+        return tally.rng.choice(pool.revisions[25:] if kind != "update"
+                                else pool.revisions)
 
     _kill_rounds(pool, tally, prepare, hg.env)
 
@@ -299,10 +222,10 @@ def _entry_position(index, rev):
 def _flip_filelog_entry(pool, rng, path, node):
     """Flip one byte that reading file ``path`` at ``node`` depends on, in
     the entry of its filelog's index in the pool's store."""
-    filenode = [line.split()[0] for line in pool.hg(
+    filenode = [line.split()[0] for line in pool.tool(
         "manifest", "--debug", "-r", node, cwd=pool.repo).splitlines()
         if line.split(None, 2)[2] == path][0]
-    rev = [int(line.split()[0]) for line in pool.hg(
+    rev = [int(line.split()[0]) for line in pool.tool(
         "debugindex", path, cwd=pool.repo).splitlines()[1:]
         if filenode.startswith(line.split()[2])][0]
     index = pool.store / ".hg" / "store" / os.fsdecode(
@@ -324,78 +247,26 @@ def test_robustcheckout_recovers_from_flipped_bytes(hg_pool, tally):
     pool = hg_pool
 
     def damage_store(old, new):
-        changed = pool.hg("status", "-n", "-ma", "--rev", old, "--rev", new,
+        changed = pool.tool("status", "-n", "-ma", "--rev", old, "--rev", new,
                           cwd=pool.repo).splitlines()
         return _flip_filelog_entry(pool, tally.rng,
                                    tally.rng.choice(changed), new)
 
-    _flip_rounds(pool, tally, pool.nodes, damage_store,
+    _flip_rounds(pool, tally, pool.revisions, damage_store,
                  os.path.join(".hg", "dirstate"))
 
 
 # gitbridge checkout ----------------------------------------------------------
 
-class GitPool:
-    """The real history behind git http-backend, a pool and one DEST."""
-
-    def __init__(self, git, gitbridge, repo, server, tmp_path):
-        self.git, self.binary, self.repo = git, gitbridge.binary, repo
-        self.url = server.repo_url
-        self.commits = git("-C", repo, "rev-list", "main").split()[::-1]
-        self.pool, self.dest = tmp_path / "pool", tmp_path / "co"
-        self.store = self.pool / (self.commits[0] + ".git")
-        self.trees = tmp_path / "trees"
-
-    def command(self, commit):
-        return [self.binary, "checkout", "--sharebase", str(self.pool),
-                "--purge", "-r", commit, self.url, str(self.dest)]
-
-    def run(self, commit):
-        return subprocess.run(self.command(commit), env=self.git.env,
-                              capture_output=True, text=True)
-
-    def problems(self, rerun, commit, files=False):
-        """What is wrong after a rerun that was to check out ``commit``
-        (see ``HgPool.problems``)."""
-        if rerun.returncode != 0:
-            return ["exit %d: %s" % (rerun.returncode,
-                                     rerun.stderr.strip()[-300:])]
-        found = []
-        head = self.git("-C", self.dest, "rev-parse", "HEAD").strip()
-        if head != commit:
-            found.append("DEST at %s" % head)
-        if self.git("-C", self.dest, "status", "--porcelain"):
-            found.append("DEST modified")
-        if files and _tree_digest(self.dest) != _tree_digest(
-                self.tree(commit)):
-            found.append("DEST's files differ from the served commit")
-        fsck = subprocess.run(["git", "-C", str(self.store), "fsck",
-                               "--no-progress"], env=self.git.env,
-                              capture_output=True, text=True)
-        if fsck.returncode:
-            found.append("git fsck: %s" % fsck.stderr.strip()[-300:])
-        return found
-
-    def tree(self, commit):
-        path = self.trees / commit
-        if not path.exists():
-            path.mkdir(parents=True)
-            archive = subprocess.run(
-                ["git", "-C", str(self.repo), "archive", commit],
-                env=self.git.env, capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(path)],
-                           input=archive.stdout, check=True)
-        return path
-
-
 @pytest.fixture
-def git_pool(git, gitbridge, real_git_repo, tmp_path):
+def git_pool(git, real_git_repo, tmp_path):
+    """The real history behind git http-backend, a pool and one DEST."""
     repos = tmp_path / "repos"
     repos.mkdir()
     os.symlink(real_git_repo, repos / "pip.git")
     with GitServer(repos) as server:
         server.repo_url = server.url + "pip.git"
-        yield GitPool(git, gitbridge, real_git_repo, server, tmp_path)
+        yield GitDriver(git, real_git_repo, server, tmp_path)
 
 
 @_on_real_history
@@ -408,10 +279,10 @@ def test_gitbridge_checkout_killed_at_random_moments_then_rerun_finishes(
     # a store that saw only the first 21 releases, copied in for each
     # "pull" round (the URL's root is known from the first round on)
     old_store = tmp_path / "old-store.git"
-    key = hashlib.sha256(pool.url.encode()).hexdigest()[:20]
+    key = pool.url_key
     git("init", "-q", "--bare", old_store)
     git("-C", old_store, "fetch", "-q", pool.repo,
-        "%s:refs/pool/%s/heads/main" % (pool.commits[20], key))
+        "%s:refs/pool/%s/heads/main" % (pool.revisions[20], key))
 
     def prepare(kind):
         if kind != "update":
@@ -419,8 +290,8 @@ def test_gitbridge_checkout_killed_at_random_moments_then_rerun_finishes(
             pooling.discard(pool.dest)
         if kind == "pull":
             shutil.copytree(old_store, pool.store, symlinks=True)
-        return tally.rng.choice(pool.commits[25:] if kind != "update"
-                                else pool.commits)
+        return tally.rng.choice(pool.revisions[25:] if kind != "update"
+                                else pool.revisions)
 
     _kill_rounds(pool, tally, prepare, git.env)
 
@@ -428,10 +299,10 @@ def test_gitbridge_checkout_killed_at_random_moments_then_rerun_finishes(
 def _flip_packed_object(pool, rng, path, commit):
     """Flip one byte of the packed object holding ``path`` at ``commit``
     in the pool's store (git checks every object it inflates)."""
-    blob = pool.git("-C", pool.store, "rev-parse",
+    blob = pool.tool("-C", pool.store, "rev-parse",
                     "%s:%s" % (commit, path)).strip()
     for index in sorted((pool.store / "objects" / "pack").glob("*.idx")):
-        for line in pool.git("verify-pack", "-v", index).splitlines():
+        for line in pool.tool("verify-pack", "-v", index).splitlines():
             fields = line.split()
             if fields and fields[0] == blob:
                 size, offset = int(fields[3]), int(fields[4])
@@ -456,10 +327,10 @@ def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
     pool = git_pool
 
     def damage_store(old, new):
-        changed = pool.git("-C", pool.repo, "diff", "--name-only",
+        changed = pool.tool("-C", pool.repo, "diff", "--name-only",
                            "--diff-filter=AM", old, new).splitlines()
         return _flip_packed_object(pool, tally.rng,
                                    tally.rng.choice(changed), new)
 
-    _flip_rounds(pool, tally, pool.commits, damage_store,
+    _flip_rounds(pool, tally, pool.revisions, damage_store,
                  os.path.join(".git", "index"))

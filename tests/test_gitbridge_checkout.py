@@ -1,28 +1,26 @@
 """gitbridge checkout, the Git counterpart of hg robustcheckout, against a
-real smart-HTTP Git server (git http-backend) on 127.0.0.1."""
+real smart-HTTP Git server (git http-backend) on 127.0.0.1: the CI story
+in both layouts, the aborts for bad input, sparse profiles and Git's own
+damage.  The failure tests it shares with hg robustcheckout (recoveries,
+locks, a misbehaving proxy, concurrent checkouts) are the contract suite,
+test_checkout_contract.py."""
 
-import hashlib
-import json
 import os
-import shutil
 import subprocess
 
 import pytest
 
-from vcsperf.core import pooling
+import checkout_drivers
+from checkout_drivers import GITCONFIG, abort_line, git_commit
+from checkout_drivers import git_served  # noqa: F401 (a fixture)
 from vcsperf.harness import tools
-from vcsperf.harness.proxies import Fault, FlakyProxy
-from vcsperf.harness.servers import GitServer
 
 
 @pytest.fixture
 def gitbridge(env, home):
     """Runs ``gitbridge`` with fast retries configured in git config."""
     binary = tools.executable("gitbridge")
-    gitconfig = home / ".gitconfig"
-    gitconfig.write_text("[sharepool]\n\tretry-backoff = 0.05\n"
-                         "\tretry-jitter-min = 0\n\tretry-jitter-max = 0.05\n"
-                         "\thttp-timeout = 20\n")
+    (home / ".gitconfig").write_text(GITCONFIG)
 
     def run(*args, check=True):
         proc = subprocess.run([binary, *map(str, args)], env=env,
@@ -36,37 +34,10 @@ def gitbridge(env, home):
     return run
 
 
-def commit(git, work, files, message):
-    for name, text in files.items():
-        path = os.path.join(work, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as fh:
-            fh.write(text)
-    git("-C", work, "add", "-A")
-    git("-C", work, "commit", "-q", "-m", message)
-    git("-C", work, "push", "-q", "origin", "HEAD:main")
-    return git("-C", work, "rev-parse", "HEAD").strip()
-
-
 @pytest.fixture
-def served(git, tmp_path):
-    """A bare repository behind git http-backend, and a clone to push
-    from; ``served.commits`` lists its commits, oldest first."""
-    repos = tmp_path / "repos"
-    git("init", "-q", "--bare", "-b", "main", repos / "project.git")
-    work = tmp_path / "work"
-    git("clone", "-q", repos / "project.git", work)
-    commits = []
-    for n in range(3):
-        files = {"src/module%d.py" % i: "x = %d\n" % (n * i) for i in range(8)}
-        files["docs/readme.txt"] = "release %d\n" % n
-        files["profiles/docs.sparse"] = "/docs/\n"
-        commits.append(commit(git, work, files, "release %d" % n))
-    with GitServer(repos) as server:
-        server.repo_url = server.url + "project.git"
-        server.commits = commits
-        server.work = work
-        yield server
+def served(git_served):
+    """git_served: ``commits``, ``work``, ``repo_url``."""
+    return git_served
 
 
 def head(git, dest):
@@ -74,17 +45,7 @@ def head(git, dest):
 
 
 def timings(proc):
-    (line,) = [line for line in proc.stdout.splitlines()
-               if line.startswith('{"checkout"')]
-    return json.loads(line)["checkout"]
-
-
-def abort_line(proc):
-    assert proc.returncode == 255, proc.stderr
-    aborts = [line for line in proc.stderr.splitlines()
-              if line.startswith("abort: ")]
-    assert len(aborts) == 1, proc.stderr
-    return aborts[0]
+    return checkout_drivers.timings(proc, "checkout")
 
 
 def store_of(tmp_path, served):
@@ -110,7 +71,8 @@ def test_ci_jobs_share_one_store_and_fetch_only_what_is_missing(
     assert head(git, tmp_path / "job2") == tip
     assert len(served.fetches()) == 1
 
-    pushed = commit(git, served.work, {"src/new.py": "new\n"}, "release 3")
+    pushed = git_commit(git, served.work, {"src/new.py": "new\n"},
+                        "release 3")
     (tmp_path / "job1" / "build-output.o").write_text("stale\n")
     three = gitbridge("checkout", "--sharebase", pool, "--layout", layout,
                       "-r", pushed, "--purge", served.repo_url,
@@ -174,7 +136,7 @@ def test_switching_sparse_profile_with_purge(git, gitbridge, served,
                                              tmp_path):
     """Another profile replaces the first, and --purge removes what lies
     outside the profile too."""
-    tip = commit(git, served.work, {"profiles/src.sparse": "/src/\n"},
+    tip = git_commit(git, served.work, {"profiles/src.sparse": "/src/\n"},
                  "second profile")
     dest = tmp_path / "co"
     gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r", tip,
@@ -192,114 +154,6 @@ def test_switching_sparse_profile_with_purge(git, gitbridge, served,
     assert sorted(os.listdir(dest / "src")) == [
         "module%d.py" % i for i in range(8)]
     assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
-
-
-def test_leaves_a_directory_that_is_not_a_checkout_alone(gitbridge, served,
-                                                         tmp_path):
-    dest = tmp_path / "co"
-    dest.mkdir()
-    (dest / "precious.txt").write_text("keep me\n")
-    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
-                     "main", served.repo_url, dest, check=False)
-    assert abort_line(proc) == ("abort: destination exists but no .git "
-                                "directory")
-    assert (dest / "precious.txt").read_text() == "keep me\n"
-    assert not list((tmp_path / "pool").glob("*.git"))  # before any clone
-
-
-@pytest.mark.parametrize("private", [True, False])
-def test_another_hosts_lock_is_taken_over_by_policy(git, gitbridge, served,
-                                                    tmp_path, private):
-    """A lock left by a killed task's container names another host: taken
-    over at once for a private cache, else once it is
-    sharepool.foreign-lock-grace seconds old, saying so."""
-    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
-              served.commits[0], served.repo_url, tmp_path / "co")
-    os.symlink("old-container.example/4026531836:1068",
-               str(store_of(tmp_path, served)) + ".lock")
-    commit(git, served.work, {"late.txt": "late\n"}, "late")  # must fetch
-    setting = (["sharepool.private-cache", "true"] if private
-               else ["sharepool.foreign-lock-grace", "1"])
-    git("config", "--global", *setting)
-    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
-                     "main", served.repo_url, tmp_path / "co")
-    waited = "held by process 1068 on host old-container.example/" \
-        "4026531836; taking it over then)"
-    assert (waited in proc.stderr) != private, proc.stderr
-    assert head(git, tmp_path / "co") == git(
-        "-C", served.work, "rev-parse", "HEAD").strip()
-
-
-def _dead_pid():
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    return dead.pid
-
-
-def _stale_store_locks(git, gitbridge, served, tmp_path):
-    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
-              served.commits[0], served.repo_url, tmp_path / "co")
-    store = store_of(tmp_path, served)
-    key = hashlib.sha256(served.repo_url.encode()).hexdigest()[:20]
-    (store / "refs" / "pool" / key / "heads" / "main.lock").write_text("")
-    (store / "objects" / "pack" / "tmp_pack_killed").write_text("")
-    owner = pooling.owner_identity().rpartition(":")[0]
-    os.symlink("%s:%d" % (owner, _dead_pid()), str(store) + ".lock")
-    # make the next run fetch
-    commit(git, served.work, {"late.txt": "late\n"}, "late")
-    served.commits.append(git("-C", served.work, "rev-parse",
-                              "HEAD").strip())
-
-
-def _not_shared(git, gitbridge, served, tmp_path):
-    git("clone", "-q", served.repo_url, tmp_path / "co")
-
-
-def _dangling(git, gitbridge, served, tmp_path):
-    gitbridge("checkout", "--sharebase", tmp_path / "oldpool", "-r",
-              served.commits[0], served.repo_url, tmp_path / "co")
-    shutil.rmtree(tmp_path / "oldpool")
-
-
-def _unrelated(git, gitbridge, served, tmp_path):
-    other = tmp_path / "pool" / ("0" * 40 + ".git")
-    git("init", "-q", "--bare", other)
-    git("init", "-q", tmp_path / "co")
-    (tmp_path / "co/.git/objects/info/alternates").write_text(
-        str(other / "objects") + "\n")
-
-
-def _interrupted_checkout(git, gitbridge, served, tmp_path):
-    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
-              served.commits[0], served.repo_url, tmp_path / "co")
-    (tmp_path / "co" / ".git" / "index.lock").write_text("")
-
-
-RECOVERIES = {
-    "stale store locks": (_stale_store_locks, "(removing 2 lock and "
-                          "temporary files left by an interrupted git "
-                          "process)"),
-    "not a share": (_not_shared, "(destination is not shared; deleting "
-                                 "destination)"),
-    "dangling share": (_dangling, "does not exist; deleting destination)"),
-    "unrelated repository": (_unrelated, "an unrelated repository; deleting "
-                                         "destination)"),
-    "interrupted checkout": (_interrupted_checkout, "index.lock, left by an "
-                                                    "interrupted checkout)"),
-}
-
-
-@pytest.mark.parametrize("damage", sorted(RECOVERIES))
-def test_recovers_and_says_what_it_does(git, gitbridge, served, tmp_path,
-                                        damage):
-    make, message = RECOVERIES[damage]
-    make(git, gitbridge, served, tmp_path)
-    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
-                     served.commits[-1], served.repo_url, tmp_path / "co")
-    assert message in proc.stderr, proc.stderr
-    assert head(git, tmp_path / "co") == served.commits[-1]
-    assert git("-C", tmp_path / "co", "status", "--porcelain") == ""
-    git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
 
 
 #: Where the first entry's flags start in an index of version 2: after the
@@ -347,72 +201,3 @@ def test_purge_recovers_from_a_damaged_index(git, gitbridge, served,
     assert git("-C", dest, "ls-files").split() == git(
         "-C", served.work, "ls-tree", "-r", "--name-only", tip).split()
     git("-C", dest, "fsck", "--no-progress")  # checks the index's checksum
-
-
-@pytest.mark.parametrize("faults, failures", [
-    ([Fault("command=fetch", cut=300)], {1}),
-    ([Fault("info/refs", status=503)], {1}),
-    # curl sometimes resends a request whose connection went silent, by
-    # itself: two stalls make one or two failures
-    ([Fault("command=fetch", stall=3, times=2)], {1, 2}),
-])
-def test_retries_through_a_misbehaving_server(git, gitbridge, served,
-                                              tmp_path, faults, failures):
-    git("config", "--global", "sharepool.http-timeout", "1")
-    expected = sum(fault.times for fault in faults)
-    with FlakyProxy(served.url) as proxy:
-        proxy.add(*faults)
-        proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
-                         "main", proxy.url + "project.git", tmp_path / "co",
-                         "--timings")
-    assert len(proxy.applied()) == expected
-    assert timings(proc)["network_failures"] in failures
-    assert "(retrying after network failure on attempt 1 of 3)" \
-        in proc.stderr
-    assert head(git, tmp_path / "co") == served.commits[-1]
-
-
-def test_gives_up_after_the_network_attempts(gitbridge, served, tmp_path):
-    with FlakyProxy(served.url) as proxy:
-        proxy.add(Fault("/", status=500, times=None))
-        proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
-                         "main", "--networkattempts", "2",
-                         proxy.url + "project.git", tmp_path / "co",
-                         check=False)
-    assert abort_line(proc).startswith(
-        "abort: reached maximum number of network attempts; giving up "
-        "(2 attempts; last failure: ")
-
-
-# Real history: the 57 pip releases as a Git repository ------------------------
-
-@pytest.fixture
-def real_served(real_git_repo, tmp_path):
-    repos = tmp_path / "repos"
-    repos.mkdir()
-    os.symlink(real_git_repo, repos / "pip.git")
-    with GitServer(repos) as server:
-        server.repo_url = server.url + "pip.git"
-        yield server
-
-
-@pytest.mark.slow
-def test_eight_concurrent_checkouts_clone_once(git, gitbridge, real_served,
-                                               real_git_repo, tmp_path):
-    commits = git("-C", real_git_repo, "rev-list", "main").split()
-    jobs = [subprocess.Popen(
-        [gitbridge.binary, "checkout", "--sharebase", str(tmp_path / "pool"),
-         "-r", commits[n * 5], real_served.repo_url,
-         str(tmp_path / ("job%d" % n))],
-        env=git.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True) for n in range(8)]
-    results = [(job.wait(), *job.communicate()) for job in jobs]
-    for n, (code, out, err) in enumerate(results):
-        assert code == 0, err
-        assert head(git, tmp_path / ("job%d" % n)) == commits[n * 5]
-        assert git("-C", tmp_path / ("job%d" % n), "status",
-                   "--porcelain") == ""
-    assert len(real_served.fetches()) == 1
-    outputs = "".join(out + err for _, out, err in results)
-    assert outputs.count("(cloning ") == 1
-    assert "for lock on pool entry for " in outputs

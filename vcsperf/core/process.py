@@ -39,6 +39,15 @@ def run(args, env, cwd=None, check=True):
     return proc.stdout
 
 
+def git(*args, cwd=None, env=None):
+    """Run ``git ARGS`` in ``env`` (default: this process's), never
+    prompting for credentials and speaking English (callers read its
+    messages): its stdout, or ``CommandError`` with its stderr."""
+    return run(["git", *args], dict(env or os.environ,
+                                    GIT_TERMINAL_PROMPT="0", LC_ALL="C"),
+               cwd=cwd)
+
+
 def git_output(repo_path, *args):
     """The output of ``git ARGS`` run in ``repo_path``; ``Abort`` with
     what git wrote to stderr when it fails."""

@@ -1,0 +1,433 @@
+"""The pooled-checkout engine: one checkout from a pool of shared stores,
+written once for every version control system.
+
+``hg robustcheckout`` (hgext/sharepool.py) and ``gitbridge checkout``
+(gitbridge/checkout.py) are this engine with their system's steps.  The
+engine holds what a checkout is:
+
+- the steps, in order (``attempt``): DEST checked; the store found,
+  repaired or cloned; DEST made a share of it and the wanted revision
+  obtained (in the order the adapter needs, ``SHARE_BEFORE_PULL``);
+  DEST's working state checked; purge; update; verify; disk report;
+- repairs: a step that finds damage says so, removes it (``remove_dest``,
+  ``remove_store``) and raises ``Restart``; the run starts over, at most
+  ``MAX_RESTARTS`` times;
+- network failures that a retry may cure (``network``) restart the run
+  after a wait with backoff and jitter, as robustcheckout does, until the
+  request's attempts are spent;
+- locks: waited for while a live process holds them, taken over from dead
+  owners (``vcsperf.core.pooling.LockPolicy``), and said so;
+- the timings and facts of the JSON timings line, and the texts of all it
+  says.
+
+An adapter subclasses ``PooledCheckout`` and supplies its system: how to
+say things and raise its user error (messages are %-templates that the
+adapter formats, and may translate first), which failures are
+transient, and the steps listed under "The adapter's steps".  The engine
+imports no version control system.
+"""
+
+import contextlib
+import os
+
+from vcsperf.core import pooling
+
+#: How often damage found and repaired mid-run may restart the run.
+MAX_RESTARTS = 2
+
+
+class Restart(Exception):
+    """A step found damage, said so and removed it: the run starts over.
+    ``announce``: say "(attempting checkout from beginning)" first."""
+
+    def __init__(self, announce=True):
+        super().__init__()
+        self.announce = announce
+
+
+class NetworkFailure(Exception):
+    """A network operation failed in a way a retry may cure."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PooledCheckout:
+    """One checkout of ``request`` (url, wanted, dest, sharebase, purge,
+    noupdate, sparseprofile), sharing its network ``attempts``
+    (``pooling.NetworkAttempts``), ``lock_policy``, timer and what was
+    learnt."""
+
+    #: Whether DEST becomes a share before the wanted revision is obtained
+    #: (Mercurial pulls through the share, whose lock comes before the
+    #: store's) or after (a Git worktree is added at that commit).
+    SHARE_BEFORE_PULL = True
+    #: The key of the JSON timings line.
+    TIMINGS_NAME = "checkout"
+
+    def __init__(self, request, attempts, lock_policy):
+        self.request = request
+        self.attempts = attempts
+        self.lock_policy = lock_policy
+        self.timer = pooling.StepTimer()
+        self.timer.facts.update(cloned=False, pulled=False, restarts=0,
+                                network_failures=0)
+        #: What happened, for robustcheckout's Perfherder names.
+        self.behaviors = set()
+        #: The pooled store of the current attempt.
+        self.store = None
+
+    # The adapter's voice -------------------------------------------------
+
+    def text(self, template, *args):
+        """``template % args`` in the adapter's own kind of string."""
+        raise NotImplementedError
+
+    def say(self, template, *args):
+        """A line on stdout."""
+        raise NotImplementedError
+
+    def note(self, template, *args):
+        """A line on stdout that may be kept for verbose runs."""
+        self.say(template, *args)
+
+    def warn(self, template, *args):
+        """A line on stderr."""
+        raise NotImplementedError
+
+    def error(self, template, *args, hint=None):
+        """The adapter's user error (one ``abort:`` line), to raise."""
+        raise NotImplementedError
+
+    def transient(self, exc):
+        """A one-line reason when ``exc`` is a network failure that a
+        retry may cure, else None."""
+        return pooling.transient_socket_error(exc)
+
+    def disconnect(self):
+        """Drop connections to servers (before a retry, and at the end)."""
+
+    @property
+    def shown_url(self):
+        return self.request.url
+
+    @property
+    def shown_dest(self):
+        return self.request.dest
+
+    # The adapter's steps, in the order ``attempt`` runs them ---------------
+
+    def holding_destination(self):
+        """A context that keeps other checkouts out of DEST during an
+        attempt (none: the steps take the system's own lock on DEST)."""
+        return contextlib.nullcontext()
+
+    def check_destination(self):
+        """Abort when DEST holds something that is not a checkout; remove
+        DEST (``remove_dest``) when it cannot be reused."""
+        raise NotImplementedError
+
+    def prepare_store(self):
+        """The path of a healthy pooled store for the URL (one found
+        damaged or locked by a dead process is removed); cloned here, or
+        in ``create_share``."""
+        raise NotImplementedError
+
+    def is_shared(self, store):
+        """Whether DEST is already a share of ``store``."""
+        raise NotImplementedError
+
+    def create_share(self, store, node):
+        """Make DEST a new share of ``store`` (``node``: the wanted
+        revision when ``SHARE_BEFORE_PULL`` is false, else None)."""
+        raise NotImplementedError
+
+    def obtain(self, store):
+        """The full node of the wanted revision, pulled (``pulling``) when
+        the store lacks it."""
+        raise NotImplementedError
+
+    def reading_store(self, store):
+        """A context in which damage found reading the store's data
+        removes the store and restarts the run."""
+        return contextlib.nullcontext()
+
+    def check_working_state(self, created):
+        """Before purge and update: repair or remove a DEST whose working
+        state is damaged (``created``: DEST was made by this attempt)."""
+
+    def purge(self):
+        """Remove untracked and ignored files from DEST; how many."""
+        raise NotImplementedError
+
+    def set_sparse_profile(self, node):
+        """Make the request's sparse profile, as it is at ``node``, DEST's
+        only sparse configuration."""
+        raise NotImplementedError
+
+    def update(self, node, created):
+        """Check out ``node`` in DEST."""
+        raise NotImplementedError
+
+    def working_state(self):
+        """``(parent, dirt)``: the node DEST's working copy stands on, and
+        what differs from it (None when clean; with --purge, unknown and
+        ignored files count)."""
+        raise NotImplementedError
+
+    def wants_disk_report(self):
+        return True
+
+    # The run -------------------------------------------------------------
+
+    def run(self):
+        """Check out the request; the timer's ``result`` fact says how it
+        ended.  Two loops: a network failure ends the attempt and, after a
+        wait, starts the run again (``attempts.call``, robustcheckout's
+        way); damage repaired mid-run starts it again at once
+        (``_attempt_with_repairs``)."""
+        try:
+            self.attempts.call(self._attempt_with_repairs,
+                               self._network_failure, self._retrying)
+            self.timer.facts["result"] = "ok"
+        except pooling.GaveUp as gaveup:
+            self.timer.facts["result"] = "error"
+            raise self.network_gave_up(gaveup) from None
+        except BaseException:
+            self.timer.facts["result"] = "error"
+            raise
+        finally:
+            self.timer.facts["network_failures"] = self.attempts.failures
+            self.disconnect()
+
+    def timings_line(self):
+        return self.timer.json_line(self.TIMINGS_NAME)
+
+    def _network_failure(self, exc):
+        """The reason, said, when ``exc`` ends an attempt on a network
+        failure; None for any other exception."""
+        if not isinstance(exc, NetworkFailure):
+            return None
+        self.disconnect()
+        self.warn("%s", exc.reason)
+        return exc.reason
+
+    def _retrying(self, reason, failed, limit, delay):
+        self.warn("(retrying after network failure on attempt %d of %d)",
+                  failed, limit)
+        self.warn("(waiting %.2fs before retry)", delay)
+
+    def network_gave_up(self, gaveup):
+        """The error that ends a run whose last network attempt failed."""
+        return self.error("reached maximum number of network attempts; "
+                          "giving up (%d attempts; last failure: %s)",
+                          gaveup.attempts, gaveup.reason,
+                          hint="raise --networkattempts, or check the "
+                          "server")
+
+    def _attempt_with_repairs(self):
+        while True:
+            self.say("ensuring %s@%s is available at %s", self.shown_url,
+                     self.request.wanted, self.shown_dest)
+            try:
+                with self.holding_destination():
+                    return self.attempt()
+            except Restart as restart:
+                restarts = self.timer.facts["restarts"]
+                if restarts == MAX_RESTARTS:
+                    raise self.error("giving up after %d attempts to repair "
+                                     "the store and checkout",
+                                     MAX_RESTARTS + 1,
+                                     hint="see the messages above")
+                self.timer.facts["restarts"] = restarts + 1
+                if restart.announce:
+                    self.warn("(attempting checkout from beginning)")
+
+    def attempt(self):
+        """The steps, once, in order."""
+        request, step = self.request, self.timer.step
+        self.check_destination()
+        self.store = store = self.prepare_store()
+        self.timer.facts["store"] = os.fsdecode(store)
+        if self.SHARE_BEFORE_PULL:
+            created = self._share(store, None)
+            node = self.obtain(store)
+        else:
+            node = self.obtain(store)
+            created = self._share(store, node)
+        self.timer.facts["node"] = os.fsdecode(node)
+        if request.noupdate:
+            self.say("(skipping update since `-U` was passed)")
+            return
+        with self.reading_store(store):
+            self.check_working_state(created)
+            if request.purge and not created:
+                self.say("(purging working directory)")
+                with step("purge"):
+                    removed = self.purge()
+                self.note("(purged %d files)", removed)
+            if request.sparseprofile:
+                self.set_sparse_profile(node)
+            with step("update_sparse" if request.sparseprofile
+                      else "update"):
+                self.update(node, created)
+            self.say("updated to %s", node)
+            with step("verify"):
+                self.verify(node)
+        if self.wants_disk_report():
+            with step("disk"):
+                self.report_disk(store)
+
+    def _share(self, store, node):
+        """Make DEST a share of ``store`` unless it is one; whether it was
+        created."""
+        if self.is_shared(store):
+            return False
+        with self.timer.step("clone"):
+            self.create_share(store, node)
+        self.behaviors.add("clone")
+        return True
+
+    def verify(self, node):
+        """DEST's parent is ``node`` and nothing differs from it; else DEST
+        is removed and the run starts over."""
+        parent, dirt = self.working_state()
+        if parent != node:
+            problem = self.text("working directory parent is %s, not %s",
+                                parent, node)
+        elif dirt:
+            problem = self.text("working directory not clean after "
+                                "update: %s", dirt)
+        else:
+            self.note("(verified: working directory is %s and clean)",
+                      node[:12])
+            return
+        self.start_over("(%s; deleting destination)", problem)
+
+    def report_disk(self, store):
+        dest = self.request.dest
+        sizes = (pooling.disk_usage(store), pooling.disk_usage(dest),
+                 pooling.free_space(dest))
+        self.timer.facts.update(zip(("store_bytes", "checkout_bytes",
+                                     "free_bytes"), sizes))
+        self.say("(disk: pooled store %s, checkout %s, %s free)",
+                 *map(pooling.format_bytes, sizes))
+
+    # Helpers of the steps --------------------------------------------------
+
+    def network(self, operation):
+        """``operation()``; a failure a retry may cure restarts the run
+        (``NetworkFailure``), after a wait."""
+        try:
+            return operation()
+        except Exception as exc:
+            reason = self.transient(exc)
+            if reason is None:
+                raise
+            raise NetworkFailure(reason) from exc
+
+    @contextlib.contextmanager
+    def pulling(self):
+        """Time a pull of the wanted revision, and count it once done."""
+        with self.timer.step("pull"):
+            yield
+        self.timer.facts["pulled"] = True
+        self.behaviors.add("pull")
+
+    def store_cloned(self):
+        """Count a new store, cloned and in place."""
+        self.timer.facts["cloned"] = True
+        self.behaviors.add("create-store")
+
+    def check_sparse_unchanged(self, sparse):
+        """robustcheckout's rule: a checkout other tools may use is never
+        switched between sparse (``sparse``: it is now) and full."""
+        hint = "use a separate working directory to use sparse"
+        if self.request.sparseprofile and not sparse:
+            raise self.error("cannot enable sparse profile on existing "
+                             "non-sparse checkout", hint=hint)
+        if sparse and not self.request.sparseprofile:
+            raise self.error("cannot use non-sparse checkout on existing "
+                             "sparse checkout", hint=hint)
+
+    def start_over(self, problem, *args):
+        """Say ``problem`` (a template), delete DEST and start the run
+        over."""
+        self.warn(problem, *args)
+        self.remove_dest()
+        raise Restart()
+
+    def remove(self, path, behavior):
+        """Remove ``path`` (``pooling.discard``), timed as ``behavior``."""
+        with self.timer.step(behavior.replace("-", "_")):
+            pooling.discard(path)
+        self.behaviors.add(behavior)
+
+    def remove_dest(self):
+        self.remove(self.request.dest, "remove-wdir")
+
+    def remove_store(self, store):
+        """Delete a pooled store under its lock, so that no other checkout
+        starts sharing it meanwhile."""
+        with self.store_lock(store):
+            self.remove(store, "remove-store")
+
+    def remove_leftovers(self, store):
+        """Under the store's lock: remove what killed clones and removals
+        of it left in the pool."""
+        for leftover in pooling.discarded_leftovers(*os.path.split(store)):
+            self.warn("(removing %s, left by an interrupted clone or "
+                      "removal)", leftover)
+            pooling.discard(leftover)
+
+    def store_lock(self, store):
+        """The lock of a pool entry, ``<store>.lock`` (the file core
+        Mercurial's share.pool locks too)."""
+        return self.lock(os.fsdecode(store) + ".lock",
+                         self.text("pooled store %s",
+                                   os.path.basename(store)))
+
+    @contextlib.contextmanager
+    def lock(self, path, what):
+        """Hold the lock file ``path`` (``what`` names it in messages),
+        under the run's lock policy."""
+        def taken_over(owner):
+            self.warn("(took over the lock on %s from %s)", what,
+                      pooling.describe_owner(owner))
+
+        lock = pooling.PidLock(os.fsdecode(path), self.lock_policy,
+                               self._waiting(what), taken_over)
+        with self._lock_timeout(what):
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def stale_lock(self, path, what):
+        """Whether the lock ``path`` (one the system takes itself) was left
+        by an owner the lock policy lets us take over; waits while a live
+        owner holds it."""
+        with self._lock_timeout(what):
+            return pooling.await_lock(os.fsdecode(path), self.lock_policy,
+                                      self._waiting(what)) is not None
+
+    def _waiting(self, what):
+        def say(owner, seconds, takeover):
+            then = ("taking it over then" if takeover
+                    else "giving up then")
+            self.warn("(waiting up to %d seconds for lock on %s held by %s; "
+                      "%s)", seconds, what, pooling.describe_owner(owner),
+                      self.text(then))
+        return say
+
+    @contextlib.contextmanager
+    def _lock_timeout(self, what):
+        try:
+            yield
+        except pooling.LockTimeout as timeout:
+            raise self.error("timed out waiting for lock on %s held by %s",
+                             what, timeout.owner,
+                             hint="raise sharepool.lock-timeout, or stop "
+                             "that process") from None
