@@ -113,6 +113,7 @@ def backups(repo):
     return sorted(os.listdir(path)) if path.is_dir() else []
 
 
+@pytest.mark.slow
 def test_amend(hg, series):
     repo, files = series
     old_node, old_ids = drafts(hg, repo)[-1]
@@ -126,6 +127,7 @@ def test_amend(hg, series):
     assert [name for name in backups(repo) if name.endswith("-amend.hg")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inmemory", ["yes", "no"])
 def test_rebase(hg, series, inmemory):
     repo, files = series
@@ -141,6 +143,7 @@ def test_rebase(hg, series, inmemory):
     assert backups(repo)
 
 
+@pytest.mark.slow
 def test_histedit_reorder_and_fold(hg, series, tmp_path):
     repo, files = series
     before = drafts(hg, repo)
@@ -158,6 +161,7 @@ def test_histedit_reorder_and_fold(hg, series, tmp_path):
     assert backups(repo)
 
 
+@pytest.mark.slow
 def test_strip(hg, series):
     repo, _ = series
     before = drafts(hg, repo)
@@ -171,6 +175,7 @@ def test_strip(hg, series):
     assert check_result(hg, repo, 3) == before
 
 
+@pytest.mark.slow
 def test_graft(hg, series):
     repo, files = series
     before = drafts(hg, repo)
@@ -181,6 +186,7 @@ def test_graft(hg, series):
     assert "# draft change 2\n" in hg("cat", "-r", ".", files[1], cwd=repo)
 
 
+@pytest.mark.slow
 def test_shelve_and_unshelve(hg, series):
     repo, files = series
     with open(repo / files[0], "a") as fh:
@@ -194,6 +200,7 @@ def test_shelve_and_unshelve(hg, series):
     check_result(hg, repo, 3)
 
 
+@pytest.mark.slow
 def test_absorb(hg, series):
     repo, files = series
     before = drafts(hg, repo)
@@ -209,6 +216,7 @@ def test_absorb(hg, series):
     assert hg("status", cwd=repo) == ""
 
 
+@pytest.mark.slow
 def test_split(hg, series):
     repo, files = series
     before = drafts(hg, repo)

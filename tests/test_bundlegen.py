@@ -49,6 +49,7 @@ def _tip(hg, repo):
     return hg("log", "-R", repo, "-r", "tip", "-T", "{node}")
 
 
+@pytest.mark.slow
 def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
                                                fileserver, tmp_path):
     out = _generate(hg, real_hg_repo, fileserver)
@@ -100,6 +101,7 @@ def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
         assert _tip(hg, dest) == tip
 
 
+@pytest.mark.slow
 def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
                                                     fileserver, tmp_path):
     _generate(hg, real_hg_repo, fileserver, "--config",
@@ -111,6 +113,7 @@ def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
     hg("verify", "-q", "-R", tmp_path / "clone")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["404", "truncated"])
 def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
                                                     hgserve, fileserver,
@@ -138,6 +141,7 @@ def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
     assert not (tmp_path / "strict").exists()
 
 
+@pytest.mark.slow
 def test_failed_upload_and_bad_config_leave_the_manifest_alone(
         real_hg_repo, hg, fileserver, tmp_path):
     _generate(hg, real_hg_repo, fileserver, "--config",
@@ -193,6 +197,7 @@ def test_old_bundles_expire_and_leftovers_are_cleaned(real_hg_repo, hg,
     assert os.path.exists(recent)
 
 
+@pytest.mark.slow
 def test_bundles_are_built_from_one_snapshot(real_hg_repo, hg, hgrc,
                                            fileserver):
     # Every ``hg bundle`` run commits to the live repository while it
@@ -226,6 +231,7 @@ def test_help_lists_formats_and_settings(hg):
         assert word in out
 
 
+@pytest.mark.slow
 def test_cron_script_runs_every_repository_and_reports_failures(
         real_hg_repo, hg, env, fileserver, tmp_path):
     script = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
@@ -273,6 +279,7 @@ def stock_stream_clone(hg, server, dest, verify=True):
         hg("verify", "-q", "-R", dest)
 
 
+@pytest.mark.slow
 def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
         real_hg_repo, hg, hgserve, fileserver, tmp_path):
     # A stream bundle holds .hg/cache, so dropping it changes the bytes of
@@ -319,6 +326,7 @@ with open(os.path.join(served, "uploads"), "a") as fh:
 '''
 
 
+@pytest.mark.slow
 def test_uploads_never_change_what_the_manifest_names(real_hg_repo, hg,
                                                       fileserver, tmp_path):
     staged = tmp_path / "staged"
@@ -342,6 +350,7 @@ def test_uploads_never_change_what_the_manifest_names(real_hg_repo, hg,
     assert len(uploads) == 2 and uploads[0] != uploads[1]
 
 
+@pytest.mark.slow
 def test_orphans_of_a_killed_run_do_not_stop_the_next(real_hg_repo, hg, env,
                                                       fileserver):
     # Only the run itself is killed (not its process group), while its
@@ -371,11 +380,17 @@ def test_orphans_of_a_killed_run_do_not_stop_the_next(real_hg_repo, hg, env,
         assert not children()
 
 
-@pytest.mark.parametrize("url", [
+def _first_quick(cases):
+    """The first case in the quick lane, the others marked slow."""
+    return cases[:1] + [pytest.param(case, marks=pytest.mark.slow)
+                        for case in cases[1:]]
+
+
+@pytest.mark.parametrize("url", _first_quick([
     "http://cdn.example.com/hg bundles", "http://cdn.example.com/x\ty",
     "cdn.example.com/bundles", "/var/www/bundles", "http://", "https:///x",
     "ftp://cdn.example.com/x", "http://cdn.example.com/x?sig=1",
-    "http://cdn.example.com/%zz", "http://cdn.example.com/caf\u00e9"])
+    "http://cdn.example.com/%zz", "http://cdn.example.com/caf\u00e9"]))
 def test_base_urls_clients_cannot_use_are_refused(url, real_hg_repo, hg,
                                                   fileserver):
     proc = hg.proc("-R", real_hg_repo, "bundlegen", *EXT, "--output",
@@ -387,9 +402,9 @@ def test_base_urls_clients_cannot_use_are_refused(url, real_hg_repo, hg,
                                            "clonebundles.manifest"))
 
 
-@pytest.mark.parametrize("setting", [
+@pytest.mark.parametrize("setting", _first_quick([
     "zstd-level=23", "zstd-level=x", "jobs=0", "jobs=many", "zstd-threads=-1",
-    "expire-days=-1", "formats=", "formats=gzip, gzip", "formats=gzip, zip"])
+    "expire-days=-1", "formats=", "formats=gzip, gzip", "formats=gzip, zip"]))
 def test_bad_settings_abort_before_any_work(setting, real_hg_repo, hg,
                                             fileserver):
     proc = _generate(hg, real_hg_repo, fileserver, "--config",
@@ -399,6 +414,7 @@ def test_bad_settings_abort_before_any_work(setting, real_hg_repo, hg,
     assert os.listdir(fileserver.root) == []
 
 
+@pytest.mark.slow
 def test_damaged_manifest_and_odd_files_on_disk(real_hg_repo, hg,
                                                 fileserver, tmp_path):
     manifest = os.path.join(real_hg_repo, ".hg", "clonebundles.manifest")

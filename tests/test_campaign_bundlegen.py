@@ -219,6 +219,7 @@ def test_any_setting_is_refused_or_in_range(name, value, bundlegen_ui, tally):
     assert ok
 
 
+@pytest.mark.slow
 def test_hostile_base_urls_abort_cleanly_under_limits(hg, hgrepo, tmp_path,
                                                       env, tally):
     """Seeded hostile base URLs through the real ``hg bundlegen``, under an

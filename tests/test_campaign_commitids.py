@@ -179,6 +179,7 @@ def random_message(rng):
     return "".join(lines) + rng.choice(["", "\n", "\r\n", "\r"])
 
 
+@pytest.mark.slow
 @pytest.mark.campaign
 def test_real_git_and_hg_agree(tally, git, hg, hgrc, gitrepo, hgrepo,
                                gitbridge, tmp_path):

@@ -69,6 +69,7 @@ def worker(tmp_path):
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.campaign
 def test_scan_time_grows_linearly(tally, worker):
     size = campaign.size(4000, 16000)
@@ -117,6 +118,7 @@ SOURCES = st.one_of(
     st.text(max_size=200))
 
 
+@pytest.mark.slow
 @pytest.mark.campaign
 def test_any_source_ends_in_its_rewrite_or_a_clean_error(tally):
     @settings(max_examples=campaign.size(400, 10000), deadline=None,

@@ -313,6 +313,7 @@ def _crafted_response(rng, unbundle):
             "a bundle2 piece of %d bytes" % piece)
 
 
+@pytest.mark.slow
 def test_crafted_responses_through_the_real_client(crafted_server, hg, env,
                                                    hgrepo, tmp_path, tally):
     """Over HTTP (the server naming wirezstd or core's zstd), over SSH,

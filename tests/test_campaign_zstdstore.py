@@ -153,6 +153,7 @@ def leftovers(store_dir):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.campaign
 def test_killed_train_and_recompress(tally, hg, hgrc, env,
                                      real_hg_repo_cached, tmp_path):

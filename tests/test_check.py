@@ -48,6 +48,7 @@ def _ratio(feature, what, core_label=None):
     raise AssertionError("no %r in %r" % (what, feature["comparisons"]))
 
 
+@pytest.mark.slow
 def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                                      tmp_path):
     scratch = tmp_path / "scratch"
@@ -98,6 +99,7 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                    for line in proc.stdout.splitlines()), name
 
 
+@pytest.mark.slow
 def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
                                               monkeypatch):
     """A revlog of the recompressed copy corrupted on disk: the feature
@@ -135,6 +137,7 @@ def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
     assert os.listdir(scratch) == []
 
 
+@pytest.mark.slow
 def test_damaged_original_is_reported_not_touched(env, real_hg_repo,
                                                   tmp_path):
     data = real_hg_repo / ".hg" / "store" / "data"
@@ -258,6 +261,7 @@ def _hg_serve_processes(path):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_leaves_nothing_behind(env, real_hg_repo, tmp_path,
                                          signum):

@@ -437,6 +437,7 @@ def hg_suite(hgrc):
     hgrc.write_text(HGRC)
 
 
+@pytest.mark.slow
 def test_git_hook_and_hg_agree_on_what_a_line_is(git, hg, hgrc, hgrepo,
                                                  hooked):
     hg_suite(hgrc)

@@ -75,6 +75,7 @@ def with_input(hg, args, text, cwd):
 
 # Creating changesets ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_story_review_survives_rewriting(hg, repo):
     """A developer's series gets IDs at commit time; after amending,
     reordering and folding, the new series maps onto the reviewed one."""
@@ -130,6 +131,7 @@ def test_commit_places_the_line(hg, repo):
     assert len(ids(hg, repo)) == 4 and len(set(ids(hg, repo))) == 4
 
 
+@pytest.mark.slow
 def test_commit_with_editor_and_existing_id(hg, repo):
     (repo / "one").write_text("changed\n")
     hg("commit", "-q", "--config", editor("1s/.*/Edited subject/"),
@@ -141,6 +143,7 @@ def test_commit_with_editor_and_existing_id(hg, repo):
     assert desc(hg, repo) == "Mine\n\nMozReview-Commit-ID: chosenByMe1"
 
 
+@pytest.mark.slow
 def test_skipped_changesets(hg, repo):
     (repo / "one").write_text("fix\n")
     hg("commit", "-qm", "fixup! Add one", cwd=repo)
@@ -153,6 +156,7 @@ def test_skipped_changesets(hg, repo):
     assert desc(hg, repo) == "Merge"
 
 
+@pytest.mark.slow
 def test_amend_with_the_same_message_changes_nothing(hg, repo):
     """As in core: ``commit --amend -m`` with the changeset's message and
     no change is "nothing changed", exit 1, though the message given
@@ -166,6 +170,7 @@ def test_amend_with_the_same_message_changes_nothing(hg, repo):
         hg("log", "-r", "all()", "-T", "x", cwd=repo)
 
 
+@pytest.mark.slow
 def test_amend_keeps_the_id(hg, repo):
     before = the_id(hg, repo)
     (repo / "three").write_text("amended\n")
@@ -184,6 +189,7 @@ def test_amend_keeps_the_id(hg, repo):
 
 # Rewriting ------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inmemory", ["no", "yes"])
 def test_rebase_keeps_ids(hg, repo, inmemory):
     before = ids(hg, repo)
@@ -196,6 +202,7 @@ def test_rebase_keeps_ids(hg, repo, inmemory):
     assert ids(hg, repo) == [new_base] + before
 
 
+@pytest.mark.slow
 def test_rebase_collapse_keeps_the_first_id(hg, repo):
     before = ids(hg, repo)
     hg("rebase", "-q", "--collapse", "-s", "desc('Add one')", "-d", "0",
@@ -203,6 +210,7 @@ def test_rebase_collapse_keeps_the_first_id(hg, repo):
     assert ids(hg, repo) == before[:1]
 
 
+@pytest.mark.slow
 def test_graft_keeps_the_id_and_mapping_reports_the_copy(hg, repo):
     source = hg("log", "-r", "desc('Add two')", "-T", "{node}", cwd=repo)
     hg("update", "-q", "-r", "0", cwd=repo)
@@ -217,6 +225,7 @@ def test_graft_keeps_the_id_and_mapping_reports_the_copy(hg, repo):
     assert mapping.duplicate_ids == {old[0].commit_id: [source, copy]}
 
 
+@pytest.mark.slow
 def test_histedit_pick_edit_fold_roll_mess(hg, repo):
     for name in ("four", "five"):
         (repo / name).write_text("%s\n" % name)
@@ -246,6 +255,7 @@ def test_histedit_pick_edit_fold_roll_mess(hg, repo):
         ["base", "five", "four", "one", "three", "two"]
 
 
+@pytest.mark.slow
 def test_absorb_keeps_ids(hg, repo):
     before = ids(hg, repo)
     (repo / "one").write_text("one, absorbed\n")
@@ -256,6 +266,7 @@ def test_absorb_keeps_ids(hg, repo):
         "one, absorbed\n"
 
 
+@pytest.mark.slow
 def test_split_gives_the_first_part_the_id(hg, repo):
     (repo / "extra").write_text("extra\n")
     hg("commit", "-Aqm", "Add four and extra", cwd=repo)
@@ -273,6 +284,7 @@ def test_split_gives_the_first_part_the_id(hg, repo):
               cwd=repo) == "extra"
 
 
+@pytest.mark.slow
 def test_uncommit_keeps_the_id(hg, repo):
     (repo / "four").write_text("four\n")
     (repo / "five").write_text("five\n")
@@ -283,6 +295,7 @@ def test_uncommit_keeps_the_id(hg, repo):
     assert hg("status", cwd=repo) == "A five\n"
 
 
+@pytest.mark.slow
 def test_shelve_and_unshelve(hg, repo):
     (repo / "one").write_text("shelved change\n")
     (repo / "three").write_text("other change\n")
@@ -298,6 +311,7 @@ def test_shelve_and_unshelve(hg, repo):
     assert len(set(ids(hg, repo))) == 5
 
 
+@pytest.mark.slow
 def test_import_keeps_or_adds_ids(hg, repo, tmp_path):
     patch = tmp_path / "one.patch"
     hg("export", "-r", "desc('Add two')", "-o", patch, cwd=repo)
@@ -343,6 +357,7 @@ def without_extension(hg, repo, count):
            "extensions.commitid=!", cwd=repo)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evolution", ["all", "false"])
 def test_commitid_add(hg, hgrc, hgrepo, evolution):
     hgrc.write_text(EXTENSIONS.replace("evolution = all",

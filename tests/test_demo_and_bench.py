@@ -5,7 +5,11 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from vcsperf.harness import tools
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_runs_the_check_on_real_content(env, tmp_path):

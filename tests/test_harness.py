@@ -105,6 +105,7 @@ def test_spread_picks_newest_first_then_farthest(size):
     assert len(even) == min(4, (size + 1) // 2)
 
 
+@pytest.mark.slow
 def test_real_content_repository(hg, real_hg_repo):
     releases = history.pip_release_table()
     log = hg("log", "-r", "all()", "-T", "{date|hgdate}|{desc}\n",

@@ -74,7 +74,10 @@ def _getbundle_engine(body):
     return body[1:1 + length]
 
 
-@pytest.mark.parametrize("mix", MIXES, ids=_mix_id)
+# The quick lane keeps the mix where both sides have the extension.
+@pytest.mark.parametrize("mix", [
+    pytest.param(mix, marks=() if all(mix) else pytest.mark.slow)
+    for mix in MIXES], ids=_mix_id)
 def test_http_every_mix_of_client_and_server(mix, real_hg_repo, hg, hgserve,
                                              proxy, tmp_path):
     client_ext, server_ext = mix
@@ -98,6 +101,7 @@ def test_http_every_mix_of_client_and_server(mix, real_hg_repo, hg, hgserve,
         assert stock.bodies("cmd=getbundle") == [body]
 
 
+@pytest.mark.slow
 def test_http_wirezstd_is_smaller_and_server_config_is_obeyed(
         real_hg_repo, hg, hgserve, proxy, tmp_path):
     _serve_config(real_hg_repo, True)
@@ -112,6 +116,7 @@ def test_http_wirezstd_is_smaller_and_server_config_is_obeyed(
     assert len(ours) < 0.95 * len(core)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mix", MIXES, ids=_mix_id)
 def test_ssh_every_mix_of_client_and_server(mix, real_hg_repo, hg, ssh,
                                             tmp_path):
@@ -147,6 +152,7 @@ def _partial_clone(hg, source, dest):
     return hg("log", "-R", dest, "-r", "tip", "-T", "{node}")
 
 
+@pytest.mark.slow
 def test_http_server_dying_mid_response_leaves_client_intact(
         real_hg_repo, hg, hgserve, proxy, tmp_path):
     _serve_config(real_hg_repo, True)
@@ -166,6 +172,7 @@ def test_http_server_dying_mid_response_leaves_client_intact(
     hg("verify", "-q", "-R", dest)
 
 
+@pytest.mark.slow
 def test_ssh_server_dying_mid_response_leaves_client_intact(
         real_hg_repo, hg, ssh, tmp_path):
     _serve_config(real_hg_repo, True)
@@ -195,6 +202,7 @@ def test_bad_server_config_is_reported_to_the_client(real_hg_repo, ssh,
     assert not (tmp_path / "clone").exists()
 
 
+@pytest.mark.slow
 def test_zstd_bundle_uses_long_distance_and_stock_hg_applies_it(
         real_hg_repo, hg, tmp_path):
     level = ("--config", "experimental.bundlecomplevel.zstd=19")
@@ -306,6 +314,7 @@ def test_ssh_server_refusing_a_pull_reads_as_with_stock_hg(
 
 # Crafted responses: the client's memory stays within its documented bound.
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["http-wirezstd", "http-zstd", "ssh"])
 @pytest.mark.parametrize("name", ["zeros-4g", "window-2g",
                                   "content-size-2e62"])

@@ -59,6 +59,7 @@ def is_clean_abort(proc):
         proc.stderr.splitlines()[-1].startswith("(")
 
 
+@pytest.mark.slow
 def test_story_on_real_history(hg, hgrc, real_hg_repo):
     before_log = hg("log", "-T", "{node} {desc}\n", cwd=real_hg_repo)
     before_bytes = revlog_bytes(real_hg_repo)
@@ -107,6 +108,7 @@ def test_new_repository_with_the_engine(hg, hgrc, tmp_path):
     hg("verify", "-q", cwd=repo)
 
 
+@pytest.mark.slow
 def test_stock_mercurial_refuses_cleanly(hg, hgrc, dict_repo):
     hgrc.write_text("")
     proc = hg.proc("log", "-l", "1", cwd=dict_repo)
@@ -115,6 +117,7 @@ def test_stock_mercurial_refuses_cleanly(hg, hgrc, dict_repo):
         "exp-compression-zstd-dict" in proc.stderr
 
 
+@pytest.mark.slow
 def test_dictionaries_travel(hg, hgrc, dict_repo, hgserve, tmp_path):
     dicts = sorted(os.listdir(dict_repo / ".hg" / "store" / "zstd-dicts"))
     assert "active" in dicts and len(dicts) == 4
@@ -152,6 +155,7 @@ def test_dictionaries_travel(hg, hgrc, dict_repo, hgserve, tmp_path):
         (tmp_path / "stock" / ".hg" / "store" / "requires").read_text()
 
 
+@pytest.mark.slow
 def test_upgrade_back_to_core_zstd(hg, hgrc, dict_repo):
     hg("debugupgraderepo", "--run", "-q", "--config",
        "format.revlog-compression=zstd", cwd=dict_repo)
@@ -162,6 +166,7 @@ def test_upgrade_back_to_core_zstd(hg, hgrc, dict_repo):
     hg("verify", "-q", cwd=dict_repo)
 
 
+@pytest.mark.slow
 def test_retrain_gives_new_ids_and_old_chunks_keep_theirs(hg, dict_repo):
     first = stats(hg, dict_repo)["changelog"]["active"]
     hg("update", "-q", "tip", cwd=dict_repo)
@@ -184,6 +189,7 @@ def test_retrain_gives_new_ids_and_old_chunks_keep_theirs(hg, dict_repo):
     hg("verify", "-q", cwd=dict_repo)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["missing", "corrupt"])
 def test_unusable_dictionary_aborts_naming_the_file(hg, dict_repo, tmp_path,
                                                     damage):
@@ -210,6 +216,7 @@ def test_unusable_dictionary_aborts_naming_the_file(hg, dict_repo, tmp_path,
     hg("verify", "-q", cwd=dict_repo)
 
 
+@pytest.mark.slow
 def test_verify_reports_each_revision_a_missing_dictionary_hides(
         hg, dict_repo):
     """A missing dictionary is a storage error: ``hg verify`` goes on past
@@ -246,6 +253,7 @@ def test_verify_reports_each_revision_a_missing_dictionary_hides(
     hg("verify", "-q", cwd=dict_repo)
 
 
+@pytest.mark.slow
 def test_corrupt_chunk_is_reported_never_returned(hg, dict_repo):
     data = dict_repo / ".hg" / "store" / "data"
     biggest = max(data.rglob("*.i"), key=lambda p: p.stat().st_size)
@@ -271,6 +279,7 @@ SPLIT_FILES = ["pip/_vendor/pyparsing.py", "pip/_vendor/idna/uts46data.py",
                "pip/_vendor/pkg_resources/__init__.py"]
 
 
+@pytest.mark.slow
 def test_readers_during_recompress_read_what_they_read_before(
         hg, hgrc, real_hg_repo, hgserve, tmp_path):
     """Local ``hg log -p`` and an ``hg serve`` answering diffs, clones and
@@ -426,6 +435,7 @@ new file mode 100644
 """
 
 
+@pytest.mark.slow
 def test_damaged_active_file_aborts_writes_cleanly(hg, trained_repo,
                                                    tmp_path):
     """Every way ``active`` can be damaged: a command that writes
@@ -466,6 +476,7 @@ def test_damaged_active_file_aborts_writes_cleanly(hg, trained_repo,
     hg("verify", "-q", cwd=repo)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["garbage", "another class's dictionary",
                                     "dictionary"])
 def test_stream_clone_refuses_damaged_dictionaries(hg, trained_repo, hgserve,
@@ -523,6 +534,7 @@ def inline_with_data_file(store):
     return found
 
 
+@pytest.mark.slow
 def test_recompress_killed_with_the_changelog_inline_recovers(
         hg, trained_repo, tmp_path):
     repo = trained_repo
@@ -558,6 +570,7 @@ def stream_bundle(path, files):
             fh.write(chunk)
 
 
+@pytest.mark.slow
 def test_dictionary_names_from_a_peer_stay_in_the_store(hg, hgrc, tmp_path):
     """Dictionary file names a hostile server sends in a stream clone:
     none writes outside ``.hg/store``."""

@@ -26,7 +26,9 @@ def test_round_trip(data, level, threads, ldm, piece):
     assert reader.read() == data[7:]
 
 
-@pytest.mark.parametrize("level", [1, 3, 19, 22])
+@pytest.mark.parametrize("level", [
+    1, 3, pytest.param(19, marks=pytest.mark.slow),
+    pytest.param(22, marks=pytest.mark.slow)])
 def test_window_capped_for_stock_readers(level):
     params = zstdwire.compression_parameters(level, threads=2,
                                              long_distance=True)
@@ -41,6 +43,7 @@ def test_window_capped_for_stock_readers(level):
     assert stock.decompress(frame) == payload
 
 
+@pytest.mark.slow
 def test_stock_reader_refuses_bigger_windows_and_so_do_we():
     params = zstandard.ZstdCompressionParameters.from_level(
         19, window_log=28, enable_ldm=True)
