@@ -180,6 +180,8 @@ def gitbridge(env):
 # The adversarial campaign's counts (see tests/campaign.py) -------------------
 
 _CAMPAIGN_TALLIES = []
+#: The rows of the tallies pytest-xdist's workers counted.
+_CAMPAIGN_WORKER_ROWS = []
 
 
 @pytest.fixture
@@ -202,19 +204,34 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(pytest.mark.timeout(3600))
 
 
+def pytest_sessionfinish(session):
+    # Under pytest-xdist the tallies live in the workers: each hands its
+    # rows to the controller, which prints the one table.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["campaign_rows"] = json.dumps(
+            [tally.as_dict() for tally in _CAMPAIGN_TALLIES])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    rows = json.loads(node.workeroutput.get("campaign_rows", "[]"))
+    _CAMPAIGN_WORKER_ROWS.extend(rows)
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not _CAMPAIGN_TALLIES:
+    rows = ([tally.as_dict() for tally in _CAMPAIGN_TALLIES]
+            + sorted(_CAMPAIGN_WORKER_ROWS, key=lambda row: row["test"]))
+    if not rows:
         return
     write = terminalreporter.write_line
     write("adversarial campaign (%s): cases tried, survived, seed"
           % ("full" if campaign.FULL else "fast"))
-    for tally in _CAMPAIGN_TALLIES:
-        row = tally.as_dict()
+    for row in rows:
         write("  %6d %6d  %10d  %s" % (row["tried"], row["survived"],
                                        row["seed"], row["test"]))
     report = os.environ.get("VCSPERF_CAMPAIGN_REPORT")
     if report:
-        rows = [tally.as_dict() for tally in _CAMPAIGN_TALLIES]
         with open(report + ".tmp", "w") as fh:
             json.dump({"mode": "full" if campaign.FULL else "fast",
                        "tests": rows}, fh, indent=1)
