@@ -222,7 +222,7 @@ class Run(pooledcheckout.PooledCheckout):
             request.lock_policy)
         self.timer.facts["layout"] = request.layout
         self.revision = request.revision
-        self.url_key = hashlib.sha256(request.url.encode()).hexdigest()[:20]
+        self.url_key = _key(request.url)
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
@@ -250,7 +250,7 @@ class Run(pooledcheckout.PooledCheckout):
         working tree."""
         checkouts = os.path.join(self.request.sharebase, "checkouts")
         os.makedirs(checkouts, exist_ok=True)
-        key = hashlib.sha256(self.request.dest.encode()).hexdigest()[:20]
+        key = _key(self.request.dest)
         return self.lock(os.path.join(checkouts, key + ".lock"),
                          "checkout %s" % self.request.dest)
 
@@ -402,7 +402,7 @@ class Run(pooledcheckout.PooledCheckout):
         self.store_cloned()
 
     def fetch(self, store, url):
-        key = hashlib.sha256(url.encode()).hexdigest()[:20]
+        key = _key(url)
         git("fetch", "--quiet", "--no-write-fetch-head", url,
             "+refs/heads/*:refs/pool/%s/heads/*" % key,
             "+refs/tags/*:refs/pool/%s/tags/*" % key,
@@ -621,8 +621,8 @@ class Run(pooledcheckout.PooledCheckout):
             raise pooledcheckout.Restart()
         if self.request.layout == "alternates":
             with self.store_lock(store):
-                git("update-ref", "refs/checkouts/%s" % hashlib.sha256(
-                    dest.encode()).hexdigest()[:20], commit, cwd=store)
+                git("update-ref", "refs/checkouts/%s" % _key(dest), commit,
+                    cwd=store)
 
     def working_state(self):
         dest = self.request.dest
@@ -754,6 +754,11 @@ def _is_sparse(dest):
                    cwd=dest).strip() == "true"
     except CommandError:
         return False
+
+
+def _key(text):
+    """A short name for a URL or a path, safe in file and ref names."""
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def _write_atomically(path, text):
