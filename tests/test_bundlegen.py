@@ -441,3 +441,24 @@ def test_damaged_manifest_and_odd_files_on_disk(real_hg_repo, hg,
                     "bundlegen.formats=gzip")
     assert "deleted 1 expired bundles" in out
     assert not os.path.exists(odd[0]) and os.path.isdir(odd[1])
+
+
+def test_systemd_unit_runs_the_virtualenv_hg_hardened_with_a_timeout(
+        tmp_path):
+    unit = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
+                        "bundlegen", "bundlegen@.service")
+    text = open(unit).read()
+    assert "\nExecStart=/opt/vcsperf/venv/bin/hg -R %f bundlegen\n" in text
+    assert re.search(r"\nTimeoutStartSec=\d+h\n", text)
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    # an instance of the template, as systemctl would load it
+    instance = tmp_path / "bundlegen@srv-hg-repo.service"
+    shutil.copy(unit, instance)
+    proc = subprocess.run([analyze, "security", "--offline=true",
+                           str(instance)], capture_output=True, text=True)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)",
+                      proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    assert float(found.group(1)) < 5
