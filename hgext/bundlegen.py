@@ -696,8 +696,10 @@ class _Build:
         urls = [d.public_url(name.decode()) for d in settings.destinations]
         if settings.base_url:
             urls.insert(0, settings.url(name).decode())
+        # ``url``: the base-url one, as bundles.json readers know it
         return {'format': self.fmt.decode(), 'file': name.decode(),
-                'urls': urls, 'spec': spec.decode(),
+                'url': settings.base_url and urls[0], 'urls': urls,
+                'spec': spec.decode(),
                 'size': size, 'sha256': digest.hexdigest(),
                 'seconds': round(seconds, 2)}
 

@@ -287,8 +287,9 @@ def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
     _generate(hg, real_hg_repo, fileserver, *STREAM)
     manifest = _manifest(real_hg_repo)
     shutil.rmtree(os.path.join(real_hg_repo, ".hg", "cache"))
-    proc = _generate(hg, real_hg_repo, fileserver, *STREAM, "--config",
-                     "bundlegen.upload-command=exit 3", check=False)
+    proc = _generate(hg, real_hg_repo, fileserver, *STREAM, "--force",
+                     "--config", "bundlegen.upload-command=exit 3",
+                     check=False)
     assert proc.stderr.startswith("abort: upload of ")
     assert _manifest(real_hg_repo) == manifest
     check_published(real_hg_repo, fileserver.root)
@@ -297,7 +298,7 @@ def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
 
     # The next run publishes the new bytes under a new name; the old file
     # stays for clients that read the manifest just before.
-    _generate(hg, real_hg_repo, fileserver, *STREAM)
+    _generate(hg, real_hg_repo, fileserver, *STREAM, "--force")
     assert _manifest(real_hg_repo) != manifest
     check_published(real_hg_repo, fileserver.root)
     old = manifest.split()[0].rsplit("/", 1)[1]
@@ -338,7 +339,7 @@ def test_uploads_never_change_what_the_manifest_names(real_hg_repo, hg,
 
     def run():
         hg("-R", real_hg_repo, "bundlegen", *EXT, *STREAM, *upload,
-           "--output", staged, "--base-url", fileserver.url)
+           "--force", "--output", staged, "--base-url", fileserver.url)
         check_published(real_hg_repo, staged, fileserver.root)
 
     open(manifest, "w").close()
