@@ -217,8 +217,8 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         latest = bundlestore.Generations(record_path).latest
         kind, reason = _plan(repo, settings, latest, force)
         message = ("nothing to do: %s" % reason if kind is None else
-                   "would write a %s bundle (%s) and publish it to %s"
-                   % (kind, reason, ", ".join(
+                   "would write %s bundle (%s) and publish it to %s"
+                   % (_article(kind), reason, ", ".join(
                        [d.name for d in settings.destinations]
                        + (["base-url"] if settings.base_url else []))))
         return {"action": "dry-run", "kind": kind, "reason": reason,
@@ -239,7 +239,7 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
             return {"action": "skipped", "reason": reason,
                     "message": "nothing to do: %s (--force writes a "
                                "bundle anyway)" % reason}
-        say("writing a %s bundle (%s)" % (kind, reason))
+        say("writing %s bundle (%s)" % (_article(kind), reason))
         token = max(bundlestore.now(), latest["token"] + 1 if latest else 0)
         tips = _tips(repo)
         bundle = _write_bundle(repo, settings.output, token, kind,
@@ -268,6 +268,10 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
                        % (bundle["file"], kind,
                           _size(bundle["size"]), len(chain), _size(sent),
                           seconds, len(retired))}
+
+
+def _article(kind):
+    return ("an " if kind == "incremental" else "a ") + kind
 
 
 def _write_bundle(repo, output, token, kind, old_tips):

@@ -60,7 +60,7 @@ def test_bundle_uri_clone_takes_the_bundles_then_fetches_what_is_newer(
     assert "nothing to do: the bundles of these tips are published " \
         "already" in run().stdout
     _commit(git, work, 3, "second")
-    assert "would write a incremental bundle" in run("--dry-run").stdout
+    assert "would write an incremental bundle" in run("--dry-run").stdout
     second = json.loads(run("--json").stdout)
     assert second["kind"] == "incremental"
     assert second["chain"] == [first["bundle"]["file"],
