@@ -101,8 +101,12 @@ def test_regions_retention_and_a_stock_clone_from_its_region(
     assert "nothing to do: the bundles of tip %s are published already" \
         % tip[:12] in out
     assert time.monotonic() - started < 10  # a busy machine; about 0.3 s
-    [item] = json.loads(hg("-R", repo, "bundlegen", *EXT, "-T", "json"))
+    [item] = json.loads(hg("-R", repo, "bundlegen", *EXT, "-T", "json",
+                           "--config", "extensions.blackbox="))
     assert item["action"] == "skipped" and item["tip"] == tip
+    # a ui.log event, for blackbox
+    assert ")> nothing to do: the bundles of tip %s" % tip[:12] in (
+        repo / ".hg" / "blackbox.log").read_text()
 
     # Below the threshold, then forced; the dry run changes nothing.
     hg("-R", repo, "commit", "--config", "ui.allowemptycommit=1", "-m", "1")
