@@ -46,6 +46,7 @@ prints the result as JSON.  One run at a time per output directory; a
 second one says whose run it waits for.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -66,7 +67,8 @@ DEFAULTS = {"keep": 2, "min-commits": 1, "incrementals": 6}
 def add_commands(subparsers):
     parser = subparsers.add_parser(
         "bundlegen", help="write Git bundles and a bundle-uri list, and "
-        "publish them to object storage")
+        "publish them to object storage", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", default=".", help="the Git repository "
                         "(default: the current directory)")
     parser.add_argument("--output", help="directory of the local bundles "
