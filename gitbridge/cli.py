@@ -8,9 +8,9 @@ Each feature module contributes its subcommands through
 import argparse
 import sys
 
-from gitbridge import checkout, commitid
+from gitbridge import bundlegen, checkout, commitid
 
-FEATURE_MODULES = (checkout, commitid)
+FEATURE_MODULES = (bundlegen, checkout, commitid)
 
 
 def build_parser():

@@ -19,31 +19,88 @@ examples)::
   base-url = https://cdn.example.com/hg-bundles/myrepo
   formats = zstd-max, gzip, stream
 
+Object storage: ``bundlegen`` uploads the bundles itself to any number of
+S3-compatible destinations (AWS S3 in several regions, GCS's XML API,
+MinIO, versitygw...), each with manifest lines of its own.  Needs boto3
+(``pip install 'vcsperf[s3]'``); credentials come the way boto3 finds
+them (environment, ``~/.aws``, instance role; ``profile`` picks one)::
+
+  [bundlegen]
+  output = /var/lib/hg-bundles/mozilla-central
+  # clients' order of preference, when they state none
+  destinations = cdn, usw2, euc1
+
+  [bundlegen-destinations]
+  cdn.url = s3://moz-hg-bundles/mozilla-central
+  cdn.region = us-west-2
+  cdn.base-url = https://hg.cdn.example.com/mozilla-central
+  cdn.cdn = true
+  usw2.url = s3://moz-hg-bundles/mozilla-central
+  usw2.region = us-west-2
+  usw2.attributes = ec2region=us-west-2
+  euc1.url = s3://moz-hg-bundles-euc1/mozilla-central
+  euc1.region = eu-central-1
+  euc1.attributes = ec2region=eu-central-1
+  # a server that is not AWS: its endpoint (path-style URLs)
+  # local.endpoint = http://127.0.0.1:7070
+
+A destination's settings: ``url`` (``s3://BUCKET/PREFIX``, required),
+``region`` (default ``us-east-1``), ``endpoint``, ``profile``,
+``base-url`` (where clients download from, by default the bucket's S3
+URL), ``attributes`` (``KEY=VALUE`` pairs its manifest lines carry, for
+``ui.clonebundleprefers``), ``cdn`` (``true`` adds ``cdn=true``),
+``cache-control`` (default ``public, max-age=31536000, immutable``: a
+bundle's name never stands for other bytes).  Uploads go in 64 MiB parts
+with a SHA-256 checksum per part that the server checks, with retries, as
+``application/x-mercurial-bundle``; an object already there under the
+same name and size is not sent again.
+
 One run:
 
-1. takes a snapshot of the repository under its store lock (hardlinks,
+1. decides whether new bundles are due: when the repository moved at
+   least ``bundlegen.min-changesets`` (default 1) changesets or
+   ``bundlegen.min-bytes`` (default 0: off) bytes of store past the last
+   published tip, or formats or destinations changed, or ``--force``;
+   otherwise it says why it does nothing (a no-op takes well under a
+   second).  ``--dry-run`` says what a run would build and retire;
+2. takes a snapshot of the repository under its store lock (hardlinks,
    seconds even for big repositories), so a push landing meanwhile cannot
    tear the bundles apart, and all of them hold the same changesets;
-2. builds every format from the snapshot, in parallel up to
+3. builds every format from the snapshot, in parallel up to
    ``bundlegen.jobs`` processes, in a directory of its own in the output
    directory (``.bundlegen-tmp-*``, removed by the next run if this one is
-   killed);
-3. checks each bundle's spec (``hg debugbundle --spec``), computes its
+   killed), saying each one's size and time as it is done;
+4. checks each bundle's spec (``hg debugbundle --spec``), computes its
    sha256 and moves it to ``<tip node>.<format>.<sha256 prefix>.hg``;
-4. runs ``bundlegen.upload-command`` once per bundle that the published
-   manifest does not name already, if set, with the environment variables
-   ``BUNDLE_PATH``, ``BUNDLE_NAME``, ``BUNDLE_SPEC``, ``BUNDLE_SHA256``
-   and ``BUNDLE_URL``;
-5. replaces ``clonebundles.manifest`` atomically, keeping the previous one
+5. runs ``bundlegen.upload-command`` once per bundle that the published
+   manifest does not name already, if set, with core clone-bundles'
+   variables ``HGCB_BUNDLE_PATH`` and ``HGCB_BUNDLE_BASENAME``, and
+   ``HGCB_BUNDLE_URL``, ``HGCB_BUNDLE_SPEC``, ``HGCB_BUNDLE_SHA256`` (the
+   older ``BUNDLE_PATH``, ``BUNDLE_NAME``, ``BUNDLE_SPEC``,
+   ``BUNDLE_SHA256`` and ``BUNDLE_URL`` are still set); then uploads every
+   bundle to every destination;
+6. replaces ``clonebundles.manifest`` atomically, keeping the previous one
    as ``clonebundles.manifest.old``.  Its lines come in the order of
    ``bundlegen.formats`` (clients take the first they can use unless
-   ``ui.clonebundleprefers`` says otherwise) and carry ``BUNDLESPEC``,
-   ``DIGEST=sha256:...`` (clients check it) and, for https URLs,
-   ``REQUIRESNI=true``;
-6. writes ``bundles.json`` (formats, specs, sizes, digests, build times)
-   next to the bundles, and deletes bundles older than
-   ``bundlegen.expire-days`` that neither the new manifest nor the one it
-   replaced names.
+   ``ui.clonebundleprefers`` says otherwise), and within a format the
+   ``base-url`` line first, then one per destination; they carry
+   ``BUNDLESPEC``, ``DIGEST=sha256:...`` (clients check it), for https
+   URLs ``REQUIRESNI=true``, and the destination's attributes;
+7. records the generation in ``bundles.json`` next to the bundles
+   (formats, specs, sizes, digests, build times, and the last
+   ``bundlegen.keep`` generations, default 2), then deletes the bundles of
+   older generations from every destination, through
+   ``bundlegen.delete-command`` (with ``HGCB_BUNDLE_URL`` and
+   ``HGCB_BASENAME``, as core's) and from the output directory; and
+   deletes other bundles there older than ``bundlegen.expire-days`` that
+   neither the new manifest nor the one it replaced names.
+
+Service operation: progress lines and one line per format go to
+``ui.status`` on a terminal or not (to stderr with ``-T json``, which
+prints one object per bundle, or one saying why nothing was done); a
+second run started meanwhile says whose lock it waits for, and does
+nothing if the first published the same tip; ``bundlegen`` events go to
+``ui.log`` (blackbox).
 
 A bundle's name holds the start of its sha256, so a name never stands for
 other bytes, and no run changes a file that clients may be sent: a rerun
@@ -56,8 +113,9 @@ directory): what it writes is named by no manifest yet.  Use one output
 directory per repository.
 
 A bad configuration, a manifest clients cannot parse, or a failed upload
-stops the run before the manifest is touched: clients keep getting the
-bundles they got before.  ``bundlegen.base-url`` must be an absolute
+to any destination stops the run before the manifest is touched: clients
+keep getting the bundles they got before (a failed run deletes what it
+uploaded).  ``bundlegen.base-url`` must be an absolute
 ``http``, ``https`` or ``file`` URL with no query or fragment, and
 characters a URL may not hold percent-encoded (a space as ``%20``); every
 manifest line is parsed back as clients parse it before it is published.
@@ -96,7 +154,6 @@ whose destination is then removed).
 import ctypes
 import functools
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -107,9 +164,10 @@ import tempfile
 import time
 
 from mercurial.i18n import _
-from mercurial.node import nullrev
+from mercurial.node import bin, nullrev
 from mercurial import (
     bundlecaches,
+    cmdutil,
     error,
     exchange,
     extensions,
@@ -123,6 +181,7 @@ from mercurial import (
 from mercurial.utils import procutil, stringutil
 
 from hgext3rd import _hgcompat
+from vcsperf.core import bundlestore, errors
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
@@ -142,6 +201,11 @@ configitem(b'bundlegen', b'zstd-threads',
 configitem(b'bundlegen', b'jobs', default=os.cpu_count() or 1)
 configitem(b'bundlegen', b'expire-days', default=7)
 configitem(b'bundlegen', b'upload-command', default=None)
+configitem(b'bundlegen', b'delete-command', default=None)
+configitem(b'bundlegen', b'keep', default=2)
+configitem(b'bundlegen', b'min-changesets', default=1)
+configitem(b'bundlegen', b'min-bytes', default=0)
+configitem(b'bundlegen', b'destinations', default=[])
 
 # Format name -> bundle spec given to ``hg bundle``; zstd-max also gets
 # the configured level and threads.
@@ -153,6 +217,7 @@ FORMATS = {
 }
 
 MANIFEST = b'clonebundles.manifest'
+CONTENT_TYPE = 'application/x-mercurial-bundle'
 INDEX = b'bundles.json'
 _TEMP_PREFIX = b'.bundlegen-tmp-'
 
@@ -166,17 +231,21 @@ _BASE_URL = re.compile(br"(?:(?i:https?)://(?!/)%s+|(?i:file):///%s+)\Z"
                        % (_URL_CHAR, _URL_CHAR))
 
 class _Settings:
-    """The checked ``[bundlegen]`` configuration."""
+    """The checked ``[bundlegen]`` and ``[bundlegen-destinations]``
+    configuration."""
 
     def __init__(self, ui, output, base_url):
         self.output = output or ui.config(b'bundlegen', b'output')
         base_url = base_url or ui.config(b'bundlegen', b'base-url')
-        if not self.output or not base_url:
+        self.destinations = _destinations(ui)
+        if not self.output or not (base_url or self.destinations):
             raise error.Abort(
-                _(b'bundlegen needs an output directory and a base URL'),
-                hint=_(b'set bundlegen.output and bundlegen.base-url, or '
-                       b'pass --output and --base-url'))
-        self.base_url = check_base_url(base_url)
+                _(b'bundlegen needs an output directory, and a base URL or '
+                  b'a destination'),
+                hint=_(b'set bundlegen.output and bundlegen.base-url (or '
+                       b'bundlegen.destinations), or pass --output and '
+                       b'--base-url'))
+        self.base_url = base_url and check_base_url(base_url)
         self.formats = ui.configlist(b'bundlegen', b'formats')
         unknown = [f for f in self.formats if f not in FORMATS]
         if unknown or not self.formats:
@@ -192,7 +261,11 @@ class _Settings:
         self.zstd_threads = _config_int(ui, b'zstd-threads', 0, 200)
         self.jobs = _config_int(ui, b'jobs', 1, 4096)
         self.expire_days = _config_int(ui, b'expire-days', 0, 36500)
+        self.keep = _config_int(ui, b'keep', 1, 1000)
+        self.min_changesets = _config_int(ui, b'min-changesets', 0, 1 << 40)
+        self.min_bytes = _config_int(ui, b'min-bytes', 0, 1 << 60)
         self.upload_command = ui.config(b'bundlegen', b'upload-command')
+        self.delete_command = ui.config(b'bundlegen', b'delete-command')
 
     def bundle_args(self, fmt):
         """Arguments to ``hg bundle`` for format ``fmt``."""
@@ -206,6 +279,33 @@ class _Settings:
 
     def url(self, name):
         return b'%s/%s' % (self.base_url, name)
+
+    def layout(self):
+        """What a generation's bundles depend on beside the tip: a run
+        with another layout publishes a new generation."""
+        return {'formats': [f.decode() for f in self.formats],
+                'base-url': (self.base_url or b'').decode(),
+                'destinations': [d.name for d in self.destinations]}
+
+
+def _destinations(ui):
+    """The destinations of ``bundlegen.destinations`` (by default every
+    one of ``[bundlegen-destinations]``, in its order)."""
+    table = {}
+    for key, value in ui.configitems(b'bundlegen-destinations'):
+        name, dot, setting = pycompat.sysstr(key).rpartition('.')
+        if not dot or not name:
+            raise error.Abort(
+                _(b'bundlegen-destinations.%s is not NAME.SETTING') % key,
+                hint=_(b'for example usw2.url = s3://bucket/prefix'))
+        table.setdefault(name, {})[setting] = pycompat.sysstr(value)
+    order = [pycompat.sysstr(name)
+             for name in ui.configlist(b'bundlegen', b'destinations')]
+    try:
+        return bundlestore.destinations(table, order or list(table))
+    except errors.Abort as err:
+        raise error.Abort(b'bundlegen: ' + pycompat.bytestr(str(err)),
+                          hint=err.hint and pycompat.bytestr(err.hint))
 
 
 def _config_int(ui, name, low, high):
@@ -243,55 +343,190 @@ def check_base_url(url):
          _(b'DIR')),
         (b'', b'base-url', b'', _(b'URL under which the directory is '
                                   b'served'), _(b'URL')),
-    ],
-    _(b'hg bundlegen [--output DIR] [--base-url URL]'),
+        (b'f', b'force', None, _(b'build new bundles even if the '
+                                 b'repository has not moved enough')),
+        (b'n', b'dry-run', None, _(b'say what a run would do, and do '
+                                   b'nothing')),
+    ] + cmdutil.formatteropts,
+    _(b'hg bundlegen [--output DIR] [--base-url URL] [-f] [-n] [-T json]'),
     helpcategory=command.CATEGORY_MAINTENANCE,
 )
-def bundlegen(ui, repo, output=None, base_url=None):
+def bundlegen(ui, repo, output=None, base_url=None, **opts):
     """generate clone bundles and publish them in the manifest
 
     Builds every format of ``bundlegen.formats`` from one snapshot of the
-    repository, verifies each bundle, uploads it if configured, then
-    replaces ``.hg/clonebundles.manifest`` (see :hg:`help -e bundlegen`).
+    repository, verifies each bundle, uploads it to every destination,
+    then replaces ``.hg/clonebundles.manifest`` (see :hg:`help -e
+    bundlegen`).  Does nothing when the repository has not moved past
+    ``bundlegen.min-changesets`` or ``bundlegen.min-bytes`` since the
+    last bundles, unless ``--force``; ``--dry-run`` says what a run would
+    do.  With ``-T json``, one object per bundle (or one saying why
+    nothing was done); progress then goes to stderr.
 
-    Only one run per repository at a time; a second one waits.
+    Only one run per repository at a time; a second one says whose run it
+    waits for, and then does nothing if that run published this tip.
     """
     settings = _Settings(ui, output, base_url)
     outdir = _output_directory(settings.output)
-    with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock', 3600, 10,
-                         desc=b'bundlegen'):
-        published = _read_manifest(repo)
-        _remove_leftovers(outdir)
-        rundir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=outdir)
-        try:
-            snapshot = os.path.join(rundir, b'snapshot')
-            tip = _take_snapshot(ui, repo, snapshot)
-            bundles = _build_all(ui, settings, snapshot, rundir, outdir, tip)
-        finally:
-            shutil.rmtree(rundir, ignore_errors=True)
-        lines = [manifest_line(repo, bundle['url'].encode(),
-                               bundle['spec'].encode(),
-                               bundle['sha256'].encode())
-                 for bundle in bundles]
+    fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
+    say = ui.status if fm.isplain() else _stderr(ui)
+    with fm:
+        if opts.get('dry_run'):
+            generations = bundlestore.Generations(
+                os.path.join(outdir, INDEX).decode())
+            reason = _due(repo, settings, generations.latest)
+            if reason is None and not opts.get('force'):
+                return _nothing_to_do(ui, fm, repo, generations.latest)
+            _dry_run(ui, fm, repo, settings, generations,
+                     reason or 'forced')
+            return 0
+        started = time.monotonic()
+        with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock', 3600, 0,
+                             desc=b'bundlegen') as held:
+            generations = bundlestore.Generations(
+                os.path.join(outdir, INDEX).decode())
+            reason = _due(repo, settings, generations.latest)
+            if reason is None and not opts.get('force'):
+                return _nothing_to_do(ui, fm, repo, generations.latest,
+                                      waited=getattr(held, 'delay', 0))
+            reason = reason or 'forced'
+            say(_(b'bundlegen: building %s (%s)\n')
+                % (b', '.join(settings.formats), pycompat.bytestr(reason)))
+            published = _read_manifest(repo)
+            _remove_leftovers(outdir)
+            rundir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=outdir)
+            try:
+                snapshot = os.path.join(rundir, b'snapshot')
+                tip = _take_snapshot(ui, repo, snapshot)
+                bundles = _build_all(ui, say, settings, snapshot, rundir,
+                                     outdir, tip)
+            finally:
+                shutil.rmtree(rundir, ignore_errors=True)
+            lines = _manifest_lines(repo, settings, bundles)
+            for bundle in bundles:
+                _upload(ui, settings, outdir, bundle, published)
+            _upload_to_destinations(ui, say, settings, outdir, bundles)
+            with repo.wlock():
+                replaced = _write_manifest(repo, lines)
+            generations.add(dict(
+                settings.layout(), tip=tip.decode(),
+                generated=bundlestore.now(), changesets=len(repo),
+                store_bytes=_store_bytes(repo),
+                files=[bundle['file'] for bundle in bundles]))
+            retired = generations.retire(settings.keep)
+            generations.save(tip=tip.decode(),
+                             generated=generations.latest['generated'],
+                             bundles=bundles)
+            # Only now that the new manifest is out: what fell out of the
+            # last ``keep`` generations goes, everywhere.
+            _retire(ui, settings, outdir, retired)
+            keep = _file_names(replaced) | {
+                name.encode() for generation in generations.list
+                for name in generation['files']}
+            expired = _expire(outdir, settings.expire_days, keep)
+        seconds = time.monotonic() - started
         for bundle in bundles:
-            _upload(ui, settings, outdir, bundle, published)
-        with repo.wlock():
-            replaced = _write_manifest(repo, lines)
-        _write_index(outdir, tip, bundles)
-        keep = _file_names(replaced) | {bundle['file'].encode()
-                                        for bundle in bundles}
-        expired = _expire(outdir, settings.expire_days, keep)
-    for bundle in bundles:
-        ui.status(_(b'%s: %s, %s in %.1f s\n') % (
-            pycompat.sysbytes(bundle['file']),
-            pycompat.sysbytes(bundle['spec']),
-            util.bytecount(bundle['size']), bundle['seconds']))
-    if expired:
-        ui.status(_(b'deleted %d expired bundles\n') % len(expired))
+            fm.startitem()
+            fm.data(action=b'built', tip=tip,
+                    format=bundle['format'].encode(),
+                    file=bundle['file'].encode(),
+                    spec=bundle['spec'].encode(), size=bundle['size'],
+                    sha256=bundle['sha256'].encode(),
+                    seconds=bundle['seconds'],
+                    urls=[url.encode() for url in bundle['urls']])
+            fm.plain(_(b'%s: %s, %s in %.1f s\n') % (
+                bundle['file'].encode(), bundle['spec'].encode(),
+                util.bytecount(bundle['size']), bundle['seconds']))
+        if retired:
+            say(_(b'retired %d bundles of older generations\n')
+                % len(retired))
+        if expired:
+            say(_(b'deleted %d expired bundles\n') % len(expired))
+    ui.log(b'bundlegen', b'published %d bundles of %s in %.1f s (%s)\n',
+           len(bundles), tip, seconds, pycompat.bytestr(reason),
+           bundlegen_tip=tip, bundlegen_seconds=seconds,
+           bundlegen_retired=len(retired))
     if b'clonebundles' not in dict(ui.configitems(b'extensions')):
         ui.warn(_(b'(the server offers the manifest to clients only with '
                   b'the clonebundles extension enabled)\n'))
     return 0
+
+
+def _stderr(ui):
+    """Progress lines on stderr, where they stay out of ``-T json``."""
+    def say(message):
+        if not ui.quiet:
+            ui.write_err(message)
+    return say
+
+
+def _due(repo, settings, latest):
+    """Why a new generation is due, or None when the last one stands."""
+    if latest is None:
+        return 'no bundles yet'
+    if any(latest.get(key) != value
+           for key, value in settings.layout().items()):
+        return 'formats or destinations changed'
+    unfiltered = repo.unfiltered()
+    tip = latest['tip'].encode()
+    if repo[b'tip'].hex() == tip:
+        return None
+    if not unfiltered.changelog.hasnode(bin(tip)):
+        return 'the last bundled tip is no longer in the repository'
+    moved = len(repo.revs(b'not ::%s', tip))
+    moved_bytes = 0
+    if settings.min_bytes:
+        moved_bytes = _store_bytes(repo) - latest.get('store_bytes', 0)
+    return bundlestore.freshness(moved, moved_bytes,
+                                 settings.min_changesets, settings.min_bytes)
+
+
+def _store_bytes(repo):
+    """The bytes of the store's revlogs."""
+    total = 0
+    for root, _dirs, files in os.walk(repo.spath):
+        for name in files:
+            if name.endswith((b'.i', b'.d')):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _nothing_to_do(ui, fm, repo, latest, waited=0):
+    if latest and latest['tip'] == repo[b'tip'].hex().decode() and waited:
+        why = _(b'another run published bundles of this tip while this '
+                b'one waited')
+    elif latest and latest['tip'] == repo[b'tip'].hex().decode():
+        why = _(b'the bundles of tip %s are published already') % (
+            latest['tip'][:12].encode())
+    else:
+        why = _(b'the repository has not moved past bundlegen.'
+                b'min-changesets or bundlegen.min-bytes since tip %s') % (
+            latest['tip'][:12].encode())
+    fm.startitem()
+    fm.data(action=b'skipped', tip=repo[b'tip'].hex())
+    fm.write(b'reason', _(b'nothing to do: %s (--force builds anyway)\n'),
+             why)
+    ui.log(b'bundlegen', b'nothing to do: %s\n', why)
+    return 0
+
+
+def _dry_run(ui, fm, repo, settings, generations, reason):
+    """What a run would build, upload and retire."""
+    retired = bundlestore.Generations(generations.path)
+    retired.add({'files': []})
+    names = retired.retire(settings.keep)
+    fm.startitem()
+    fm.data(action=b'would-build', tip=repo[b'tip'].hex(),
+            retire=[n.encode() for n in names],
+            destinations=[d.name.encode() for d in settings.destinations])
+    fm.write(b'formats reason', _(b'would build %s (%s)\n'),
+             b', '.join(settings.formats), pycompat.bytestr(reason))
+    for destination in settings.destinations:
+        fm.plain(_(b'would upload to %s (%s)\n') % (
+            destination.name.encode(), destination.base_url.encode()))
+    if names:
+        fm.plain(_(b'would retire %d bundles of older generations\n')
+                 % len(names))
 
 
 def _output_directory(output):
@@ -458,13 +693,18 @@ class _Build:
         name = b'%s.%s.%s.hg' % (tip, self.fmt,
                                  digest.hexdigest()[:16].encode())
         os.replace(self.temp, os.path.join(outdir, name))
+        urls = [d.public_url(name.decode()) for d in settings.destinations]
+        if settings.base_url:
+            urls.insert(0, settings.url(name).decode())
+        # ``url``: the base-url one, as bundles.json readers know it
         return {'format': self.fmt.decode(), 'file': name.decode(),
-                'url': settings.url(name).decode(), 'spec': spec.decode(),
+                'url': settings.base_url and urls[0], 'urls': urls,
+                'spec': spec.decode(),
                 'size': size, 'sha256': digest.hexdigest(),
                 'seconds': round(seconds, 2)}
 
 
-def _build_all(ui, settings, snapshot, rundir, outdir, tip):
+def _build_all(ui, say, settings, snapshot, rundir, outdir, tip):
     """Build every format, up to ``jobs`` at a time; in format order."""
     progress = ui.makeprogress(_(b'bundling'), unit=_(b'bundles'),
                                total=len(settings.formats))
@@ -480,8 +720,12 @@ def _build_all(ui, settings, snapshot, rundir, outdir, tip):
                     if build.proc.poll() is not None]
             for build in done:
                 running.remove(build)
-                built[build.fmt] = build.finish(ui, settings, outdir, tip)
+                bundle = build.finish(ui, settings, outdir, tip)
+                built[build.fmt] = bundle
                 progress.increment()
+                say(_(b'built %s: %s in %.1f s (%d of %d)\n')
+                    % (build.fmt, util.bytecount(bundle['size']),
+                       bundle['seconds'], len(built), len(settings.formats)))
             if not done:
                 time.sleep(0.05)
     finally:
@@ -499,15 +743,24 @@ def _upload(ui, settings, outdir, bundle, published):
     if not settings.upload_command:
         return
     digest = b'sha256:' + bundle['sha256'].encode()
-    url = bundle['url'].encode()
+    url = bundle['urls'][0].encode() if bundle['urls'] else b''
     if any(entry[b'URL'] == url and entry.get(b'DIGEST') == digest
            for entry in published):
         ui.status(_(b'%s is published already, not uploaded again\n')
                   % bundle['file'].encode())
         return
+    path = os.path.join(outdir, bundle['file'].encode())
+    name = bundle['file'].encode()
+    # Core clone-bundles' names (HGCB_*), and the BUNDLE_* ones that
+    # scripts written for earlier bundlegen releases read.
     environ = {
-        b'BUNDLE_PATH': os.path.join(outdir, bundle['file'].encode()),
-        b'BUNDLE_NAME': bundle['file'].encode(),
+        b'HGCB_BUNDLE_PATH': path,
+        b'HGCB_BUNDLE_BASENAME': name,
+        b'HGCB_BUNDLE_URL': url,
+        b'HGCB_BUNDLE_SPEC': bundle['spec'].encode(),
+        b'HGCB_BUNDLE_SHA256': bundle['sha256'].encode(),
+        b'BUNDLE_PATH': path,
+        b'BUNDLE_NAME': name,
         b'BUNDLE_SPEC': bundle['spec'].encode(),
         b'BUNDLE_SHA256': bundle['sha256'].encode(),
         b'BUNDLE_URL': url,
@@ -522,15 +775,71 @@ def _upload(ui, settings, outdir, bundle, published):
                    b'bundlegen.upload-command and run hg bundlegen again'))
 
 
-def manifest_line(repo, url, spec, digest):
+def _upload_to_destinations(ui, say, settings, outdir, bundles):
+    """Upload every bundle to every destination; if one upload fails,
+    what this run uploaded is deleted and the run aborts, so every
+    manifest stays as it was."""
+    def report(destination, size, seconds):
+        say(_(b'uploaded %s to %s in %.1f s\n')
+            % (util.bytecount(size), destination.name.encode(), seconds))
+    try:
+        bundlestore.upload_all(settings.destinations, outdir.decode(),
+                               bundles, CONTENT_TYPE, report)
+    except errors.Abort as err:
+        raise error.Abort(pycompat.bytestr(str(err)),
+                          hint=_(b'no manifest was changed; fix the '
+                                 b'destination and run hg bundlegen '
+                                 b'again'))
+
+
+def _retire(ui, settings, outdir, names):
+    """Delete the files of retired generations from every destination,
+    through ``bundlegen.delete-command``, and from the output
+    directory."""
+    for destination in settings.destinations:
+        bundlestore.delete(destination, names)
+    for name in names:
+        if settings.delete_command:
+            environ = {b'HGCB_BUNDLE_URL': (settings.url(name.encode())
+                                           if settings.base_url else b''),
+                       b'HGCB_BASENAME': name.encode(),
+                       b'HGCB_BUNDLE_BASENAME': name.encode()}
+            code = ui.system(settings.delete_command, environ=environ,
+                             blockedtag=b'bundlegen_delete')
+            if code:
+                ui.warn(_(b'deleting %s failed (%s); the next run tries '
+                          b'again only if it is still listed\n')
+                        % (name.encode(), procutil.explainexit(code)))
+        util.tryunlink(os.path.join(outdir, name.encode()))
+
+
+def _manifest_lines(repo, settings, bundles):
+    """The manifest: format by format in ``bundlegen.formats`` order, the
+    output directory's URL first, then each destination's in the order
+    of ``bundlegen.destinations``, each with its attributes."""
+    lines = []
+    for bundle in bundles:
+        sites = [[]] if settings.base_url else []
+        sites += [d.attributes for d in settings.destinations]
+        for url, attributes in zip(bundle['urls'], sites):
+            lines.append(manifest_line(
+                repo, url.encode(), bundle['spec'].encode(),
+                bundle['sha256'].encode(),
+                [(k.encode(), v.encode()) for k, v in attributes]))
+    return lines
+
+
+def manifest_line(repo, url, spec, digest, extra=()):
     """The ``clonebundles.manifest`` line of one bundle, checked by parsing
-    it as clients do: the same URL, spec and digest, or abort."""
+    it as clients do: the same URL, spec, digest and ``extra`` attributes
+    (pairs), or abort."""
     # ``debugbundle --spec`` already quotes parameter values once, which
     # is what manifest readers unquote.
     attrs = {b'BUNDLESPEC': spec}
     if url[:8].lower() == b'https://':
         attrs[b'REQUIRESNI'] = b'true'
     attrs[b'DIGEST'] = b'sha256:' + digest
+    attrs.update(extra)
     line = b' '.join([url] + [b'%s=%s' % item for item in attrs.items()])
     expected = {key: util.urlreq.unquote(value)
                 for key, value in attrs.items()}
@@ -558,17 +867,6 @@ def _write_manifest(repo, lines):
         for line in lines:
             fh.write(line + b'\n')
     return replaced
-
-
-def _write_index(outdir, tip, bundles):
-    index = {
-        'tip': tip.decode(),
-        'generated': int(time.time()),
-        'bundles': bundles,
-    }
-    with util.atomictempfile(os.path.join(outdir, INDEX),
-                             b'wb') as fh:
-        fh.write(json.dumps(index, indent=2).encode() + b'\n')
 
 
 def _expire(outdir, days, keep):

@@ -18,7 +18,7 @@ import os
 import pytest
 from mercurial import util as hgutil
 
-from vcsperf.harness import history, servers, tools
+from vcsperf.harness import history, objectstore, servers, tools
 
 import campaign
 
@@ -106,6 +106,16 @@ def hgserve(env):
     """
     with hg_servers(env) as start:
         yield start
+
+
+@pytest.fixture
+def objectserver(tmp_path, env):
+    """A real S3-compatible server (versitygw, built once and cached; see
+    ``vcsperf.harness.objectstore``) on 127.0.0.1 for this test; its keys
+    are put in ``env`` for the commands the test runs."""
+    with objectstore.ObjectServer(tmp_path / "s3") as server:
+        env.update(server.environ())
+        yield server
 
 
 def _real_repo_key():

@@ -287,8 +287,9 @@ def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
     _generate(hg, real_hg_repo, fileserver, *STREAM)
     manifest = _manifest(real_hg_repo)
     shutil.rmtree(os.path.join(real_hg_repo, ".hg", "cache"))
-    proc = _generate(hg, real_hg_repo, fileserver, *STREAM, "--config",
-                     "bundlegen.upload-command=exit 3", check=False)
+    proc = _generate(hg, real_hg_repo, fileserver, *STREAM, "--force",
+                     "--config", "bundlegen.upload-command=exit 3",
+                     check=False)
     assert proc.stderr.startswith("abort: upload of ")
     assert _manifest(real_hg_repo) == manifest
     check_published(real_hg_repo, fileserver.root)
@@ -297,7 +298,7 @@ def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
 
     # The next run publishes the new bytes under a new name; the old file
     # stays for clients that read the manifest just before.
-    _generate(hg, real_hg_repo, fileserver, *STREAM)
+    _generate(hg, real_hg_repo, fileserver, *STREAM, "--force")
     assert _manifest(real_hg_repo) != manifest
     check_published(real_hg_repo, fileserver.root)
     old = manifest.split()[0].rsplit("/", 1)[1]
@@ -338,7 +339,7 @@ def test_uploads_never_change_what_the_manifest_names(real_hg_repo, hg,
 
     def run():
         hg("-R", real_hg_repo, "bundlegen", *EXT, *STREAM, *upload,
-           "--output", staged, "--base-url", fileserver.url)
+           "--force", "--output", staged, "--base-url", fileserver.url)
         check_published(real_hg_repo, staged, fileserver.root)
 
     open(manifest, "w").close()
@@ -441,3 +442,24 @@ def test_damaged_manifest_and_odd_files_on_disk(real_hg_repo, hg,
                     "bundlegen.formats=gzip")
     assert "deleted 1 expired bundles" in out
     assert not os.path.exists(odd[0]) and os.path.isdir(odd[1])
+
+
+def test_systemd_unit_runs_the_virtualenv_hg_hardened_with_a_timeout(
+        tmp_path):
+    unit = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
+                        "bundlegen", "bundlegen@.service")
+    text = open(unit).read()
+    assert "\nExecStart=/opt/vcsperf/venv/bin/hg -R %f bundlegen\n" in text
+    assert re.search(r"\nTimeoutStartSec=\d+h\n", text)
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    # an instance of the template, as systemctl would load it
+    instance = tmp_path / "bundlegen@srv-hg-repo.service"
+    shutil.copy(unit, instance)
+    proc = subprocess.run([analyze, "security", "--offline=true",
+                           str(instance)], capture_output=True, text=True)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)",
+                      proc.stdout)
+    assert found, proc.stdout + proc.stderr
+    assert float(found.group(1)) < 5

@@ -272,8 +272,10 @@ def test_kill_bundlegen_at_seeded_moments(real_hg_repo, hg, env, hgserve,
     mirror.mkdir()
     files = FileServer(str(served))
     try:
+        # --force: a run at the same tip would otherwise do nothing
         argv = [hg.binary, "-R", str(real_hg_repo), "bundlegen", *SERVER,
-                "--config", "bundlegen.formats=stream", "--config",
+                "--force", "--config", "bundlegen.formats=stream",
+                "--config",
                 "bundlegen.upload-command=%s -c \"%s\" %s"
                 % (sys.executable, UPLOAD, mirror),
                 "--output", str(served), "--base-url", files.url]
