@@ -8,9 +8,9 @@ Each feature module contributes its subcommands through
 import argparse
 import sys
 
-from gitbridge import checkout, commitid
+from gitbridge import checkout, commitid, commitindex
 
-FEATURE_MODULES = (checkout, commitid)
+FEATURE_MODULES = (checkout, commitid, commitindex)
 
 
 def build_parser():
