@@ -58,10 +58,12 @@ Where the index cannot answer (none yet, or built by other rules), the
 revsets read the descriptions instead and say so with ``--debug``.
 ``hg serve`` answers the same lookups over the wire protocol and at
 ``/json-commitid?key=D123&key=...``.  More trailers that hold commit
-IDs::
+IDs, and how to stop keeping the index (lookups then read the
+descriptions of the changesets it does not cover)::
 
   [commitid]
   index-trailers = X-Commit-ID
+  index = no
 
 For reproducible tests, ``commitid.deterministic`` derives IDs from the
 changeset's parents, author, date, files and message instead of drawing
@@ -112,6 +114,7 @@ templatekeyword = registrar.templatekeyword()
 
 configitem(b'commitid', b'deterministic', default=False)
 configitem(b'commitid', b'index-trailers', default=list)
+configitem(b'commitid', b'index', default=True)
 
 #: The wire-protocol command, also the capability that announces it.
 WIRE_COMMAND = b'commitidlookup'
@@ -153,7 +156,8 @@ def reposetup(ui, repo):
             # this again once the stripped changesets are gone.
             if tr is not None and tr.hookargs.get(b'source') == b'strip':
                 return
-            if self.currentlock() is None:
+            if self.currentlock() is None or \
+                    not self.ui.configbool(b'commitid', b'index'):
                 return
             try:
                 _commitindex.update(

@@ -9,7 +9,7 @@ import importlib
 #: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
 #: ``main(argv)``.
 NAMES = ("codec", "zstdstore", "wirezstd", "pastbytes", "commitid",
-         "sharepool")
+         "commitindex", "sharepool")
 
 
 def main(name, argv):
