@@ -104,31 +104,72 @@ def update(repo, check=False):
             base.close()
 
 
-def find(repo, kind, key):
-    """The revisions of ``repo`` (filtered as it is) whose description
-    carries ``(kind, key)``, ascending: from the index for the changesets
-    it covers, by reading the descriptions of the others."""
-    ui = repo.ui
-    changelog = repo.unfiltered().changelog
-    key_rules = rules(ui)
-    candidates, start = [], 0
-    try:
-        with commitindex.Index(_directory(repo), NAME) as index:
-            covered = _covered(index, changelog, key_rules.fingerprint)
+class Finder:
+    """Lookups in ``repo`` (filtered as it is): ``finder(kind, key)`` is
+    the ascending revisions whose description carries ``(kind, key)``,
+    from the index for the changesets it covers, and for the others (all
+    of them when the index cannot be used) from their descriptions, read
+    once for every key asked.
+
+    The index's entries are 64-bit hashes of the keys: a false match needs
+    two keys of one repository to collide, which at a million keys has a
+    chance of one in 10**13 per lookup; damage to the entries is what
+    ``hg debugupdatecaches`` checks for.  A ``Finder`` holds the index
+    open: close it (``with``)."""
+
+    def __init__(self, repo):
+        self.repo = repo
+        self.index = None
+        self.changelog = repo.unfiltered().changelog
+        self.filtered = repo.changelog.filteredrevs
+        self.rules = rules(repo.ui)
+        self.start = 0
+        self._scanned = None
+        debug = repo.ui.debug
+        try:
+            self.index = commitindex.Index(_directory(repo), NAME)
+        except FileNotFoundError:
+            debug(b'commitid: no index (hg debugupdatecaches builds it)\n')
+        except commitindex.CorruptIndex as err:
+            debug(b'commitid: not using the index: %s\n' % str(err).encode())
+        if self.index is not None:
+            covered = _covered(self.index, self.changelog,
+                               self.rules.fingerprint)
             if isinstance(covered, str):
-                ui.debug(b'commitid: not using the index: %s\n'
-                         % covered.encode())
+                debug(b'commitid: not using the index: %s\n'
+                      % covered.encode())
+                self.close()
             else:
-                candidates, start = index.lookup(kind, key), covered
-    except FileNotFoundError:
-        ui.debug(b'commitid: no index (hg debugupdatecaches builds it)\n')
-    except commitindex.CorruptIndex as err:
-        ui.debug(b'commitid: not using the index: %s\n' % str(err).encode())
-    if start < len(changelog):
-        ui.debug(b'commitid: scanning %d changesets\n'
-                 % (len(changelog) - start))
-    filtered = repo.changelog.filteredrevs
-    wanted = (kind, key)
-    return [rev for rev in candidates + list(range(start, len(changelog)))
-            if rev not in filtered and rev < len(changelog)
-            and wanted in keys_of(changelog, rev, key_rules)]
+                self.start = covered
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+
+    def _scan(self):
+        """{(kind, key): [rev, ...]} of the changesets the index does not
+        cover."""
+        if self._scanned is None:
+            count = len(self.changelog) - self.start
+            if count:
+                self.repo.ui.debug(b'commitid: scanning %d changesets\n'
+                                   % count)
+            self._scanned = {}
+            for rev in range(self.start, len(self.changelog)):
+                for found in keys_of(self.changelog, rev, self.rules):
+                    self._scanned.setdefault(found, []).append(rev)
+        return self._scanned
+
+    def __call__(self, kind, key):
+        # (A damaged entry could name a revision past those covered.)
+        revs = [rev for rev in self.index.lookup(kind, key)
+                if rev < self.start] if self.index else []
+        revs += self._scan().get((kind, key), [])
+        return [rev for rev in revs if rev not in self.filtered]

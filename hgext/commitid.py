@@ -384,7 +384,8 @@ def _key_argument(x, name):
 
 
 def _indexed(repo, subset, kind, key):
-    return subset & smartset.baseset(_commitindex.find(repo, kind, key))
+    with _commitindex.Finder(repo) as find:
+        return subset & smartset.baseset(find(kind, key))
 
 
 @revsetpredicate(b'commitid(id)', safe=True)
@@ -436,9 +437,11 @@ def _parse_keys(keys):
 
 def _lookup(repo, keys):
     """``[(key as typed, node)]`` for ``keys`` in ``repo``, in order."""
-    return [(typed, repo.changelog.node(rev))
-            for typed, (kind, key) in zip(keys, _parse_keys(keys))
-            for rev in _commitindex.find(repo, kind, key)]
+    parsed = _parse_keys(keys)
+    with _commitindex.Finder(repo) as find:
+        return [(typed, repo.changelog.node(rev))
+                for typed, (kind, key) in zip(keys, parsed)
+                for rev in find(kind, key)]
 
 
 @command(

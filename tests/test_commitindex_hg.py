@@ -115,6 +115,7 @@ def nodes(hg, repo, revset):
     return hg("log", "-r", revset, "-T", "{node}\\n", cwd=repo).split()
 
 
+@pytest.mark.slow
 def test_every_history_editing_command_leaves_a_current_index(
         hg, repo, tmp_path):
     check_index(hg, repo)
@@ -265,6 +266,7 @@ def test_revsets_and_lookup_output(hg, repo, hgserve, tmp_path):
     assert "the server needs the commitid extension" in proc.stderr
 
 
+@pytest.mark.slow
 def test_readers_while_transactions_append(hg, repo, tmp_path):
     """Readers in this process (the index files themselves) and in hg
     processes look keys up while a pull and commits append: every answer

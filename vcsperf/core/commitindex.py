@@ -18,9 +18,10 @@ Files, in one directory, all named after ``name``:
   fixed width, appended.
 
 An entry is 12 bytes: the first 8 bytes of the BLAKE2b hash of kind and
-key, then the revision (big-endian, so byte order is numeric order).  A
-hash can collide and a file can rot, so a lookup yields candidates that
-the adapter checks against the commit's message before answering.
+key, then the revision (big-endian, so byte order is numeric order).  Two
+keys of one repository share a hash with a chance of about n / 2**64 per
+lookup (n keys); an adapter that reads the message anyway (Git) checks
+each candidate against it.
 
 Appends go past every length a docket names, so readers of an older
 docket read what they read before.  Each data file starts with a header
@@ -201,8 +202,8 @@ class Index:
         return self.docket.table[1] + self.docket.tail[1]
 
     def lookup(self, kind, key):
-        """The revisions indexed for ``(kind, key)``, sorted: candidates
-        that a hash collision or a damaged file may add to."""
+        """The revisions indexed for ``(kind, key)``, sorted (what a hash
+        collision or damaged entries may add to)."""
         wanted = key_hash(kind, key)
         table = self.table
         low, high = 0, table.count
