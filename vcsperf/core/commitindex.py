@@ -198,9 +198,6 @@ class Index:
     def covers(self):
         return self.docket.covers
 
-    def __len__(self):
-        return self.docket.table[1] + self.docket.tail[1]
-
     def lookup(self, kind, key):
         """The revisions indexed for ``(kind, key)``, sorted (what a hash
         collision or damaged entries may add to)."""
@@ -236,12 +233,6 @@ class Index:
 
     def node_count(self):
         return self.nodes.count
-
-    def entries(self):
-        """Every ``(hash, rev)``, table then tail."""
-        return [ENTRY.unpack_from(data, offset)
-                for data in (self.table.data(), self.tail.data())
-                for offset in range(0, len(data), ENTRY.size)]
 
     def verify(self):
         """Read everything: raise ``CorruptIndex`` when the table's
