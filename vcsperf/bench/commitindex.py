@@ -12,27 +12,30 @@ For each Mercurial repository (copied first; the source is not written):
   one (the revsets' scan, today's ``commitid()``), beside ``hg log -r tip``;
 - 1,000 lookups in one process (``hg commitid-lookup`` with 1,000 keys,
   less the same command with one key), the scan's per key extrapolated;
-- building the index from nothing (``hg debugupdatecaches`` without and
-  with it, the other caches warm);
+- building the index from nothing (``hg debugupdatecaches``; hg's
+  ``--debug`` line gives the CPU time it spent), beside ``hg log -T
+  '{desc}'`` less its start-up;
 - ``hg commit`` and a pull of 100 changesets, with ``commitid.index`` off
-  and on;
+  and on, and the CPU time of the update itself (``--debug``);
 - the index's bytes per changeset and per key.
 
 For each Git repository (mirrored first): the first ``gitbridge
 commitid-lookup`` (which builds the index), then lookups beside ``git log
---all -F --grep``.  Commands alternate, run by run; medians of wall-clock
-time.  All six extensions are enabled, as users run them.
+--all -F --grep``.  Commands alternate, run by run; medians of
+CPU time (user + system, the command's and its children's): the machine
+may be shared.  All six extensions are enabled, as users run them.
 """
 
 import collections
 import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 
 from vcsperf.bench import benchcli
+from vcsperf.bench.commitid import measured
 from vcsperf.core.commitids import BUG, ID, REVIEW, message_keys
 from vcsperf.harness import tools
 
@@ -42,14 +45,28 @@ INDEX_OFF = ["--config", "commitid.index=no"]
 
 
 def timed(args, env, cwd=None):
-    start = time.perf_counter()
-    tools.run(args, env, cwd=cwd)
-    return time.perf_counter() - start
+    """CPU seconds (user + system) of a command: on a shared machine its
+    wall-clock time swings by more than the differences measured."""
+    return measured(args, env, cwd)[1]
+
+
+def own_ms(args, env, cwd, runs=1, before=None):
+    """The median CPU milliseconds that hg says (``--debug``) it spent on
+    the index in ``args``: its update, or its lookups."""
+    values = []
+    for _ in range(runs):
+        if before:
+            before("index on")
+        out = tools.run([*args, "--debug"], env, cwd=cwd)
+        values.append(float(re.findall(r"^commitid: .* in ([0-9.]+) ms of "
+                                       r"CPU$", out, re.M)[-1]))
+    return statistics.median(values)
 
 
 def alternating(commands, runs, before=None):
-    """{name: median seconds} of ``commands`` ({name: (args, env, cwd)}),
-    run in turn ``runs`` times; ``before(name)`` runs untimed first."""
+    """{name: median CPU seconds} of ``commands`` ({name: (args, env,
+    cwd)}), run in turn ``runs`` times; ``before(name)`` runs untimed
+    first."""
     times = collections.defaultdict(list)
     for _ in range(runs):
         for name, (args, env, cwd) in commands.items():
@@ -103,20 +120,19 @@ def bench_hg(source, work, env, runs):
         tools.run([hg, *INDEX_OFF, "debugupdatecaches"], env, cwd=copy)
     count = int(tools.run([hg, "log", "-r", "tip", "-T", "{rev}"], env,
                           cwd=ours)) + 1
-    start = time.perf_counter()
+    read_all = timed([hg, "log", "-T", "{desc}"], env, scan)
     out = tools.run([hg, "log", "-T", "{desc}\\0"], env, cwd=scan)
-    read_all = time.perf_counter() - start
     keys, key_count = repo_keys(out.split("\0"))
     results = {"changesets": count, "read descriptions": read_all,
                "keys": {kind: len(v) for kind, v in keys.items()},
                "key count": key_count}
 
-    # Build from nothing, the other caches warm.
-    results["build"] = alternating({
-        "core caches": ([hg, *INDEX_OFF, "debugupdatecaches"], env, ours),
-        "with index": ([hg, "debugupdatecaches"], env, ours)},
-        max(1, runs // 2), before=lambda name: remove_index(ours))
-    tools.run([hg, "debugupdatecaches"], env, cwd=ours)
+    # Build from nothing (the descriptions read in hg, as a scan does),
+    # beside hg log reading them less its start-up.
+    results["read less start"] = read_all - timed(
+        [hg, "log", "-r", "tip", "-T", "{desc}"], env, scan)
+    results["build"] = own_ms([hg, "debugupdatecaches"], env, ours, runs,
+                              before=lambda name: remove_index(ours))
     size = sum(os.path.getsize(p) for p in index_files(ours))
     results["bytes"] = size
 
@@ -147,8 +163,12 @@ def bench_hg(source, work, env, runs):
         "scan 3": ([hg, "log", "-r", " or ".join(few), "-T", "{node}"], env,
                    scan),
     }, max(1, runs // 2))
+    own = {count: own_ms([hg, "commitid-lookup", *sample[:count]], env, ours,
+                         runs) for count in (1, 1000)}
     results["in process"] = {
-        "index per key": (lookups["index 1000"] - lookups["index 1"]) / 999,
+        "index per key": (own[1000] - own[1]) / 999 / 1000,
+        "index 1000": own[1000] / 1000,
+        "process 1000": lookups["index 1000"],
         "scan per key": (scan_few["scan 3"] - scan_few["scan 0"]) / 3}
 
     # hg commit and a pull of 100 changesets, index off and on.
@@ -166,6 +186,9 @@ def bench_hg(source, work, env, runs):
                       ours),
         "index on": ([hg, "commit", "-q", "-m", "bench"], env, ours)},
         runs, before=change)
+    results["commit"]["update"] = own_ms(
+        [hg, "commit", "-q", "-m", "bench"], env, ours, runs,
+        before=change) / 1000
     tools.run([hg, "strip", "-q", "--no-backup", "-r", "%d:" % count], env,
               cwd=ours)
     cut = "%d:" % max(1, count - 100)
@@ -179,6 +202,9 @@ def bench_hg(source, work, env, runs):
         "index off": ([hg, *INDEX_OFF, "pull", "-q", source], env, ours),
         "index on": ([hg, "pull", "-q", source], env, ours)},
         max(1, runs // 2), before=strip)
+    results["pull 100"]["update"] = own_ms(
+        [hg, "pull", "-q", source], env, ours, max(1, runs // 2),
+        before=strip) / 1000
     return results
 
 
@@ -187,10 +213,10 @@ def bench_git(source, work, env, runs):
     gitbridge = tools.executable("gitbridge")
     mirror = os.path.join(work, "mirror.git")
     tools.run([git, "clone", "-q", "--mirror", source, mirror], env)
-    start = time.perf_counter()
+    read_all = timed([git, "log", "--all", "-z", "--format=%B"], env,
+                     mirror)
     out = tools.run([git, "log", "--all", "-z", "--format=%B"], env,
                     cwd=mirror)
-    read_all = time.perf_counter() - start
     keys, key_count = repo_keys(out.split("\0"))
     commits = int(tools.run([git, "rev-list", "--all", "--count"], env,
                             cwd=mirror))
@@ -222,7 +248,8 @@ def report_hg(repo, r):
              "(hg log -T '{desc}'): %s" % (
                  repo, r["changesets"], dict(r["keys"]), r["key count"],
                  ms(r["read descriptions"])),
-             "| operation | scan (no index) | index |", "|---|---|---|"]
+             "| operation (CPU time) | scan (no index) | index |",
+             "|---|---|---|"]
     for kind in (ID, REVIEW, BUG):
         lines.append("| one lookup by %s, fresh process | %s | %s |" % (
             kind, ms(cold["%s scan" % kind]), ms(cold["%s index" % kind])))
@@ -230,22 +257,24 @@ def report_hg(repo, r):
                  % ms(cold["hg log -r tip"]))
     inproc = r["in process"]
     lines.append("| 1,000 lookups in one process | %.0f s (%s a key, "
-                 "extrapolated) | %s (%.1f µs a key) |" % (
+                 "extrapolated) | %s in hg, %s the whole command (%.1f µs "
+                 "a key) |" % (
                      inproc["scan per key"] * 1000,
-                     ms(inproc["scan per key"]),
-                     ms(inproc["index per key"] * 1000),
+                     ms(inproc["scan per key"]), ms(inproc["index 1000"]),
+                     ms(inproc["process 1000"]),
                      inproc["index per key"] * 1e6))
-    build = r["build"]
-    lines.append("| build from nothing (debugupdatecaches) | %s (core "
-                 "caches) | %s (+%s) |" % (
-                     ms(build["core caches"]), ms(build["with index"]),
-                     ms(build["with index"] - build["core caches"])))
+    lines.append("| build from nothing, descriptions read included | %s "
+                 "(hg log -T '{desc}' less its start-up) | %s |" % (
+                     ms(r["read less start"]), ms(r["build"] / 1000)))
     for name in ("commit", "pull 100"):
         row = r[name]
-        lines.append("| %s | %s (index off) | %s (%+.1f%%) |" % (
-            "hg commit" if name == "commit" else "hg pull of 100 changesets",
-            ms(row["index off"]), ms(row["index on"]),
-            100 * (row["index on"] - row["index off"]) / row["index off"]))
+        lines.append("| %s | %s (index off) | %s (index on); the update "
+                     "%s, %.2f%% |" % (
+                         "hg commit" if name == "commit"
+                         else "hg pull of 100 changesets",
+                         ms(row["index off"]), ms(row["index on"]),
+                         ms(row["update"]),
+                         100 * row["update"] / row["index off"]))
     lines.append("| index bytes | | %d (%.1f a changeset, %.1f a key) |" % (
         r["bytes"], r["bytes"] / r["changesets"],
         r["bytes"] / max(1, r["key count"])))
@@ -257,7 +286,7 @@ def report_git(repo, r):
     return "\n".join([
         "%s: %d commits, %d keys; git log --all -z --format=%%B: %s" % (
             repo, r["commits"], r["key count"], ms(r["read messages"])),
-        "| operation | git | gitbridge |", "|---|---|---|",
+        "| operation (CPU time) | git | gitbridge |", "|---|---|---|",
         "| one lookup, fresh process | %s (git log --all -F --grep) | %s |"
         % (ms(lookup["git log --all --grep"]),
            ms(lookup["gitbridge commitid-lookup"])),
