@@ -74,7 +74,8 @@ def scan(hg, repo):
 
 
 def lookup(hg, repo, keys, *options):
-    """({"kind:key": {node, ...}}, the debug lines about the index)."""
+    """({"kind:key": {node, ...}}, the debug lines about the index, but
+    for the one that says how long the lookups took)."""
     out = hg("commitid-lookup", "--debug", *options, *keys, "-T",
              "{key} {node}\\n", cwd=repo, check=False)
     found, debug = {}, []
@@ -82,7 +83,7 @@ def lookup(hg, repo, keys, *options):
         key, _, node = line.rpartition(" ")
         if len(node) == 40 and key in keys:
             found.setdefault(key, set()).add(node)
-        elif line.startswith("commitid:"):
+        elif line.startswith("commitid:") and "looked up in" not in line:
             debug.append(line)
     return found, debug
 
