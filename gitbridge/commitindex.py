@@ -9,7 +9,8 @@ parents before children).  When a covered tip is gone from the object
 store (``git gc`` after a force push or a deleted branch) the index is
 built again from nothing.  Commits that a rebase or force push left
 behind stay in the index until then, so every answer is checked: the
-commit still carries the key, and a ref reaches it.
+commit still carries the key, and a ref reaches it (one ``git
+for-each-ref --contains`` a candidate).
 """
 
 import fcntl
@@ -63,6 +64,16 @@ def _commits(repo, shas):
         if kind == b"commit":
             message = body.partition(b"\n\n")[2]
             yield sha, message.decode("utf-8", "surrogateescape")
+
+
+def _reachable(repo, sha):
+    """Whether a ref reaches commit ``sha``.  Not ``git rev-list SHA
+    --not --all``: where committer dates go back in time (histories
+    converted from Mercurial) its walk stops early and names reachable
+    commits; ``--contains`` walks by generation numbers, with the
+    commit-graph fast."""
+    return bool(git_bytes(repo, "for-each-ref", "--count=1", "--format=x",
+                          "--contains", sha))
 
 
 def _missing(repo, objects):
@@ -142,11 +153,9 @@ def lookup(repo, keys):
         return []
     carried = {sha: commitids.message_keys(message, rules) for sha, message
                in _commits(repo, {sha for _, _, sha in candidates})}
-    unreachable = set(git_bytes(
-        repo, "rev-list", *sorted(carried), "--not", "--all").split()) \
-        if carried else set()
+    reachable = {sha for sha in carried if _reachable(repo, sha)}
     return [(typed, sha.decode("ascii")) for typed, wanted, sha in candidates
-            if wanted in carried.get(sha, ()) and sha not in unreachable]
+            if wanted in carried.get(sha, ()) and sha in reachable]
 
 
 # The command line -----------------------------------------------------------
