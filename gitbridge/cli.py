@@ -6,25 +6,31 @@ Each feature module contributes its subcommands through
 """
 
 import argparse
+import importlib
 import sys
 
-from gitbridge import bundlegen, checkout, commitid
+FEATURE_MODULES = ("gitbridge.bundlegen", "gitbridge.checkout",
+                   "gitbridge.commitid", "gitbridge.commitindex")
+#: Subcommands that answer in milliseconds: only their module is imported,
+#: sparing them the others' imports (dulwich's take tens of milliseconds).
+QUICK = {"commitid-lookup": "gitbridge.commitindex"}
 
-FEATURE_MODULES = (bundlegen, checkout, commitid)
 
-
-def build_parser():
+def build_parser(modules=FEATURE_MODULES):
     parser = argparse.ArgumentParser(
         prog="gitbridge",
         description="The Git side of vcsperf.")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in FEATURE_MODULES:
-        module.add_commands(commands)
+    for name in modules:
+        importlib.import_module(name).add_commands(commands)
     return parser
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    quick = QUICK.get(argv[0]) if argv else None
+    args = build_parser([quick] if quick else FEATURE_MODULES).parse_args(
+        argv)
     return args.func(args)
 
 

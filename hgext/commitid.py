@@ -43,6 +43,28 @@ backup bundle).  ``{commitid}`` shows a changeset's ID in templates and
 
   $ hg log -r "commitid(4Aq2kO7Vx9d)" -T "{node|short} {commitid}\\n"
 
+Lookups by key read an index in ``.hg/cache/commitindex*`` (kept up to
+date after every transaction, strip and rollback; ``hg
+debugupdatecaches`` builds it in a repository that has none), so they
+take milliseconds at any size.  Besides commit IDs it knows reviews (the
+``D123`` of a ``Differential Revision:`` line, a Gerrit ``Change-Id:``)
+and bugs (``Bug 123`` in the summary line)::
+
+  $ hg log -r "review(D123) or bug(1234567)"
+  $ hg commitid-lookup D123 "bug 1234567" 4Aq2kO7Vx9d -T json
+  $ hg commitid-lookup --remote https://hg.example/repo D123
+
+Where the index cannot answer (none yet, or built by other rules), the
+revsets read the descriptions instead and say so with ``--debug``.
+``hg serve`` answers the same lookups over the wire protocol and at
+``/json-commitid?key=D123&key=...``.  More trailers that hold commit
+IDs, and how to stop keeping the index (lookups then read the
+descriptions of the changesets it does not cover)::
+
+  [commitid]
+  index-trailers = X-Commit-ID
+  index = no
+
 For reproducible tests, ``commitid.deterministic`` derives IDs from the
 changeset's parents, author, date, files and message instead of drawing
 them at random; never use it for real work::
@@ -52,24 +74,33 @@ them at random; never use it for real work::
 """
 
 import contextlib
+import json
+import time
 
 from mercurial.i18n import _
 from mercurial import (
     cmdutil,
     context,
+    error,
     extensions,
+    hg,
     localrepo,
     node as nodemod,
     registrar,
     revsetlang,
     rewriteutil,
     scmutil,
+    smartset,
+    wireprototypes,
+    wireprotov1server,
 )
-from mercurial.utils import stringutil
+from mercurial.hgweb import webcommands
+from mercurial.interfaces import repository
+from mercurial.utils import stringutil, urlutil
 
 from vcsperf.core import commitids
 
-from hgext3rd import _hgcompat
+from hgext3rd import _commitindex, _hgcompat
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
@@ -82,6 +113,11 @@ revsetpredicate = registrar.revsetpredicate()
 templatekeyword = registrar.templatekeyword()
 
 configitem(b'commitid', b'deterministic', default=False)
+configitem(b'commitid', b'index-trailers', default=list)
+configitem(b'commitid', b'index', default=True)
+
+#: The wire-protocol command, also the capability that announces it.
+WIRE_COMMAND = b'commitidlookup'
 
 #: Extras in which rewrites name the changesets they replace or copy.
 SOURCE_EXTRAS = (b'amend_source', b'rebase_source', b'histedit_source',
@@ -113,6 +149,24 @@ def reposetup(ui, repo):
                 _give_id(self, ctx)
             return super().commitctx(ctx, *args, **kwargs)
 
+        def updatecaches(self, tr=None, full=False, caches=None, *args,
+                         **kwargs):
+            super().updatecaches(tr, full, caches, *args, **kwargs)
+            # Core skips strip's transaction too: ``destroyed`` calls
+            # this again once the stripped changesets are gone.
+            if tr is not None and tr.hookargs.get(b'source') == b'strip':
+                return
+            if self.currentlock() is None or \
+                    not self.ui.configbool(b'commitid', b'index'):
+                return
+            try:
+                _commitindex.update(
+                    self, check=bool(full) or caches == repository.CACHES_ALL)
+            except OSError as err:
+                # A cache: failing to write one must not fail the command.
+                self.ui.debug(b'commitid: cannot write the index: %s\n'
+                              % stringutil.forcebytestr(err))
+
     repo.__class__ = commitidrepo
 
 
@@ -121,6 +175,11 @@ def extsetup(ui):
     extensions.wrapfunction(cmdutil, 'amend', _amend)
     extensions.afterloaded(b'split', _wrapsplit)
     extensions.afterloaded(b'convert', _wrapconvert)
+    extensions.wrapfunction(wireprotov1server, '_capabilities',
+                            _capabilities)
+    if 'commitid' not in webcommands.__all__:
+        webcommands.commitid = web_commitid
+        webcommands.__all__.append('commitid')
 
 
 def _give_id(repo, ctx):
@@ -319,15 +378,25 @@ def _same_files(ctx):
     return filectxfn
 
 
+def _key_argument(x, name):
+    args = revsetlang.getargs(x, 1, 1, _(b'%s takes one argument') % name)
+    return revsetlang.getstring(args[0], _(b'%s requires a string') % name)
+
+
+def _indexed(repo, subset, kind, key):
+    with _commitindex.Finder(repo) as find:
+        return subset & smartset.baseset(find(kind, key))
+
+
 @revsetpredicate(b'commitid(id)', safe=True)
 def commitid_revset(repo, subset, x):
     """Changesets whose commit ID is ``id``.  ``re:`` matches the ID with a
     regular expression: ``commitid('re:.')`` is every changeset with one.
     """
-    args = revsetlang.getargs(x, 1, 1, _(b'commitid takes one argument'))
-    pattern = revsetlang.getstring(args[0],
-                                   _(b'commitid requires a string'))
+    pattern = _key_argument(x, b'commitid')
     kind, pattern, matcher = stringutil.stringmatcher(pattern)
+    if kind == b'literal':
+        return _indexed(repo, subset, commitids.ID, _text(pattern))
     changelog = repo.changelog
 
     def matches(rev):
@@ -335,6 +404,149 @@ def commitid_revset(repo, subset, x):
         return found is not None and matcher(found)
 
     return subset.filter(matches, condrepr=(b'<commitid %r>', pattern))
+
+
+@revsetpredicate(b'review(revision)', safe=True)
+def review_revset(repo, subset, x):
+    """Changesets of a code review: ``D123`` (or ``123``), the revision
+    that a ``Differential Revision:`` line names, or a Gerrit
+    ``Change-Id``."""
+    revision = _text(_key_argument(x, b'review'))
+    if revision.isdigit():
+        revision = 'D' + revision
+    return _indexed(repo, subset, commitids.REVIEW, revision)
+
+
+@revsetpredicate(b'bug(number)', safe=True)
+def bug_revset(repo, subset, x):
+    """Changesets whose summary line names bug ``number`` (``Bug 123`` or
+    ``bug 123``)."""
+    number = _key_argument(x, b'bug')
+    if not number.isdigit():
+        raise error.ParseError(_(b'bug requires a number'))
+    return _indexed(repo, subset, commitids.BUG, str(int(number)))
+
+
+def _parse_keys(keys):
+    """``[(kind, key)]`` for keys as typed (bytes)."""
+    try:
+        return [commitids.parse_key(_text(key)) for key in keys]
+    except ValueError as err:
+        raise error.InputError(stringutil.forcebytestr(err))
+
+
+def _lookup(repo, keys):
+    """``[(key as typed, node)]`` for ``keys`` in ``repo``, in order."""
+    parsed = _parse_keys(keys)
+    began = time.process_time()
+    with _commitindex.Finder(repo) as find:
+        found = [(typed, repo.changelog.node(rev))
+                 for typed, (kind, key) in zip(keys, parsed)
+                 for rev in find(kind, key)]
+    repo.ui.debug(b'commitid: %d keys looked up in %.1f ms of CPU\n'
+                  % (len(keys), (time.process_time() - began) * 1000))
+    return found
+
+
+@command(
+    b'commitid-lookup',
+    [(b'', b'remote', b'',
+      _(b'ask this server (URL or path) instead of the local repository'),
+      _(b'SOURCE'))] + cmdutil.formatteropts,
+    _(b'[--remote SOURCE] KEY...'),
+    helpcategory=command.CATEGORY_CHANGE_NAVIGATION,
+    optionalrepo=True,
+)
+def commitid_lookup(ui, repo, *keys, **opts):
+    """print the changesets that carry commit IDs, reviews or bugs
+
+    A KEY is a commit ID, ``D123`` or a ``Change-Id`` (a review), or
+    ``bug 123``; ``id:``, ``review:`` or ``bug:`` before it says which.
+    Each match prints as ``KEY NODE``, oldest first; hidden changesets
+    count only with ``--hidden``.
+
+    With ``--remote`` the server looks the keys up, all in one request,
+    with nothing cloned; it needs the commitid extension too.
+
+    Returns 0 when every key matched a changeset, 1 otherwise.
+    """
+    if not keys:
+        raise error.InputError(_(b'give at least one key'))
+    remote = opts.get('remote')
+    if remote:
+        found = _remote_lookup(ui, repo, remote, keys)
+    elif repo is None:
+        raise error.RepoError(_(b'there is no Mercurial repository here '
+                                b'(.hg not found)'),
+                              hint=_(b'or ask a server with --remote'))
+    else:
+        found = [(typed, nodemod.hex(node))
+                 for typed, node in _lookup(repo, keys)]
+    with ui.formatter(b'commitid-lookup', _hgcompat.bytes_opts(opts)[0]) \
+            as fm:
+        for typed, node in found:
+            fm.startitem()
+            fm.write(b'key node', b'%s %s\n', typed, node)
+    return 0 if set(keys) <= {typed for typed, node in found} else 1
+
+
+def _remote_lookup(ui, repo, source, keys):
+    canonical = [b'%s:%s' % (_bytes(kind), _bytes(key))
+                 for kind, key in _parse_keys(keys)]
+    path = urlutil.get_unique_pull_path_obj(b'commitid-lookup', ui, source)
+    peer = hg.peer(repo or ui, {}, path)
+    try:
+        local = peer.local()
+        if local is not None:
+            # A path: no server, the repository as a server would show it.
+            return [(typed, nodemod.hex(node)) for typed, node in
+                    _lookup(local.filtered(b'served'), keys)]
+        if not peer.capable(WIRE_COMMAND):
+            raise error.Abort(_(b'%s cannot look up commit IDs')
+                              % peer.url(),
+                              hint=_(b'the server needs the commitid '
+                                     b'extension'))
+        reply = peer._call(WIRE_COMMAND, keys=b'\n'.join(canonical))
+    finally:
+        peer.close()
+    typed_of = dict(zip(canonical, keys))
+    found = []
+    for line in reply.splitlines():
+        key, node = line.rsplit(b' ', 1)
+        found.append((typed_of[key], node))
+    return found
+
+
+def _capabilities(orig, repo, proto, *args, **kwargs):
+    return orig(repo, proto, *args, **kwargs) + [WIRE_COMMAND]
+
+
+@wireprotov1server.wireprotocommand(WIRE_COMMAND, b'keys',
+                                    permission=b'pull')
+def wire_commitidlookup(repo, proto, keys):
+    """``kind:key node`` lines for the keys (``kind:key``, one a line)."""
+    keys = keys.split(b'\n')
+    return wireprototypes.bytesresponse(b''.join(
+        b'%s %s\n' % (key, nodemod.hex(node))
+        for key, node in _lookup(repo, keys)))
+
+
+def web_commitid(web):
+    """/json-commitid?key=KEY[&key=KEY...]: the changesets that carry
+    each key, as JSON: ``{"KEY": ["node", ...], ...}``."""
+    keys = web.req.qsparams.getall(b'key')
+    answer = {_text(key): [] for key in keys}
+    try:
+        found = _lookup(web.repo, keys)
+    except error.InputError as err:
+        web.res.status = b'400 Bad Request'
+        answer = {'error': _text(stringutil.forcebytestr(err))}
+        found = []
+    for typed, node in found:
+        answer[_text(typed)].append(_text(nodemod.hex(node)))
+    web.res.headers[b'Content-Type'] = b'application/json'
+    web.res.setbodybytes(json.dumps(answer, indent=1).encode() + b'\n')
+    return web.res.sendresponse()
 
 
 @templatekeyword(b'commitid', requires={b'ctx'})

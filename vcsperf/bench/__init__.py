@@ -9,7 +9,7 @@ import importlib
 #: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
 #: ``main(argv)``.
 NAMES = ("codec", "zstdstore", "wirezstd", "pastbytes", "commitid",
-         "sharepool", "bundlegen")
+         "commitindex", "sharepool", "bundlegen")
 
 
 def main(name, argv):

@@ -8,7 +8,8 @@ hash has changed.
 
 - Generation: ``new_id`` (random, for real use) and ``derived_id``
   (a hash of a seed, for reproducible tests).
-- Parsing: ``find_id`` / ``find_ids``.
+- Parsing: ``find_id`` / ``find_ids``; the keys that the commit index
+  looks up (commit IDs, reviews, bugs): ``message_keys``, ``parse_key``.
 - Placement and skip rules: ``ensure_id``.
 - Mapping a new series of commits onto a previous one: ``map_series``;
   reading a series from a Git or Mercurial repository (``read_series``,
@@ -45,8 +46,9 @@ _LINE_END = re.compile(r"(\r\n|\r|\n)")
 # One pattern serves both the search in a whole message and the test of
 # one line (with or without its line end).  After the ID, the white space
 # that Mercurial strips from the end of a line.
-_ID_LINE = re.compile(r"(?<![^\r\n])%s: ([0-9A-Za-z]+)[ \t\f\v]*(?![^\r\n])"
-                      % re.escape(TRAILER))
+_TRAILER_VALUE = r"(?<![^\r\n])%s: (%s)[ \t\f\v]*(?![^\r\n])"
+_ID_VALUE = "[0-9A-Za-z]+"
+_ID_LINE = re.compile(_TRAILER_VALUE % (re.escape(TRAILER), _ID_VALUE))
 # ``Key: value`` as git interpret-trailers and MozReview recognise it: a
 # token without spaces, a colon, a space, then something.
 _TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*: \S")
@@ -244,6 +246,92 @@ def _ends_in_trailers(msg, body):
             continue
         return False
     return True
+
+
+# Lookup keys ---------------------------------------------------------------
+
+#: The kinds of key a message carries that the commit index looks up.
+ID, REVIEW, BUG = "id", "review", "bug"
+# The review trailers: Phabricator's URL ends in the revision, "D123";
+# Gerrit's Change-Id is "I" and 40 hex digits.
+_DIFFERENTIAL = re.compile(_TRAILER_VALUE % (
+    "Differential Revision", r"\S*?(?<![A-Za-z0-9])D[0-9]+"))
+_CHANGE_ID = re.compile(_TRAILER_VALUE % ("Change-Id", "I[0-9a-f]{40}"))
+# "Bug 123" or "bug 123" as a word of the summary line.
+_BUG = re.compile(r"(?<![A-Za-z0-9])[Bb]ug ([0-9]+)(?![0-9A-Za-z])")
+_PHAB_REVISION = re.compile(r"D[0-9]+$")
+
+
+class KeyRules(collections.namedtuple("KeyRules", "id_trailers")):
+    """What ``message_keys`` extracts: commit IDs from ``id_trailers``
+    (``MozReview-Commit-ID`` and any configured name), reviews from
+    ``Differential Revision:`` and ``Change-Id:`` lines, and bug numbers
+    from the summary line."""
+
+    def __new__(cls, id_trailers=()):
+        names = [TRAILER] + [n for n in id_trailers if n != TRAILER]
+        return super().__new__(cls, tuple(names))
+
+    @property
+    def fingerprint(self):
+        """Bytes that change when the rules do (an index built with other
+        rules is rebuilt)."""
+        return ("v1 " + " ".join(self.id_trailers)).encode("utf-8")
+
+    def id_lines(self):
+        return [_trailer_pattern(name) for name in self.id_trailers]
+
+
+def _trailer_pattern(name):
+    if name == TRAILER:
+        return _ID_LINE
+    return re.compile(_TRAILER_VALUE % (re.escape(name), _ID_VALUE))
+
+
+def message_keys(message, rules=KeyRules()):
+    """The set of ``(kind, key)`` that ``message`` carries: ``(ID,
+    "4Aq2kO7Vx9d")``, ``(REVIEW, "D123")`` or ``(REVIEW, "I<hex>")``,
+    ``(BUG, "1234567")`` (no leading zeros)."""
+    # The substring tests spare most messages the patterns (an index
+    # build reads every message).
+    keys = set()
+    for name, pattern in zip(rules.id_trailers, rules.id_lines()):
+        if name in message:
+            keys.update((ID, found) for found in pattern.findall(message))
+    if "Differential Revision: " in message:
+        for found in _DIFFERENTIAL.findall(message):
+            keys.add((REVIEW, found[found.rindex("/") + 1:] if "/" in found
+                      else found))
+    if "Change-Id: " in message:
+        keys.update((REVIEW, found) for found in _CHANGE_ID.findall(message))
+    if "ug " in message:
+        summary = _LINE_END.split(message, 1)[0]
+        keys.update((BUG, str(int(found))) for found in _BUG.findall(summary))
+    return keys
+
+
+def parse_key(text):
+    """``(kind, key)`` for a key as people type it: ``D123`` and a
+    ``Change-Id`` (``I`` and 40 hex digits) are reviews, ``bug 123``,
+    ``bug123`` and ``Bug 123`` bugs, anything else a commit ID; an explicit
+    ``id:``, ``review:`` or ``bug:`` prefix says the kind."""
+    kind, colon, value = text.partition(":")
+    if colon and kind in (ID, REVIEW, BUG):
+        text = value
+    else:
+        kind = None
+    lowered = text.lower()
+    if kind == BUG or (kind is None and lowered.startswith("bug")
+                       and lowered[3:].strip().isdigit()):
+        number = lowered[3:].strip() if lowered.startswith("bug") else text
+        if not number.isdigit():
+            raise ValueError("not a bug number: %s" % text)
+        return BUG, str(int(number))
+    if kind == REVIEW or (kind is None and (
+            _PHAB_REVISION.match(text) or re.fullmatch("I[0-9a-f]{40}",
+                                                        text))):
+        return REVIEW, text
+    return ID, text
 
 
 # Mapping ------------------------------------------------------------------

@@ -120,6 +120,18 @@ def git_output(repo_path, *args):
         raise Abort("git %s failed: %s" % (args[0], err.stderr.strip()))
 
 
+def git_bytes(repo_path, *args, input=b"", ok=(0,)):
+    """``git_output`` as bytes, with ``input`` (bytes) on stdin: for
+    commit messages, which need not be UTF-8.  ``ok``: the exit statuses
+    that are no failure."""
+    proc = subprocess.run(["git", *args], cwd=repo_path, input=input,
+                          capture_output=True)
+    if proc.returncode not in ok:
+        raise Abort("git %s failed: %s" % (
+            args[0], proc.stderr.decode("utf-8", "replace").strip()))
+    return proc.stdout
+
+
 def hg_output(repo_path, *args, env=None):
     """The output of ``hg -R REPO_PATH ARGS`` in ``env`` (default: this
     process's) with ``HGPLAIN``; ``Abort`` with what hg wrote to stderr

@@ -1,0 +1,187 @@
+"""``gitbridge commitid-lookup KEY...``: the commits that carry commit IDs,
+reviews or bugs, from an index in the repository's Git directory
+(``commitindex*``, the format of ``vcsperf.core.commitindex``).
+
+The index is brought up to date by each lookup: its docket records the
+ref tips it covers; when the refs have moved, the commits reachable from
+the new tips and not from the covered ones are indexed (``git log``,
+parents before children).  When a covered tip is gone from the object
+store (``git gc`` after a force push or a deleted branch) the index is
+built again from nothing.  Commits that a rebase or force push left
+behind stay in the index until then, so every answer is checked: the
+commit still carries the key, and a ref reaches it (one ``git
+for-each-ref --contains`` a candidate).
+"""
+
+import fcntl
+import json
+import os
+import sys
+
+from vcsperf.core import commitids, commitindex
+from vcsperf.core.errors import Abort, print_abort
+from vcsperf.core.process import git_bytes
+
+NAME = "commitindex"
+
+
+def _rules(repo):
+    # Exit status 1: not set.
+    names = git_bytes(repo, "config", "--get-all", "commitid.indexTrailers",
+                      ok=(0, 1)).decode("utf-8").split()
+    return commitids.KeyRules(names)
+
+
+def _tips(repo):
+    """The objects the refs point at, sorted (hex, as bytes)."""
+    return sorted(set(git_bytes(repo, "for-each-ref",
+                                "--format=%(objectname)").split()))
+
+
+def _messages(repo, revisions):
+    """``[(sha, message)]`` of ``revisions`` (lines for ``git log
+    --stdin``), parents first."""
+    out = git_bytes(repo, "log", "--stdin", "--reverse", "--topo-order",
+                    "-z", "--format=%H%n%B",
+                    input=b"".join(r + b"\n" for r in revisions))
+    for entry in out.split(b"\0"):
+        sha, _, message = entry.partition(b"\n")
+        if sha:
+            yield sha, message.decode("utf-8", "surrogateescape")
+
+
+def _commits(repo, shas):
+    """``(sha, message)`` of the commits of ``shas`` that the object
+    store still has."""
+    out = git_bytes(repo, "cat-file", "--batch",
+                    input=b"".join(sha + b"\n" for sha in shas))
+    while out:
+        header, _, out = out.partition(b"\n")
+        sha, kind, *size = header.split()
+        if kind == b"missing":
+            continue
+        body, out = out[:int(size[0])], out[int(size[0]) + 1:]
+        if kind == b"commit":
+            message = body.partition(b"\n\n")[2]
+            yield sha, message.decode("utf-8", "surrogateescape")
+
+
+def _reachable(repo, sha):
+    """Whether a ref reaches commit ``sha``.  Not ``git rev-list SHA
+    --not --all``: where committer dates go back in time (histories
+    converted from Mercurial) its walk stops early and names reachable
+    commits; ``--contains`` walks by generation numbers, with the
+    commit-graph fast."""
+    return bool(git_bytes(repo, "for-each-ref", "--count=1", "--format=x",
+                          "--contains", sha))
+
+
+def _missing(repo, objects):
+    """Which of ``objects`` the object store does not have."""
+    out = git_bytes(repo, "cat-file", "--batch-check",
+                    input=b"".join(o + b"\n" for o in objects))
+    return [line.split()[0] for line in out.splitlines()
+            if line.endswith(b" missing")]
+
+
+def update(repo, git_dir):
+    """Bring the index in ``git_dir`` up to date with the refs of
+    ``repo``; the rules it was built with."""
+    rules = _rules(repo)
+    tips = _tips(repo)
+    covers = b"\n".join(tips)
+    with open(os.path.join(git_dir, NAME + ".lock"), "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            base = commitindex.Index(git_dir, NAME)
+        except (FileNotFoundError, commitindex.CorruptIndex):
+            base = None
+        try:
+            if base is not None:
+                if base.covers == covers and \
+                        base.docket.rules == rules.fingerprint:
+                    return rules
+                covered = base.covers.split(b"\n") if base.covers else []
+                if base.docket.rules != rules.fingerprint or \
+                        _missing(repo, covered):
+                    base.close()
+                    base = None
+            revisions = tips + ([b"^" + t for t in covered] if base else [])
+            start = base.node_count() if base else 0
+            triples, nodes = [], []
+            for sha, message in _messages(repo, revisions) if tips else ():
+                rev = start + len(nodes)
+                nodes.append(bytes.fromhex(sha.decode("ascii")))
+                triples.extend((kind, key, rev) for kind, key
+                               in commitids.message_keys(message, rules))
+            width = len(nodes[0]) if nodes else (
+                base.docket.node_width if base else 20)
+            if base is not None and base.docket.node_width != width:
+                base.close()
+                return _rebuild(repo, git_dir)
+            commitindex.write(git_dir, NAME, triples, covers,
+                              rules.fingerprint, base=base, nodes=nodes,
+                              node_width=width)
+        finally:
+            if base is not None:
+                base.close()
+    return rules
+
+
+def _rebuild(repo, git_dir):
+    commitindex.remove(git_dir, NAME)
+    return update(repo, git_dir)
+
+
+def lookup(repo, keys):
+    """``[(key as typed, sha)]`` of the commits reachable from a ref that
+    carry each key, in the order of ``keys``."""
+    parsed = []
+    for key in keys:
+        try:
+            parsed.append(commitids.parse_key(key))
+        except ValueError as err:
+            raise Abort(str(err))
+    git_dir = git_bytes(repo, "rev-parse", "--absolute-git-dir").decode(
+        "utf-8", "surrogateescape").strip()
+    rules = update(repo, git_dir)
+    with commitindex.Index(git_dir, NAME) as index:
+        candidates = [(typed, wanted, index.node(rev).hex().encode("ascii"))
+                      for typed, wanted in zip(keys, parsed)
+                      for rev in index.lookup(*wanted)]
+    if not candidates:
+        return []
+    carried = {sha: commitids.message_keys(message, rules) for sha, message
+               in _commits(repo, {sha for _, _, sha in candidates})}
+    reachable = {sha for sha in carried if _reachable(repo, sha)}
+    return [(typed, sha.decode("ascii")) for typed, wanted, sha in candidates
+            if wanted in carried.get(sha, ()) and sha in reachable]
+
+
+# The command line -----------------------------------------------------------
+
+def add_commands(subparsers):
+    parser = subparsers.add_parser(
+        "commitid-lookup", help="print the commits that carry commit IDs, "
+        "reviews (D123, Change-Id) or bugs (bug 123)")
+    parser.add_argument("-C", dest="repo", default=".",
+                        help="the repository (default: here)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("keys", nargs="+", metavar="KEY",
+                        help="a commit ID, D123, a Change-Id or bug 123 "
+                        "(id:, review: or bug: says which)")
+    parser.set_defaults(func=_cmd_lookup)
+
+
+def _cmd_lookup(args):
+    try:
+        found = lookup(args.repo, args.keys)
+    except Abort as err:
+        return print_abort(err)
+    if args.json:
+        json.dump([{"key": key, "node": sha} for key, sha in found],
+                  sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("".join("%s %s\n" % pair for pair in found))
+    return 0 if set(args.keys) <= {key for key, _ in found} else 1

@@ -1,0 +1,230 @@
+"""The commit index of vcsperf.core.commitindex and the key rules of
+vcsperf.core.commitids: examples and hypothesis properties."""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from vcsperf.core import commitindex
+from vcsperf.core.commitids import (BUG, ID, REVIEW, KeyRules, message_keys,
+                                    parse_key)
+
+EXAMPLES = int(os.environ.get("VCSPERF_EXAMPLES", "100"))
+NAME = "commitindex"
+
+kinds = st.sampled_from([ID, REVIEW, BUG])
+keys = st.text(alphabet="0123456789ABCDEFabcdefDI", min_size=1, max_size=6)
+triples = st.lists(st.tuples(kinds, keys, st.integers(0, 2 ** 32 - 1)),
+                   max_size=60)
+
+
+def expected(items):
+    found = {}
+    for kind, key, rev in items:
+        found.setdefault((kind, key), set()).add(rev)
+    return found
+
+
+def check_answers(directory, items, absent=()):
+    with commitindex.Index(directory, NAME) as index:
+        index.verify()
+        for (kind, key), revs in expected(items).items():
+            assert index.lookup(kind, key) == sorted(revs)
+        for kind, key in absent:
+            if (kind, key) not in expected(items):
+                assert index.lookup(kind, key) == []
+
+
+@pytest.fixture
+def directory():
+    path = tempfile.mkdtemp(prefix="commitindex-")
+    yield path
+    shutil.rmtree(path)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(items=triples, absent=st.lists(st.tuples(kinds, keys), max_size=10))
+def test_every_inserted_pair_is_found_and_nothing_else(items, absent):
+    directory = tempfile.mkdtemp(prefix="commitindex-")
+    try:
+        commitindex.write(directory, NAME, items, b"covers", b"rules")
+        check_answers(directory, items, absent)
+    finally:
+        shutil.rmtree(directory)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(batches=st.lists(triples, min_size=1, max_size=6),
+       tail_limit=st.integers(0, 80),
+       absent=st.lists(st.tuples(kinds, keys), max_size=10))
+def test_appends_then_compaction_answer_as_one_build(batches, tail_limit,
+                                                     absent):
+    directory = tempfile.mkdtemp(prefix="commitindex-")
+    try:
+        commitindex.write(directory, NAME, batches[0], b"0", b"rules",
+                          tail_limit=tail_limit)
+        for number, batch in enumerate(batches[1:], 1):
+            with commitindex.Index(directory, NAME) as index:
+                commitindex.write(directory, NAME, batch, b"%d" % number,
+                                  b"rules", base=index,
+                                  tail_limit=tail_limit)
+        every = [item for batch in batches for item in batch]
+        check_answers(directory, every, absent)
+        with commitindex.Index(directory, NAME) as index:
+            assert index.covers == b"%d" % (len(batches) - 1)
+            assert index.docket.tail[1] <= max(tail_limit, 0) or \
+                index.docket.tail[1] == 0
+        # Only the files the docket names are left.
+        assert len(os.listdir(directory)) == 3
+    finally:
+        shutil.rmtree(directory)
+
+
+def build(directory, tail=True):
+    items = [(ID, "k%d" % i, i) for i in range(50)]
+    commitindex.write(directory, NAME, items, b"covers", b"rules")
+    if tail:
+        with commitindex.Index(directory, NAME) as index:
+            commitindex.write(directory, NAME, [(BUG, "7", 60)], b"covers",
+                              b"rules", base=index)
+    return items
+
+
+def data_files(directory):
+    """The table's path, then the tail's."""
+    return sorted((os.path.join(directory, f) for f in os.listdir(directory)
+                   if f != NAME), key=lambda path: not path.endswith(".table"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(which=st.integers(0, 2), cut=st.integers(1, 10 ** 6))
+def test_a_truncated_file_is_detected(which, cut):
+    directory = tempfile.mkdtemp(prefix="commitindex-")
+    try:
+        build(directory)
+        path = ([os.path.join(directory, NAME)] + data_files(directory))[which]
+        size = os.path.getsize(path)
+        with open(path, "r+b") as fh:
+            fh.truncate(size - 1 - cut % size)
+        with pytest.raises(commitindex.CorruptIndex):
+            commitindex.Index(directory, NAME).verify()
+    finally:
+        shutil.rmtree(directory)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(which=st.integers(0, 2), where=st.integers(0, 10 ** 6),
+       flip=st.integers(1, 255))
+def test_a_corrupted_file_is_detected(which, where, flip):
+    """A changed byte in the docket or a header fails at open, one in the
+    table's entries fails ``verify``; a tail entry that changed can only
+    add a wrong candidate or lose one, which the adapters' check of each
+    candidate's message and their rebuild on ``verify`` cover."""
+    directory = tempfile.mkdtemp(prefix="commitindex-")
+    try:
+        build(directory)
+        docket, table, tail = ([os.path.join(directory, NAME)]
+                               + data_files(directory))
+        path = [docket, table, tail][which]
+        size = os.path.getsize(path)
+        header = commitindex._HEADER_SIZE
+        if path == tail:
+            where %= header
+        else:
+            where %= size
+        with open(path, "r+b") as fh:
+            fh.seek(where)
+            byte = fh.read(1)[0]
+            fh.seek(where)
+            fh.write(bytes([byte ^ flip]))
+        with pytest.raises(commitindex.CorruptIndex):
+            commitindex.Index(directory, NAME).verify()
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_a_missing_index_and_a_foreign_file(directory):
+    with pytest.raises(FileNotFoundError):
+        commitindex.Index(directory, NAME)
+    with open(os.path.join(directory, NAME), "wb") as fh:
+        fh.write(b"not an index at all, but long enough to be one" * 3)
+    with pytest.raises(commitindex.CorruptIndex):
+        commitindex.Index(directory, NAME)
+
+
+def test_nodes_are_appended_and_read_back(directory):
+    commitindex.write(directory, NAME, [(ID, "a", 0)], b"", b"",
+                      nodes=[b"\1" * 20], node_width=20)
+    with commitindex.Index(directory, NAME) as index:
+        commitindex.write(directory, NAME, [(ID, "a", 1)], b"", b"",
+                          base=index, nodes=[b"\2" * 20], node_width=20)
+    with commitindex.Index(directory, NAME) as index:
+        assert [index.node(rev) for rev in index.lookup(ID, "a")] == \
+            [b"\1" * 20, b"\2" * 20]
+        assert index.node_count() == 2
+
+
+def test_a_reader_keeps_its_version_while_a_writer_compacts(directory):
+    build(directory, tail=False)
+    reader = commitindex.Index(directory, NAME)
+    with commitindex.Index(directory, NAME) as index:
+        commitindex.write(directory, NAME, [(ID, "k1", 99)], b"", b"",
+                          base=index, tail_limit=0)
+    assert reader.lookup(ID, "k1") == [1]
+    reader.close()
+    with commitindex.Index(directory, NAME) as index:
+        assert index.lookup(ID, "k1") == [1, 99]
+
+
+# The key rules ---------------------------------------------------------------
+
+MESSAGE = """Bug 1234567 - frob the widget (bug 0042); r=glob
+
+Body mentions bug 999 which is not the summary.
+
+MozReview-Commit-ID: 4Aq2kO7Vx9d
+Differential Revision: https://phabricator.services.mozilla.com/D12345
+Change-Id: I0123456789abcdef0123456789abcdef01234567
+X-Other-ID: abc
+"""
+
+
+def test_message_keys():
+    assert message_keys(MESSAGE) == {
+        (BUG, "1234567"), (BUG, "42"), (ID, "4Aq2kO7Vx9d"),
+        (REVIEW, "D12345"),
+        (REVIEW, "I0123456789abcdef0123456789abcdef01234567")}
+    assert (ID, "abc") in message_keys(MESSAGE, KeyRules(["X-Other-ID"]))
+    assert KeyRules(["X-Other-ID"]).fingerprint != KeyRules().fingerprint
+    # Not a trailer line, not a word, not a summary: no key.
+    assert message_keys("Debug 12 fixes\n\nsee Differential Revision: "
+                        "https://x/D1\nMozReview-Commit-ID: a b\n") == set()
+    assert message_keys("summary\r\nDifferential Revision: D7\r\n") == \
+        {(REVIEW, "D7")}
+
+
+@pytest.mark.parametrize("text, key", [
+    ("D123", (REVIEW, "D123")), ("bug 5", (BUG, "5")), ("Bug12", (BUG, "12")),
+    ("bug:007", (BUG, "7")), ("review:abc", (REVIEW, "abc")),
+    ("4Aq2kO7Vx9d", (ID, "4Aq2kO7Vx9d")), ("id:D1", (ID, "D1")),
+    ("I" + "ab" * 20, (REVIEW, "I" + "ab" * 20))])
+def test_parse_key(text, key):
+    assert parse_key(text) == key
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(summary=st.text(alphabet="abc -", max_size=20),
+       bug=st.integers(0, 10 ** 9), revision=st.integers(0, 10 ** 9),
+       commit_id=st.text(alphabet="0123456789ABCxyz", min_size=1,
+                         max_size=12),
+       eol=st.sampled_from(["\n", "\r\n", "\r"]))
+def test_keys_written_as_trailers_are_found(summary, bug, revision,
+                                            commit_id, eol):
+    message = eol.join([
+        "%s Bug %d" % (summary, bug), "", "MozReview-Commit-ID: " + commit_id,
+        "Differential Revision: https://phab.example/D%d" % revision, ""])
+    assert {(BUG, str(bug)), (ID, commit_id), (REVIEW, "D%d" % revision)} \
+        <= message_keys(message)

@@ -1,0 +1,86 @@
+"""``gitbridge commitid-lookup`` with the real git: the index in the Git
+directory answers as reading every reachable commit's message does, after
+commits, amend, rebase, a force push into a bare repository, branch
+deletion and ``git gc``."""
+
+import json
+import os
+
+from vcsperf.core.commitids import message_keys
+
+COMMITTER = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+
+
+def message(number):
+    return ("Bug %d - change %d\n\nDifferential Revision: "
+            "https://phabricator.example/D%d\nMozReview-Commit-ID: id%d\n"
+            % (100 + number, number, number, number))
+
+
+def commit(git, repo, number):
+    (repo / ("f%d" % number)).write_text("%d\n" % number)
+    git("add", "f%d" % number, cwd=repo)
+    git(*COMMITTER, "commit", "-qm", message(number), cwd=repo)
+
+
+def scan(git, repo):
+    """{"kind:key": {sha, ...}} of every commit a ref reaches."""
+    out = git("log", "--all", "-z", "--format=%H%n%B", cwd=repo)
+    found = {}
+    for entry in out.split("\0"):
+        sha, _, text = entry.partition("\n")
+        for kind, key in message_keys(text):
+            found.setdefault("%s:%s" % (kind, key), set()).add(sha.strip())
+    return found
+
+
+def check(git, gitbridge, repo, gone=()):
+    """Every key of every reachable commit, and the keys in ``gone``
+    (which no reachable commit has any more), answer as the scan does."""
+    expected = scan(git, repo)
+    keys = sorted(expected) + list(gone)
+    proc = gitbridge("commitid-lookup", "--json", *keys, cwd=repo,
+                     check=False)
+    assert proc.returncode == (1 if gone else 0), proc.stderr
+    found = {}
+    for item in json.loads(proc.stdout):
+        found.setdefault(item["key"], set()).add(item["node"])
+    assert found == expected
+    return expected
+
+
+def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
+        git, gitbridge, gitrepo, tmp_path):
+    for number in range(1, 5):
+        commit(git, gitrepo, number)
+    assert check(git, gitbridge, gitrepo)["review:D2"]
+    assert os.path.exists(gitrepo / ".git" / "commitindex")
+    out = gitbridge("commitid-lookup", "D2", "bug 103", "id4",
+                    cwd=gitrepo).stdout
+    assert [line.split()[0] for line in out.splitlines()] == \
+        ["D2", "bug", "id4"]
+    # Rewrites: an amend, then a rebase that drops D2.
+    git(*COMMITTER, "commit", "-q", "--amend", "-m", message(5), cwd=gitrepo)
+    check(git, gitbridge, gitrepo, gone=["review:D4"])
+    git(*COMMITTER, "rebase", "-q", "--onto", "HEAD~3", "HEAD~2",
+        cwd=gitrepo)
+    check(git, gitbridge, gitrepo, gone=["review:D2", "review:D4"])
+    # A bare server: pushed, force-pushed, a branch deleted, then gc.
+    server = tmp_path / "server.git"
+    git("init", "-q", "--bare", server)
+    git("push", "-q", server, "main", "main:side", cwd=gitrepo)
+    check(git, gitbridge, server)
+    git(*COMMITTER, "commit", "-q", "--amend", "-m", message(6),
+        cwd=gitrepo)
+    git("push", "-q", "--force", server, "main", cwd=gitrepo)
+    check(git, gitbridge, server)
+    git("branch", "-q", "-D", "side", cwd=server)
+    check(git, gitbridge, server, gone=["review:D5"])
+    git("gc", "-q", "--prune=now", cwd=server)
+    check(git, gitbridge, server, gone=["review:D5"])
+    # A damaged index is rebuilt, never trusted.
+    with open(server / "commitindex", "r+b") as fh:
+        fh.write(b"garbage!")
+    check(git, gitbridge, server, gone=["review:D5"])
+    bad = gitbridge("commitid-lookup", "bug:x", cwd=server, check=False)
+    assert bad.returncode == 255 and "not a bug number" in bad.stderr

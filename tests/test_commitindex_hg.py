@@ -1,0 +1,312 @@
+"""The commitid extension's index with the real hg and all six extensions:
+after every history-editing command, strip, rollback, pull and unbundle
+the lookups answer as reading every description would, from the index
+(no fallback), and never name a changeset that is gone; readers run while
+transactions append; ``hg serve`` answers over the wire and on the
+web."""
+
+import json
+import os
+import struct
+import subprocess
+import threading
+import urllib.request
+
+import pytest
+
+from vcsperf.core import commitindex
+from vcsperf.core.commitids import message_keys
+
+from test_all_extensions import HGRC
+
+EVOLUTION = ("uncommit =\n[experimental]\nevolution = all\n"
+             "[ui]\nrollback = yes\n")
+
+
+def message(number):
+    return ("Bug %d - change %d; r=me\n\nDifferential Revision: "
+            "https://phabricator.example/D%d\n" % (100 + number, number,
+                                                    number))
+
+
+def commit(hg, repo, number, name=None):
+    name = name or "file%d" % number
+    with open(repo / name, "a") as fh:
+        fh.write("line %d\n" % number)
+    hg("commit", "-qAm", message(number), cwd=repo)
+
+
+def import_changes(hg, repo, numbers):
+    """One changeset per number, each adding a file, by one ``hg
+    import`` (the extension gives each its commit ID)."""
+    patches = "".join(
+        "# HG changeset patch\n# User test\n# Date %d 0\n%s\n"
+        "diff --git a/new%d b/new%d\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/new%d\n@@ -0,0 +1,1 @@\n+line %d\n"
+        % (number, message(number), number, number, number, number)
+        for number in numbers)
+    path = repo.parent / ("patches-%d" % numbers[0])
+    path.write_text(patches)
+    hg("import", "-q", path, cwd=repo)
+
+
+@pytest.fixture
+def repo(hg, hgrc, hgrepo):
+    """Four changesets with bugs, reviews and commit IDs; the first
+    public."""
+    hgrc.write_text(HGRC + EVOLUTION)
+    import_changes(hg, hgrepo, range(1, 5))
+    hg("phase", "--public", "-r", "0", cwd=hgrepo)
+    return hgrepo
+
+
+def scan(hg, repo):
+    """``(nodes by revision, {"kind:key": {node, ...}})`` of every
+    changeset, hidden ones too, read from the descriptions."""
+    out = hg("log", "--hidden", "-r", "all()", "-T", "{node}\\0{desc}\\0",
+             cwd=repo)
+    fields = out.split("\0")[:-1]
+    found = {}
+    for node, desc in zip(fields[::2], fields[1::2]):
+        for kind, key in message_keys(desc):
+            found.setdefault("%s:%s" % (kind, key), set()).add(node)
+    return fields[::2], found
+
+
+def lookup(hg, repo, keys, *options):
+    """({"kind:key": {node, ...}}, the debug lines about the index, but
+    for the one that says how long the lookups took)."""
+    out = hg("commitid-lookup", "--debug", *options, *keys, "-T",
+             "{key} {node}\\n", cwd=repo, check=False)
+    found, debug = {}, []
+    for line in out.splitlines():
+        key, _, node = line.rpartition(" ")
+        if len(node) == 40 and key in keys:
+            found.setdefault(key, set()).add(node)
+        elif line.startswith("commitid:") and "looked up in" not in line:
+            debug.append(line)
+    return found, debug
+
+
+def check_index(hg, repo, verify=False):
+    """The index covers every changeset (its docket names the tip's
+    revision and node) and holds every key of every changeset, hidden
+    ones too, as a scan finds them.  With ``verify``, ``hg
+    commitid-lookup`` answers every key from it as the scan does (and no
+    key no changeset has), and the repository verifies."""
+    by_rev, expected = scan(hg, repo)
+    cache = os.fspath(repo / ".hg" / "cache")
+    with commitindex.Index(cache, "commitindex") as index:
+        assert index.covers == struct.pack(">i", len(by_rev) - 1) + \
+            bytes.fromhex(by_rev[-1])
+        index.verify()
+        for typed, found in expected.items():
+            kind, _, key = typed.partition(":")
+            assert {by_rev[rev] for rev in index.lookup(kind, key)} == found
+    if verify:
+        keys = sorted(expected) + ["review:D999999", "bug:1"]
+        found, debug = lookup(hg, repo, keys, "--hidden")
+        assert found == expected
+        assert debug == []
+        hg("verify", "-q", cwd=repo)
+    return expected
+
+
+def nodes(hg, repo, revset):
+    return hg("log", "-r", revset, "-T", "{node}\\n", cwd=repo).split()
+
+
+@pytest.mark.slow
+def test_every_history_editing_command_leaves_a_current_index(
+        hg, repo, tmp_path):
+    check_index(hg, repo)
+    # amend
+    with open(repo / "new4", "a") as fh:
+        fh.write("amended\n")
+    hg("commit", "--amend", "-q", cwd=repo)
+    check_index(hg, repo)
+    # rebase (on disk; in memory the transaction is the same)
+    hg("rebase", "-q", "-r", "review(D4)", "-d", "review(D2)", cwd=repo)
+    check_index(hg, repo)
+    # histedit: fold
+    [first] = nodes(hg, repo, "review(D2)")
+    [second] = nodes(hg, repo, "review(D4)")
+    rules = tmp_path / "rules"
+    rules.write_text("pick %s\nfold %s\n" % (first, second))
+    hg("update", "-q", second, cwd=repo)
+    hg("histedit", "-q", "--commands", rules, first, cwd=repo)
+    check_index(hg, repo)
+    # graft, absorb, shelve and unshelve
+    hg("update", "-q", "review(D1)", cwd=repo)
+    hg("graft", "-q", "-r", "review(D2)", cwd=repo)
+    check_index(hg, repo)
+    with open(repo / "new2", "a") as fh:
+        fh.write("absorbed\n")
+    hg("absorb", "-q", "--apply-changes", cwd=repo)
+    check_index(hg, repo)
+    with open(repo / "new1", "a") as fh:
+        fh.write("shelved\n")
+    hg("shelve", "-q", "-m", "wip", cwd=repo)
+    hg("unshelve", "-q", cwd=repo)
+    check_index(hg, repo)
+    # commitid-add rewrites a changeset that had no ID
+    hg("commit", "-qm", "Bug 77 - no id yet", "--config",
+       "extensions.commitid=!", cwd=repo)
+    hg("commitid-add", "-q", cwd=repo)
+    assert len(nodes(hg, repo, "bug(77)")) == 1
+    check_index(hg, repo, verify=True)
+    # Hidden changesets count with --hidden only, as in core's revsets.
+    # Bug 104's changeset was amended, rebased, then folded into another
+    # (whose summary stays): three hidden versions, none visible.
+    hidden = lookup(hg, repo, ["bug:104"], "--hidden")[0]
+    assert len(hidden["bug:104"]) == 3
+    assert lookup(hg, repo, ["bug:104"])[0] == {}
+
+
+def test_strip_and_rollback_never_leave_the_index_past_the_repo(hg, repo):
+    before = check_index(hg, repo)
+    gone = nodes(hg, repo, "2")
+    hg("--config", "experimental.evolution=", "strip", "-q", "-r", "2",
+       cwd=repo)
+    after = check_index(hg, repo)
+    assert not any(set(gone) & found for found in after.values())
+    assert "review:D3" not in after and "review:D3" in before
+    # The backup comes back, by pull (a transaction) ...
+    [backup] = os.listdir(repo / ".hg" / "strip-backup")
+    hg("unbundle", "-q", repo / ".hg" / "strip-backup" / backup, cwd=repo)
+    assert check_index(hg, repo) == before
+    # ... and rollback undoes the last transaction.
+    commit(hg, repo, 6)
+    assert "review:D6" in check_index(hg, repo)
+    hg("rollback", "-q", cwd=repo)
+    assert check_index(hg, repo) == before
+    # Rolled back and committed again by an hg without the extension: the
+    # docket's tip revision has another node now, and is not trusted.
+    commit(hg, repo, 7)
+    plain = ("--config", "extensions.commitid=!")
+    hg(*plain, "rollback", "-q", cwd=repo)
+    hg(*plain, "commit", "-qAm", message(8), cwd=repo)
+    found, debug = lookup(hg, repo, ["review:D8", "review:D7"])
+    assert found == {"review:D8": set(nodes(hg, repo, "tip"))}
+    assert any("covers changesets that are gone" in line for line in debug)
+    hg("debugupdatecaches", cwd=repo)
+    check_index(hg, repo, verify=True)
+
+
+def test_pull_and_a_repository_without_an_index(hg, hgrc, repo, tmp_path):
+    clone = tmp_path / "clone"
+    hg("clone", "-q", "-r", "1", repo, clone)
+    check_index(hg, clone)
+    hg("pull", "-q", repo, cwd=clone)
+    check_index(hg, clone)
+    # Made without the extension: the revsets read the descriptions,
+    # and say so; debugupdatecaches builds the index.
+    plain = tmp_path / "plain"
+    hg("--config", "extensions.commitid=!", "clone", "-q", repo, plain)
+    assert not [f for f in os.listdir(plain / ".hg" / "cache")
+                if f.startswith("commitindex")]
+    found, debug = lookup(hg, plain, ["review:D2"])
+    assert found == {"review:D2": set(nodes(hg, repo, "review(D2)"))}
+    assert "commitid: no index (hg debugupdatecaches builds it)" in debug
+    hg("debugupdatecaches", cwd=plain)
+    check_index(hg, plain)
+    # Other key rules: the index is rebuilt, never trusted.
+    hgrc.write_text(HGRC + EVOLUTION + "[commitid]\n"
+                    "index-trailers = X-Commit-ID\n")
+    found, debug = lookup(hg, plain, ["review:D2"])
+    assert any("other key rules" in line for line in debug)
+    commit(hg, plain, 9)
+    check_index(hg, plain)
+    # A damaged index is found by debugupdatecaches and rebuilt.
+    cache = plain / ".hg" / "cache"
+    [table] = [f for f in os.listdir(cache) if f.endswith(".table")]
+    data = bytearray((cache / table).read_bytes())
+    data[-1] ^= 0xFF
+    (cache / table).write_bytes(bytes(data))
+    hg("debugupdatecaches", cwd=plain)
+    with commitindex.Index(os.fspath(cache), "commitindex") as index:
+        index.verify()
+    check_index(hg, plain, verify=True)
+
+
+def test_revsets_and_lookup_output(hg, repo, hgserve, tmp_path):
+    """The revsets and ``hg commitid-lookup`` here, over the wire and on
+    the web, and a server without the extension."""
+    [second] = nodes(hg, repo, "1")
+    commit_id = hg("log", "-r", "1", "-T", "{commitid}", cwd=repo)
+    revsets = ["review(D2)", "review(2)", "bug(102)",
+               "commitid(%s)" % commit_id, "commitid('re:.') and bug(102)",
+               "draft() and review(D1)"]
+    out = hg("log", "-r", "1", "-T", "".join(
+        '{revset("%s") %% "{node}"}\\n' % revset.replace('"', '\\"')
+        for revset in revsets), cwd=repo)
+    assert out.splitlines() == [second] * 5 + [""]
+    out = json.loads(hg("commitid-lookup", "D2", "bug 102", commit_id,
+                        "-T", "json", cwd=repo))
+    assert out == [{"key": key, "node": second}
+                   for key in ("D2", "bug 102", commit_id)]
+    proc = hg.proc("commitid-lookup", "D2", "D999", cwd=repo)
+    assert (proc.returncode, proc.stdout) == (1, "D2 %s\n" % second)
+    bad = hg.proc("log", "-r", "bug(x)", cwd=repo)
+    assert bad.returncode and "bug requires a number" in bad.stderr
+
+    server = hgserve(repo)
+    out = hg("commitid-lookup", "--remote", server.url, "D2", "bug 102",
+             "D999", cwd=tmp_path, check=False)
+    assert out == "D2 %s\nbug 102 %s\n" % (second, second)
+    with urllib.request.urlopen(server.url + "json-commitid?key=D2&key="
+                                "bug%20102&key=D999") as response:
+        assert response.headers["Content-Type"] == "application/json"
+        assert json.load(response) == {"D2": [second], "bug 102": [second],
+                                       "D999": []}
+    plain_server = hgserve(repo, "--config", "extensions.commitid=!")
+    proc = hg.proc("commitid-lookup", "--remote", plain_server.url, "D2",
+                   cwd=tmp_path)
+    assert proc.returncode == 255
+    assert "cannot look up commit IDs" in proc.stderr
+    assert "the server needs the commitid extension" in proc.stderr
+
+
+@pytest.mark.slow
+def test_readers_while_transactions_append(hg, repo, tmp_path):
+    """Readers in this process (the index files themselves) and in hg
+    processes look keys up while a pull and commits append: every answer
+    is right, no reader fails."""
+    source = tmp_path / "source"
+    hg("clone", "-q", repo, source)
+    import_changes(hg, source, range(10, 110))
+    cache = os.fspath(repo / ".hg" / "cache")
+    first = set(nodes(hg, repo, "0"))
+    done = threading.Event()
+    errors, reads = [], [0]
+
+    def read_files():
+        while not done.is_set():
+            try:
+                with commitindex.Index(cache, "commitindex") as index:
+                    revs = index.lookup("review", "D1")
+                    if revs != [0]:
+                        errors.append("D1 -> %r" % revs)
+                reads[0] += 1
+            except Exception as err:  # any failure is the finding
+                errors.append(repr(err))
+
+    reader = threading.Thread(target=read_files)
+    reader.start()
+    try:
+        hg_reader = subprocess.Popen(
+            ["sh", "-c", "for i in 1 2 3 4; do %s commitid-lookup "
+             "review:D1 bug:101 || exit 1; done" % hg.binary],
+            cwd=repo, env=hg.env, stdout=subprocess.PIPE, text=True)
+        hg("pull", "-q", source, cwd=repo)
+        for number in range(200, 202):
+            commit(hg, repo, number, name="file2")
+        out, _ = hg_reader.communicate()
+    finally:
+        done.set()
+        reader.join()
+    assert errors == [] and reads[0] > 0
+    assert hg_reader.returncode == 0
+    assert {line.split()[1] for line in out.splitlines()
+            if line.startswith("review:D1")} == first
+    check_index(hg, repo, verify=True)

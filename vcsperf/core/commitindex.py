@@ -1,0 +1,355 @@
+"""A persistent index from lookup keys (commit IDs, reviews, bugs) to
+revisions: opened with ``mmap``, nothing parsed at open, a lookup reads
+O(log n) entries.  Mercurial and Git adapters feed it ``(kind, key, rev)``
+triples; it imports neither.
+
+Files, in one directory, all named after ``name``:
+
+- ``NAME``, the docket: which table and tail files are current and how
+  many entries of each count, the rules fingerprint, and ``covers``, the
+  adapter's record of what was indexed (Mercurial: tip revision and node;
+  Git: the ref tips).  Small, rewritten whole by write-then-rename, so a
+  reader sees the old docket or the new one, never a mix.
+- ``NAME-UID.table``: entries sorted, searched by bisection.
+- ``NAME-UID.tail``: entries appended since the table was written,
+  searched linearly; once it holds more than ``TAIL_LIMIT`` entries, the
+  next update writes a new table of both (compaction).
+- ``NAME-UID.nodes`` (Git only): the node of each revision number,
+  fixed width, appended.
+
+An entry is 12 bytes: the first 8 bytes of the BLAKE2b hash of kind and
+key, then the revision (big-endian, so byte order is numeric order).  Two
+keys of one repository share a hash with a chance of about n / 2**64 per
+lookup (n keys); an adapter that reads the message anyway (Git) checks
+each candidate against it.
+
+Appends go past every length a docket names, so readers of an older
+docket read what they read before.  Each data file starts with a header
+(magic, format version, entry width, count, CRC-32 of the header; the
+table's also carries the CRC-32 of its entries, which ``verify`` checks);
+a header that does not check out, or a file shorter than the docket says,
+raises ``CorruptIndex``.  Callers rebuild on it, never trust.
+"""
+
+import hashlib
+import mmap
+import os
+import struct
+import zlib
+
+FORMAT = 1
+ENTRY = struct.Struct(">8sI")
+#: Past this many entries the tail is merged into a new table.
+TAIL_LIMIT = 4096
+_DOCKET_MAGIC = b"VCSCIDX\n"
+# magic, version, table uid, table count, tail uid, tail count, nodes uid,
+# nodes count, node width, rules length, covers length; CRC-32 of all.
+_DOCKET = struct.Struct(">8sI16sQ16sQ16sQIII")
+_DATA_MAGIC = {"table": b"CIDXTABL", "tail": b"CIDXTAIL",
+               "nodes": b"CIDXNODE"}
+# magic, version, record width, CRC-32 of the records (table only);
+# CRC-32 of those four fields.
+_HEADER = struct.Struct(">8sIII")
+_HEADER_SIZE = _HEADER.size + 4
+
+
+class CorruptIndex(Exception):
+    """The index is unreadable, or not in this format: rebuild it."""
+
+
+def key_hash(kind, key):
+    """The 8 bytes an entry stores for ``(kind, key)``."""
+    return hashlib.blake2b(("%s\0%s" % (kind, key)).encode(
+        "utf-8", "surrogateescape"), digest_size=8).digest()
+
+
+class Docket:
+    """What one version of the index is made of.  ``table``, ``tail`` and
+    ``nodes`` are ``(uid, count)``; a uid of empty bytes means no file."""
+
+    def __init__(self, table, tail, nodes, node_width, rules, covers):
+        self.table, self.tail, self.nodes = table, tail, nodes
+        self.node_width, self.rules, self.covers = node_width, rules, covers
+
+    def pack(self):
+        body = _DOCKET.pack(
+            _DOCKET_MAGIC, FORMAT, self.table[0], self.table[1],
+            self.tail[0], self.tail[1], self.nodes[0], self.nodes[1],
+            self.node_width, len(self.rules), len(self.covers))
+        data = body + self.rules + self.covers
+        return data + struct.pack(">I", zlib.crc32(data))
+
+    @classmethod
+    def unpack(cls, data):
+        if len(data) < _DOCKET.size + 4 or \
+                struct.unpack(">I", data[-4:])[0] != zlib.crc32(data[:-4]):
+            raise CorruptIndex("bad docket checksum")
+        (magic, version, table_uid, table_count, tail_uid, tail_count,
+         nodes_uid, nodes_count, node_width, rules_length,
+         covers_length) = _DOCKET.unpack_from(data)
+        if magic != _DOCKET_MAGIC or version != FORMAT:
+            raise CorruptIndex("not a version %d docket" % FORMAT)
+        if _DOCKET.size + rules_length + covers_length + 4 != len(data):
+            raise CorruptIndex("bad docket length")
+        rules = data[_DOCKET.size:_DOCKET.size + rules_length]
+        covers = data[_DOCKET.size + rules_length:-4]
+        return cls((_uid(table_uid), table_count), (_uid(tail_uid), tail_count),
+                   (_uid(nodes_uid), nodes_count), node_width, rules, covers)
+
+
+def _uid(raw):
+    return raw.rstrip(b"\0")
+
+
+def _new_uid():
+    return os.urandom(8).hex().encode("ascii")
+
+
+def read_docket(directory, name):
+    """The current docket, or None when there is no index."""
+    try:
+        with open(os.path.join(directory, name), "rb") as fh:
+            return Docket.unpack(fh.read())
+    except FileNotFoundError:
+        return None
+
+
+def _path(directory, name, uid, part):
+    return os.path.join(directory, "%s-%s.%s" % (name, uid.decode(), part))
+
+
+class _Records:
+    """The records of one data file, mapped, of which the docket counts
+    ``count``."""
+
+    def __init__(self, directory, name, part, uid, count, width):
+        self.count, self.width = count, width
+        self.map = None
+        if not uid:
+            if count:
+                raise CorruptIndex("%s entries without a file" % part)
+            return
+        with open(_path(directory, name, uid, part), "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size < _HEADER_SIZE + count * width:
+                raise CorruptIndex("%s file is truncated" % part)
+            self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        header = self.map[:_HEADER_SIZE]
+        magic, version, record_width, self.crc = _HEADER.unpack_from(header)
+        if struct.unpack(">I", header[-4:])[0] != zlib.crc32(header[:-4]) \
+                or magic != _DATA_MAGIC[part] or version != FORMAT \
+                or record_width != width:
+            raise CorruptIndex("bad %s header" % part)
+
+    def record(self, position):
+        start = _HEADER_SIZE + position * self.width
+        return self.map[start:start + self.width]
+
+    def data(self):
+        if self.map is None:
+            return b""
+        return self.map[_HEADER_SIZE:_HEADER_SIZE + self.count * self.width]
+
+    def close(self):
+        if self.map is not None:
+            self.map.close()
+
+
+class Index:
+    """An open index.  ``Index(directory, name)`` raises
+    ``FileNotFoundError`` when there is none and ``CorruptIndex`` when it
+    cannot be used."""
+
+    def __init__(self, directory, name, docket=None):
+        self.directory, self.name = directory, name
+        # A writer may replace the files between the docket and the
+        # opening; then the docket read again names the new ones.
+        for attempt in (1, 2):
+            self.docket = docket or read_docket(directory, name)
+            if self.docket is None:
+                raise FileNotFoundError(os.path.join(directory, name))
+            try:
+                self._open()
+                return
+            except FileNotFoundError:
+                if attempt == 2 or docket is not None:
+                    raise CorruptIndex("the index files are gone")
+
+    def _open(self):
+        docket = self.docket
+        self.table = _Records(self.directory, self.name, "table",
+                              *docket.table, ENTRY.size)
+        self.tail = _Records(self.directory, self.name, "tail", *docket.tail,
+                             ENTRY.size)
+        self.nodes = _Records(self.directory, self.name, "nodes",
+                              *docket.nodes, docket.node_width)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        for records in (self.table, self.tail, self.nodes):
+            records.close()
+
+    @property
+    def covers(self):
+        return self.docket.covers
+
+    def lookup(self, kind, key):
+        """The revisions indexed for ``(kind, key)``, sorted (what a hash
+        collision or damaged entries may add to)."""
+        wanted = key_hash(kind, key)
+        table = self.table
+        low, high = 0, table.count
+        while low < high:
+            middle = (low + high) // 2
+            if table.record(middle)[:8] < wanted:
+                low = middle + 1
+            else:
+                high = middle
+        revs = []
+        while low < table.count:
+            digest, rev = ENTRY.unpack(table.record(low))
+            if digest != wanted:
+                break
+            revs.append(rev)
+            low += 1
+        tail = self.tail.data()
+        position = tail.find(wanted)
+        while position >= 0:
+            if position % ENTRY.size == 0:
+                revs.append(ENTRY.unpack_from(tail, position)[1])
+            position = tail.find(wanted, position + 1)
+        return sorted(set(revs))
+
+    def node(self, rev):
+        """The node of revision ``rev`` (Git), as bytes."""
+        if not 0 <= rev < self.nodes.count:
+            raise CorruptIndex("revision %d has no node" % rev)
+        return self.nodes.record(rev)
+
+    def node_count(self):
+        return self.nodes.count
+
+    def verify(self):
+        """Read everything: raise ``CorruptIndex`` when the table's
+        entries do not match their checksum or are out of order."""
+        data = self.table.data()
+        if self.table.map is not None and zlib.crc32(data) != self.table.crc:
+            raise CorruptIndex("table entries do not match their checksum")
+        if any(data[i:i + ENTRY.size] > data[i + ENTRY.size:i + 2 * ENTRY.size]
+               for i in range(0, len(data) - ENTRY.size, ENTRY.size)):
+            raise CorruptIndex("table entries out of order")
+
+
+def _header(part, width, crc=0):
+    fields = _HEADER.pack(_DATA_MAGIC[part], FORMAT, width, crc)
+    return fields + struct.pack(">I", zlib.crc32(fields))
+
+
+def _write_new(directory, name, part, width, records, crc=0):
+    """A new data file of ``records`` (bytes), written then renamed;
+    its uid."""
+    uid = _new_uid()
+    path = _path(directory, name, uid, part)
+    _atomic_write(path, _header(part, width, crc) + records)
+    return uid
+
+
+def _atomic_write(path, data):
+    temporary = "%s.tmp-%d" % (path, os.getpid())
+    with open(temporary, "wb") as fh:
+        fh.write(data)
+    os.replace(temporary, path)
+
+
+def _append(directory, name, part, uid, count, width, records):
+    """``records`` appended after the ``count`` that a docket names (what
+    a crashed writer left past them is overwritten)."""
+    with open(_path(directory, name, uid, part), "r+b") as fh:
+        fh.seek(_HEADER_SIZE + count * width)
+        fh.write(records)
+        fh.truncate()
+
+
+def _pack(triples):
+    return [ENTRY.pack(key_hash(kind, key), rev) for kind, key, rev in triples]
+
+
+def write(directory, name, triples, covers, rules, base=None, nodes=(),
+          node_width=0, tail_limit=TAIL_LIMIT):
+    """Index ``triples`` (``(kind, key, rev)``) and write a docket with
+    ``covers`` and ``rules`` (bytes).  With ``base`` (an open ``Index`` with
+    the same rules) the entries are added to it, else the index starts from
+    nothing.  ``nodes`` (Git): the nodes of the new revisions, in order,
+    each ``node_width`` bytes.  Returns the new docket.
+
+    The caller holds the repository's lock: one writer at a time.
+    """
+    os.makedirs(directory, exist_ok=True)
+    new = _pack(triples)
+    old = base.docket if base is not None else None
+    if old is not None and old.node_width != node_width and \
+            old.nodes[1]:
+        raise CorruptIndex("node width changed")
+    if old is None or old.tail[1] + len(new) > tail_limit:
+        entries = sorted(set(_split(base.table.data() + base.tail.data())
+                             if base else []) | set(new))
+        data = b"".join(entries)
+        table = (_write_new(directory, name, "table", ENTRY.size, data,
+                            zlib.crc32(data)), len(entries))
+        tail = (_write_new(directory, name, "tail", ENTRY.size, b""), 0)
+    else:
+        table = old.table
+        _append(directory, name, "tail", old.tail[0], old.tail[1],
+                ENTRY.size, b"".join(new))
+        tail = (old.tail[0], old.tail[1] + len(new))
+    nodes = list(nodes)
+    if old is not None and old.nodes[0]:
+        _append(directory, name, "nodes", old.nodes[0], old.nodes[1],
+                node_width, b"".join(nodes))
+        node_file = (old.nodes[0], old.nodes[1] + len(nodes))
+    elif node_width:
+        node_file = (_write_new(directory, name, "nodes", node_width,
+                                b"".join(nodes)), len(nodes))
+    else:
+        node_file = (b"", 0)
+    docket = Docket(table, tail, node_file, node_width, rules, covers)
+    _atomic_write(os.path.join(directory, name), docket.pack())
+    _remove_unnamed(directory, name, docket)
+    return docket
+
+
+def _split(data):
+    return [data[i:i + ENTRY.size] for i in range(0, len(data), ENTRY.size)]
+
+
+def _remove_unnamed(directory, name, docket):
+    """Remove the data files the docket no longer names (a reader that has
+    one open keeps it; one that has yet to open it reads the docket
+    again)."""
+    keep = {os.path.basename(_path(directory, name, uid, part))
+            for uid, part in ((docket.table[0], "table"),
+                              (docket.tail[0], "tail"),
+                              (docket.nodes[0], "nodes")) if uid}
+    prefix = name + "-"
+    for entry in os.listdir(directory):
+        if entry.startswith(prefix) and entry not in keep and \
+                entry.rsplit(".", 1)[-1] in _DATA_MAGIC:
+            try:
+                os.unlink(os.path.join(directory, entry))
+            except FileNotFoundError:
+                pass
+
+
+def remove(directory, name):
+    """Remove the index (the docket first, so no reader finds half)."""
+    try:
+        os.unlink(os.path.join(directory, name))
+    except FileNotFoundError:
+        return
+    _remove_unnamed(directory, name, Docket((b"", 0), (b"", 0), (b"", 0), 0,
+                                            b"", b""))
