@@ -54,6 +54,11 @@ _LOAD_INNER_TAKES_INDEX = 'index' in _parameters(revlog.revlog._load_inner)
 # Mercurial < 7.1: slicechunk has no ``inlined`` and reads it off the revlog.
 _SLICE_KNOWS_INLINE = 'inlined' in _parameters(deltas.slicechunk)
 
+# Mercurial < 7.2 (6.9 has it not, 7.2 has it): revlog.clone always
+# compresses again, and takes no ``reuse_compression``.
+CLONE_REUSES_COMPRESSION = 'reuse_compression' in _parameters(
+    revlog.revlog.clone)
+
 
 def bytes_opts(opts):
     """``(opts with bytes keys, the key type opts came with)``.

@@ -92,6 +92,30 @@ def test_story_on_real_history(hg, hgrc, real_hg_repo):
         "recompressed 0 of ")
 
 
+@pytest.mark.slow
+def test_one_pass_conversion(hg, hgrc, real_hg_repo):
+    """Dictionaries trained on a core zstd store; one upgrade then writes
+    every chunk with them, and every revision still hashes to its node."""
+    before = hg("log", "-T", "{node} {desc}\n", cwd=real_hg_repo)
+    hgrc.write_text(ENABLE)
+    trained = hg("zstd-train", "--dict-size", 16384, "--sample-budget",
+                 1000000, cwd=real_hg_repo)
+    assert "changelog: dictionary " in trained
+    requires = real_hg_repo / ".hg" / "store" / "requires"
+    assert "zstd-dict" not in requires.read_text()
+    hg("debugupgraderepo", "--run", "-q", "--config",
+       "format.revlog-compression=zstd-dict", cwd=real_hg_repo)
+    assert "exp-compression-zstd-dict" in requires.read_text().split()
+    figures = stats(hg, real_hg_repo)
+    active = figures["changelog"]["active"]
+    assert figures["changelog"]["encodings"] == {
+        "dictionary %d" % active: 57}
+    hg("verify", "-q", cwd=real_hg_repo)
+    assert hg("log", "-T", "{node} {desc}\n", cwd=real_hg_repo) == before
+    assert hg("zstd-recompress", cwd=real_hg_repo).startswith(
+        "recompressed 0 of ")
+
+
 def test_new_repository_with_the_engine(hg, hgrc, tmp_path):
     hgrc.write_text(ENABLE)
     repo = tmp_path / "new"

@@ -14,19 +14,21 @@ zstd and zlib, and reads faster.
 
 New chunks are compressed at ``zstdstore.level`` (default 6: the same
 read speed as level 3, and measured 8% smaller filelogs, for about 3 times
-the compression time).  Create a repository that uses it, or convert one::
+the compression time).  Convert a repository in one rewrite: train its
+dictionaries while it is still stored with zlib or zstd, then upgrade::
 
   [extensions]
   zstdstore =
 
-  $ hg init --config format.revlog-compression=zstd-dict repo
-  $ hg debugupgraderepo --run --config format.revlog-compression=zstd-dict
-
-Then train dictionaries and rewrite the stored chunks with them::
-
   $ hg zstd-train
-  $ hg zstd-recompress
+  $ hg debugupgraderepo --run --config format.revlog-compression=zstd-dict
   $ hg zstd-stats
+
+or create one that uses it from the start (its first dictionaries come
+from ``hg zstd-train`` once it has history, and ``hg zstd-recompress``
+then rewrites what was stored before them)::
+
+  $ hg init --config format.revlog-compression=zstd-dict repo
 
 Such a repository carries the requirement ``exp-compression-zstd-dict``:
 a Mercurial without this extension refuses it with "repository requires
@@ -119,6 +121,10 @@ def zstd_train(ui, repo, **opts):
     chunks use.  Existing chunks keep their dictionary until
     :hg:`zstd-recompress` rewrites them.  A class with too little history
     keeps its current dictionary (or none).
+
+    A repository still stored with zlib or zstd can be trained too:
+    :hg:`debugupgraderepo` to ``zstd-dict`` then writes every chunk with
+    the new dictionaries, in one rewrite.
     """
     maintenance.train(
         ui, repo,
@@ -178,6 +184,8 @@ def extsetup(ui):
         wrap(streamclone, consume, engine.check_streamed)
     wrap(streamclone, 'local_copy', engine.check_local_copy)
     wrap(upgrade_engine, '_clonerevlogs', engine.clonerevlogs)
+    if _hgcompat.CLONE_REUSES_COMPRESSION:
+        wrap(revlog.revlog, 'clone', engine.clone)
 
     wrap(revlog._InnerRevlog, '_chunks', readpath.chunks)
     wrap(revlog._InnerRevlog, '_chunk', readpath.inner_chunk)

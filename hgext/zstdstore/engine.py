@@ -358,6 +358,17 @@ def walkstreamfiles(orig, repo, *args, **kwargs):
                                      is_volatile=True)
 
 
+def clone(orig, self, tr, destrevlog, *args, **kwargs):
+    """An upgrade to ``zstd-dict`` compresses every chunk again, with the
+    dictionaries ``hg zstd-train`` gave the store beforehand: Mercurial
+    would copy the chunks it stored uncompressed as they are (measured:
+    362 of the pip history's chunks, which the dictionaries shrink)."""
+    if (destrevlog.feature_config.compression_engine == ENGINE
+            and self.feature_config.compression_engine != ENGINE):
+        kwargs.setdefault('reuse_compression', False)
+    return orig(self, tr, destrevlog, *args, **kwargs)
+
+
 def clonerevlogs(orig, ui, srcrepo, dstrepo, *args, **kwargs):
     """Give an upgrade's new store the dictionaries before revlogs are
     copied into it: core copies compressed chunks as they are, and the new

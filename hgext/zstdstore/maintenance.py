@@ -46,27 +46,38 @@ def require_engine(repo):
                    b'format.revlog-compression=%s') % ENGINE)
 
 
-def _store_revlogs(repo):
-    """``(kind, revlog)`` for every revlog of the store: filelogs first,
-    then manifests, then the changelog."""
+def _store_revlogs(repo, kinds=KINDS):
+    """``(kind, revlog)`` for every revlog of the store of one of ``kinds``:
+    filelogs first, then manifests, then the changelog.  Each is opened
+    when its turn comes."""
     unfi = repo.unfiltered()
     entries = [e for e in unfi.store.walk() if e.is_revlog]
-    for entry in entries:
-        if entry.is_filelog:
-            yield b'filelog', unfi.file(entry.target_id)._revlog
-    for entry in entries:
-        if entry.is_manifestlog:
-            yield b'manifest', unfi.manifestlog.getstorage(
-                entry.target_id)._revlog
-    yield b'changelog', unfi.changelog
+    if b'filelog' in kinds:
+        for entry in entries:
+            if entry.is_filelog:
+                yield b'filelog', unfi.file(entry.target_id)._revlog
+    if b'manifest' in kinds:
+        for entry in entries:
+            if entry.is_manifestlog:
+                yield b'manifest', unfi.manifestlog.getstorage(
+                    entry.target_id)._revlog
+    if b'changelog' in kinds:
+        yield b'changelog', unfi.changelog
 
 
 def _chunk(rl, rev):
     return rl._inner._chunk(rev)
 
 
-def _newest_chunks(ui, repo, kind, revlogs):
-    """Stored chunks of one revlog class, newest first."""
+#: Newest revisions of each file considered for training.
+_FILE_REVISIONS_SAMPLED = 8
+
+
+def _newest_chunks(ui, repo, kind):
+    """Stored chunks of one revlog class, newest first.  One revlog is
+    open at a time: each one read keeps caches of its own, and a store
+    has tens of thousands of filelogs."""
+    revlogs = (rl for _kind, rl in _store_revlogs(repo, (kind,)))
     if kind != b'filelog':
         for rl in revlogs:
             with rl.reading():
@@ -76,16 +87,18 @@ def _newest_chunks(ui, repo, kind, revlogs):
     # Filelogs: order the newest revisions of every file by the changeset
     # that introduced them, reading only indexes until chunks are needed.
     recent = []
-    progress = ui.makeprogress(_(b'indexing filelogs'), unit=_(b'files'),
-                               total=len(revlogs))
+    progress = ui.makeprogress(_(b'indexing filelogs'), unit=_(b'files'))
     for rl in revlogs:
         progress.increment()
-        for rev in range(len(rl) - 1, max(-1, len(rl) - 9), -1):
-            recent.append((rl.linkrev(rev), rev, rl))
+        path = rl.target[1]
+        for rev in range(len(rl) - 1,
+                         max(-1, len(rl) - 1 - _FILE_REVISIONS_SAMPLED), -1):
+            recent.append((rl.linkrev(rev), rev, path))
     progress.complete()
     recent.sort(key=lambda item: item[0], reverse=True)
-    for _linkrev, rev, rl in recent:
-        yield _chunk(rl, rev)
+    unfi = repo.unfiltered()
+    for _linkrev, rev, path in recent:
+        yield _chunk(unfi.file(path)._revlog, rev)
 
 
 def _remove_stale_temporaries(ui, repo):
@@ -110,15 +123,13 @@ def write_active(repo, active):
 
 def train(ui, repo, dict_size, budget):
     """``hg zstd-train``: a new dictionary per revlog class, trained on
-    its newest chunks, made the active one."""
+    its newest chunks, made the active one.  Any store can be trained,
+    whatever its engine: a zlib or zstd store then converts in one rewrite,
+    with the dictionaries, by ``hg debugupgraderepo``."""
     level = ui.configint(b'zstdstore', b'level')
     with repo.lock():
-        require_engine(repo)
         _remove_stale_temporaries(ui, repo)
         dicts = dicts_dir(repo.svfs.join(DICTS_DIR))
-        by_kind = {kind: [] for kind in KINDS}
-        for kind, rl in _store_revlogs(repo):
-            by_kind[kind].append(rl)
         try:
             active = dict(dicts.active())
         except DamagedActive as err:
@@ -128,7 +139,7 @@ def train(ui, repo, dict_size, budget):
         for kind in KINDS:
             start = time.monotonic()
             samples = zstdwire.select_recent(
-                _newest_chunks(ui, repo, kind, by_kind[kind]), budget)
+                _newest_chunks(ui, repo, kind), budget)
             try:
                 dictionary = zstdwire.train(samples, dict_size, level)
             except zstdwire.TrainingError as err:

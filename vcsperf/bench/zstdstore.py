@@ -4,21 +4,28 @@
     vcsperf bench zstdstore /path/to/repo [--json out.json]
 
 Each engine gets a hardlinked clone converted with ``hg debugupgraderepo``
-(the same deltas, recompressed); zstdstore's copy is then trained and
-recompressed.  Measured per engine: store bytes per revlog class (with the
+(the same deltas, recompressed); zstdstore's copy is converted in one
+pass: ``hg zstd-train`` on the clone as it is, then the upgrade writes
+every chunk with the dictionaries.  Measured per engine: the time and peak
+memory of each conversion step, store bytes per revlog class (with the
 dictionaries), the read throughput of every chunk through the revlog's
-batch chunk read (``chunkread``, an hg extension), the wall time of
-``hg log -T '{desc}'`` over the whole history, and ``hg verify``.
+batch chunk read (``chunkread``, an hg extension), and the wall time of
+end-to-end commands (``COMMANDS``); reads and commands run in turns (zlib,
+zstd, zstd-dict, zlib...) so that a machine whose speed drifts shifts all
+three alike.
 ``store_bytes`` serves ``vcsperf check`` too.
 """
 
 import json
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import time
 
-from vcsperf.bench import benchcli, chunkread
-from vcsperf.harness import tools
+from vcsperf.bench import benchcli, chunkread, hgchunks
+from vcsperf.harness import servers, tools
 
 ENGINES = ("zlib", "zstd", "zstd-dict")
 CLASSES = ("changelog", "manifest", "filelog")
@@ -27,6 +34,9 @@ TARGETS = (
     ("store bytes vs core zstd", "total_bytes", "<=", 0.92),
     ("changelog read speed vs core zstd", "changelog_speed", ">=", 2.5),
     ("changelog read speed vs zlib", "changelog_speed_zlib", ">=", 3.5),
+    ("changelog read speed vs zlib (5x)", "changelog_speed_zlib", ">=", 5.0),
+    ("manifest read speed vs core zstd", "manifest_speed", ">=", 1.0),
+    ("filelog read speed vs core zstd", "filelog_speed", ">=", 1.0),
     ("hg log time vs core zstd", "log_seconds", "<=", 1.0),
 )
 
@@ -50,41 +60,120 @@ def store_bytes(repo):
     return sizes
 
 
-def best_of(runs, fn):
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def timed(argv, env, cwd=None):
+    """Run ``argv`` (its output discarded); returns its wall seconds and
+    the peak resident memory of the process in MiB.  Raises
+    ``CommandError`` when it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([str(a) for a in argv], env=env, cwd=cwd,
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise tools.CommandError(proc.returncode, argv, "", stderr.decode(
+            "utf-8", "replace"))
+    return seconds, usage.ru_maxrss / 1024
 
 
 def prepare(source, dest, engine, env):
-    start = time.perf_counter()
-    tools.hg(["clone", "-q", "-U", source, dest], env)
-    tools.hg(["debugupgraderepo", "--run", "--no-backup", "-q", "--config",
-              "format.revlog-compression=%s" % engine], env, cwd=dest)
+    """Make ``dest`` a copy of ``source`` stored with ``engine``; returns
+    ``{step: {"seconds", "peak_mib"}}``."""
+    hg = tools.executable("hg")
+    steps = {}
+    steps["clone"] = timed([hg, "clone", "-q", "-U", source, dest], env)
     if engine == "zstd-dict":
-        tools.hg(["zstd-train"], env, cwd=dest)
-        tools.hg(["zstd-recompress"], env, cwd=dest)
-    return time.perf_counter() - start
+        # Trained on the store as it is: one rewrite converts.
+        steps["train"] = timed([hg, "zstd-train"], env, cwd=dest)
+    steps["upgrade"] = timed([hg, "debugupgraderepo", "--run", "--no-backup",
+                              "-q", "--config",
+                              "format.revlog-compression=%s" % engine],
+                             env, cwd=dest)
+    return {step: {"seconds": seconds, "peak_mib": peak}
+            for step, (seconds, peak) in steps.items()}
 
 
-def measure(repo, env, repeat):
-    reads = json.loads(tools.hg(["--config", "extensions.chunkread=%s"
-                                 % chunkread.__file__, "bench-chunkread",
-                                 "--repeat", repeat], env, cwd=repo))
-    log = best_of(3, lambda: tools.hg(["log", "-T", "{desc}\n"], env,
-                                      cwd=repo))
-    start = time.perf_counter()
-    verify = tools.completed([tools.executable("hg"), "verify", "-q"], env,
-                             cwd=repo)
-    return {"reads": reads, "log_seconds": log,
-            "verify_seconds": time.perf_counter() - start,
-            "verify_ok": verify.returncode == 0, "store": store_bytes(repo)}
+def most_revised_file(repo):
+    """The file of the tip manifest with the most revisions."""
+    hgrepo = hgchunks.open_repo(repo)
+    files = hgrepo[b"tip"].manifest().keys()
+    return max(files, key=lambda f: len(hgrepo.file(f))).decode(
+        "utf-8", "surrogateescape")
 
 
-def ratios(results):
+#: The end-to-end commands: ``(name, hg arguments, setup)``, where setup
+#: (arguments run before each timed run, untimed) may be None.  FILE
+#: stands for the most revised file, URL for ``hg serve``'s.
+COMMANDS = (
+    ("log desc", ["log", "-T", "{desc}\n"], None),
+    ("log -p 1000", ["log", "-p", "-l", "1000"], None),
+    ("annotate", ["annotate", "-r", "tip", "FILE"], None),
+    ("update null->tip", ["update", "-q", "-r", "tip"],
+     ["update", "-q", "-r", "null"]),
+    ("verify", ["verify", "-q"], None),
+    ("clone --stream", ["clone", "-q", "-U", "--stream", "URL", "DEST"],
+     None),
+)
+
+
+def end_to_end(copies, envs, rounds):
+    """``{command: {engine: [seconds, ...]}}`` of ``COMMANDS``, each run
+    ``rounds`` times for every engine in turns."""
+    hg = tools.executable("hg")
+    target = most_revised_file(copies["zstd"])
+    times = {name: {engine: [] for engine in copies} for name, _, _ in COMMANDS}
+    served = {}
+    try:
+        for engine, repo in copies.items():
+            served[engine] = servers.HgServer(envs[engine], repo)
+        for name, args, setup in COMMANDS:
+            for _ in range(rounds):
+                for engine, repo in copies.items():
+                    dest = repo + ".clone"
+                    shutil.rmtree(dest, ignore_errors=True)
+                    argv = [hg] + [
+                        {"FILE": target, "URL": served[engine].url,
+                         "DEST": dest}.get(a, a) for a in args]
+                    if setup:
+                        tools.hg(setup, envs[engine], cwd=repo)
+                    seconds, _ = timed(argv, envs[engine], cwd=repo)
+                    times[name][engine].append(seconds)
+                    shutil.rmtree(dest, ignore_errors=True)
+    finally:
+        for server in served.values():
+            server.stop()
+    for engine, repo in copies.items():
+        tools.hg(["update", "-q", "-r", "null"], envs[engine], cwd=repo)
+    return {"file": target, "times": times}
+
+
+def read_all(copies, envs, repeat):
+    """``{engine: chunkread figures}``, the best of ``repeat`` runs of
+    each class; the engines take turns, run by run."""
+    reads = {}
+    for _ in range(repeat):
+        for engine, repo in copies.items():
+            figures = json.loads(tools.hg(
+                ["--config", "extensions.chunkread=%s" % chunkread.__file__,
+                 "bench-chunkread", "--repeat", 1], envs[engine], cwd=repo))
+            best = reads.setdefault(engine, figures)
+            for name, read in figures.items():
+                if read["seconds"] < best[name]["seconds"]:
+                    best[name] = read
+    return reads
+
+
+def paired_ratio(commands, name, engine, base):
+    """The median, over rounds, of one engine's time over another's."""
+    times = commands["times"][name]
+    return statistics.median(a / b for a, b in zip(times[engine],
+                                                    times[base]))
+
+
+def ratios(results, commands):
     ours, zstd, zlib = (results[e] for e in ("zstd-dict", "zstd", "zlib"))
 
     def speed(r, name):
@@ -97,56 +186,98 @@ def ratios(results):
         "changelog_speed": speed(ours, "changelog") / speed(zstd, "changelog"),
         "changelog_speed_zlib": speed(ours, "changelog")
         / speed(zlib, "changelog"),
-        "log_seconds": ours["log_seconds"] / zstd["log_seconds"],
+        "manifest_speed": speed(ours, "manifest") / speed(zstd, "manifest"),
+        "filelog_speed": speed(ours, "filelog") / speed(zstd, "filelog"),
+        "log_seconds": paired_ratio(commands, "log desc", "zstd-dict",
+                                    "zstd"),
     }
 
 
 def format_report(source, results, table_ratios):
-    """The figures as a table, core Mercurial's engines first, then the
+    """The figures as tables, core Mercurial's engines first, then the
     ratios against the targets."""
+    engines = results["engines"]
+    commands = results["commands"]
     lines = ["repository: %s" % source]
-    lines.append("%-10s %10s %10s %10s %8s %10s | %9s %9s %9s | %7s %7s %s"
-          % ("engine", "changelog", "manifest", "filelogs", "dicts",
-             "total KiB", "cl MB/s", "mf MB/s", "fl MB/s", "log s",
-             "verify", "ok"))
+    lines.append("%-10s %10s %10s %10s %8s %10s | %9s %9s %9s"
+                 % ("engine", "changelog", "manifest", "filelogs", "dicts",
+                    "total KiB", "cl MB/s", "mf MB/s", "fl MB/s"))
     for engine in ENGINES:
-        r = results[engine]
+        r = engines[engine]
         s = r["store"]
         speeds = [r["reads"][c]["bytes"] / r["reads"][c]["seconds"] / 1e6
                   for c in CLASSES]
-        lines.append("%-10s %10.0f %10.0f %10.0f %8.0f %10.0f | %9.0f %9.0f %9.0f |"
-              " %7.2f %7.2f %s"
-              % (engine, s["changelog"] / 1024, s["manifest"] / 1024,
-                 s["filelog"] / 1024, s["dictionaries"] / 1024,
-                 s["total"] / 1024, speeds[0], speeds[1], speeds[2],
-                 r["log_seconds"], r["verify_seconds"],
-                 "yes" if r["verify_ok"] else "NO"))
+        lines.append("%-10s %10.0f %10.0f %10.0f %8.0f %10.0f | %9.0f %9.0f"
+                     " %9.0f"
+                     % (engine, s["changelog"] / 1024, s["manifest"] / 1024,
+                        s["filelog"] / 1024, s["dictionaries"] / 1024,
+                        s["total"] / 1024, speeds[0], speeds[1], speeds[2]))
+    lines.append("")
+    lines.append("conversion (seconds, peak MiB)")
+    for engine in ENGINES:
+        steps = engines[engine]["prepare"]
+        lines.append("%-10s %s" % (engine, "  ".join(
+            "%s %.1f s %.0f MiB" % (step, f["seconds"], f["peak_mib"])
+            for step, f in steps.items())))
+    lines.append("")
+    lines.append("end-to-end (median seconds; ratios are medians of paired "
+                 "runs)  annotate: %s" % commands["file"])
+    lines.append("%-18s %9s %9s %9s | %9s %9s"
+                 % ("command", "zlib", "zstd", "zstd-dict", "/zstd",
+                    "/zlib"))
+    for name, _, _ in COMMANDS:
+        times = commands["times"][name]
+        lines.append("%-18s %9.2f %9.2f %9.2f | %9.3f %9.3f"
+                     % (name, statistics.median(times["zlib"]),
+                        statistics.median(times["zstd"]),
+                        statistics.median(times["zstd-dict"]),
+                        paired_ratio(commands, name, "zstd-dict", "zstd"),
+                        paired_ratio(commands, name, "zstd-dict", "zlib")))
     lines.append("")
     lines += benchcli.target_lines(TARGETS, table_ratios, width=36)
     return "\n".join(lines)
 
 
-def run(source, workdir, repeat=5):
-    """Prepare one copy of ``source`` per engine under ``workdir`` and
-    measure each; returns ``(results, ratios)``."""
+def run(source, workdir, repeat=5, rounds=3, reuse=False):
+    """Prepare one copy of ``source`` per engine under ``workdir`` (or, with
+    ``reuse``, take those a previous run left there) and measure each;
+    returns ``(results, ratios)``."""
     hgrc = os.path.join(workdir, "hgrc")
     with open(hgrc, "w") as fh:
         fh.write("[extensions]\nzstdstore =\n")
     ours = tools.isolated_env(workdir, hgrc)
     # Core's engines are measured with no extension loaded at all.
     core = tools.isolated_env(workdir)
-    results = {}
+    envs = {engine: ours if engine == "zstd-dict" else core
+            for engine in ENGINES}
+    copies = {engine: os.path.join(workdir, engine) for engine in ENGINES}
+    engines = {}
     for engine in ENGINES:
-        dest = os.path.join(workdir, engine)
-        env = ours if engine == "zstd-dict" else core
-        seconds = prepare(os.path.abspath(source), dest, engine, env)
-        results[engine] = measure(dest, env, repeat)
-        results[engine]["prepare_seconds"] = seconds
-    return results, ratios(results)
+        dest = copies[engine]
+        steps_file = dest + ".prepare.json"
+        if reuse and os.path.exists(steps_file):
+            with open(steps_file) as fh:
+                steps = json.load(fh)
+        else:
+            steps = prepare(os.path.abspath(source), dest, engine,
+                            envs[engine])
+            with open(steps_file, "w") as fh:
+                json.dump(steps, fh)
+        engines[engine] = {"prepare": steps, "store": store_bytes(dest)}
+    for engine, reads in read_all(copies, envs, repeat).items():
+        engines[engine]["reads"] = reads
+    commands = end_to_end(copies, envs, rounds)
+    results = {"engines": engines, "commands": commands}
+    return results, ratios(engines, commands)
 
 
 def main(argv=None):
     return benchcli.main(sys.modules[__name__], [
         ("repeat", dict(type=int, default=5,
                         help="read runs per class (best is kept)")),
+        ("rounds", dict(type=int, default=3,
+                        help="runs of each end-to-end command per engine")),
+        ("reuse", dict(action="store_true",
+                       help="measure the copies a previous run left in "
+                            "--workdir instead of preparing them again")),
     ], argv)
