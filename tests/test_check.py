@@ -51,18 +51,52 @@ def _ratio(feature, what, core_label=None):
 @pytest.mark.slow
 def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                                      tmp_path):
+    """A quick run on a slice of the history, as on a long one; killed
+    (SIGKILL) once its first feature is done, and resumed."""
     scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    resume = scratch / "run"
     report_path = tmp_path / "report.json"
     before = _digest_tree(real_hg_repo / ".hg")
-    proc = _vcsperf_check(env, "--repo", real_hg_repo, "--git",
-                          real_git_repo, "--quick", "--scratch", scratch,
-                          "--json", report_path)
+    args = ["check", "--repo", real_hg_repo, "--git", real_git_repo,
+            "--quick", "--slice", 20, "--resume", resume, "--json",
+            report_path]
+    killed = subprocess.Popen([tools.executable("vcsperf"), *map(str, args)],
+                              env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    state = resume / runner.STATE_FILE
+    try:
+        deadline = time.monotonic() + 300
+        while not (state.exists() and json.loads(state.read_text())[
+                "features"]):
+            assert killed.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    done = [f["name"] for f in json.loads(state.read_text())["features"]]
+    assert done[0] == "dictionaries" and not report_path.exists()
+    proc = _vcsperf_check(env, *args[1:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resuming the run in %s: %d of 7 features done" % (
+        resume, len(done)) in proc.stdout
     report = json.loads(report_path.read_text())
     features = _by_name(report)
     assert list(features) == FEATURES + ["git checkouts"]
     assert all(f["status"] == "passed" for f in features.values()), features
     assert report["passed"] and report["original_unchanged"]
+    # Each step once: none of the killed run's unfinished feature.
+    steps = [(s["feature"], s["step"]) for s in report["steps"]]
+    assert len(steps) == len(set(steps))
+    assert [name for name, _ in steps if name != "copy"] == sorted(
+        (name for name, _ in steps if name != "copy"),
+        key=(FEATURES + ["git checkouts"]).index)
+    assert report["sample"]["slice_changesets"] == 20
+    assert report["sample"]["tip"] == report["tip"]
+    assert report["estimate"]["seconds"] > 0
+    assert set(report["estimate"]["actual_seconds_by_part"]) == {
+        "copy", *features}
     assert _digest_tree(real_hg_repo / ".hg") == before
     assert os.listdir(scratch) == []
     # The figures are real measurements beside core's.
@@ -71,7 +105,7 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     assert dicts["facts"]["revisions compared"] >= 57
     assert _ratio(features["bundles"], "bundle bytes, zstd-max",
                   "core gzip-v2") < 0.6
-    assert features["bundles"]["facts"]["clones verified"] == 2
+    assert features["bundles"]["facts"]["clones verified"] == 3
     assert _ratio(features["wire"], "pull of last 100, bytes received") < 1
     assert _ratio(features["checkouts"], "each later checkout, seconds") < 1
     assert _ratio(features["commit IDs"], "changesets mapped") == 1.0
