@@ -14,7 +14,7 @@ import pytest
 from vcsperf.check import runner
 from vcsperf.harness import tools
 
-FEATURES = ["dictionaries", "bundles", "wire", "checkouts", "commit IDs",
+FEATURES = ["dictionaries", "wire", "bundles", "checkouts", "commit IDs",
             "importer"]
 
 
@@ -49,6 +49,8 @@ def _ratio(feature, what, core_label=None):
 
 
 @pytest.mark.slow
+# two runs, the first killed early: allow for a busy machine
+@pytest.mark.timeout(1200)
 def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                                      tmp_path):
     """A quick run on a slice of the history, as on a long one; killed
@@ -359,3 +361,34 @@ def test_not_a_repository(env, tmp_path):
     assert proc.returncode == 255
     assert proc.stderr.startswith("abort: %s is not a Mercurial repository"
                                   % tmp_path)
+
+
+def test_resume_skips_completed_features(real_hg_repo, tmp_path,
+                                         monkeypatch):
+    """A run interrupted in its second feature keeps DIR; the same command
+    with ``--resume DIR`` runs only what was not completed, and reports
+    every feature once; other options are refused."""
+    calls = []
+
+    def feature(check, work):
+        calls.append(os.path.basename(work))
+        if calls == ["dictionaries", "wire"]:
+            raise KeyboardInterrupt()
+        check.fact("ran in", os.path.basename(work))
+
+    _only_the_copy(monkeypatch, feature)
+    resume = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        runner.Check(str(real_hg_repo), resume=str(resume)).run()
+    state = json.loads((resume / runner.STATE_FILE).read_text())
+    assert [f["name"] for f in state["features"]] == ["dictionaries"]
+    assert (resume / "copy" / ".hg" / "store").is_dir()
+    with pytest.raises(runner.Abort, match="other options"):
+        runner.Check(str(real_hg_repo), quick=True, resume=str(resume)).run()
+    report = runner.Check(str(real_hg_repo), resume=str(resume)).run()
+    assert calls == ["dictionaries", "wire", "wire", "bundles", "checkouts",
+                     "commit-IDs", "importer"]
+    assert [f["name"] for f in report["features"]] == FEATURES
+    assert report["passed"] and not resume.exists()
+    assert report["estimate"]["seconds"] > 0
+    assert report["estimate"]["actual_vs_estimate"] > 0

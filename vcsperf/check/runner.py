@@ -22,14 +22,14 @@ dictionaries
   ``hg verify``, and compare the full text of every revision of every
   revlog with the copy as it was; sizes and full-text read speed beside
   the engine the repository uses.
+wire
+  pulls by core zstd and by wirezstd (the whole history and the last 100
+  changesets): bytes received and server CPU.
 bundles
   ``hg bundlegen`` (zstd-max, gzip and stream), served over HTTP on
   127.0.0.1 with ``hg serve``; a stock hg clones from each bundle and the
   clone is verified; sizes beside core's gzip and zstd bundles of the same
-  changesets, clone times beside a plain clone.
-wire
-  pulls by core zstd and by wirezstd (the whole history and the last 100
-  changesets): bytes received and server CPU.
+  changesets, clone times beside the wire's pull of everything by core.
 checkouts
   ``hg robustcheckout`` of several revisions into one pool, against a
   plain ``hg clone``: times and disk.
@@ -497,6 +497,12 @@ class Check:
     def fact(self, name, value):
         self._feature["facts"][name] = value
 
+    def fact_of(self, feature, name):
+        """A fact of a feature that ran before (None if it did not get
+        that far): a resumed run has it too."""
+        return next((f["facts"].get(name) for f in self.features
+                     if f["name"] == feature), None)
+
     # -- the whole run ----------------------------------------------------
 
     def _inspect(self):
@@ -638,8 +644,8 @@ class Check:
         return seconds
 
     def _features(self):
-        features = [("dictionaries", dictionaries), ("bundles", bundles),
-                    ("wire", wire), ("checkouts", checkouts),
+        features = [("dictionaries", dictionaries), ("wire", wire),
+                    ("bundles", bundles), ("checkouts", checkouts),
                     ("commit IDs", commit_ids), ("importer", importer)]
         if self.git:
             features.append(("git checkouts", git_checkouts))
