@@ -369,15 +369,18 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     with ``--resume DIR`` runs only what was not completed, and reports
     every feature once; other options are refused."""
     calls = []
+    resume = tmp_path / "run"
 
     def feature(check, work):
         calls.append(os.path.basename(work))
         if calls == ["dictionaries", "wire"]:
+            # one run at a time in DIR
+            with pytest.raises(runner.Abort, match="another vcsperf check"):
+                runner.Check(str(real_hg_repo), resume=str(resume)).run()
             raise KeyboardInterrupt()
         check.fact("ran in", os.path.basename(work))
 
     _only_the_copy(monkeypatch, feature)
-    resume = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         runner.Check(str(real_hg_repo), resume=str(resume)).run()
     state = json.loads((resume / runner.STATE_FILE).read_text())

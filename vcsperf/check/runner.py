@@ -66,6 +66,7 @@ it builds.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import resource
@@ -97,8 +98,10 @@ COPY_ATTEMPTS = 3
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
-#: The state of a run under ``--resume DIR``, in DIR.
+#: The state of a run under ``--resume DIR``, in DIR, and the file a
+#: running one holds locked there.
 STATE_FILE = "vcsperf-check-state.json"
+LOCK_FILE = "vcsperf-check.lock"
 #: Seconds each part of a run takes on this machine (2 cores, shared with
 #: other jobs; see BENCHMARKS.md): fixed (``run``), per MB of the store the
 #: features work on (the copy's, or with --quick the slice's), per MB of
@@ -417,6 +420,7 @@ class Check:
         #: ``quick`` the slice of its newest changesets; and its length.
         self.base = self.copy = None
         self.base_changesets = None
+        self._resume_lock = None
         self.steps = []
         self.features = []
         self._feature = None
@@ -657,7 +661,17 @@ class Check:
         return os.path.join(self.resume, STATE_FILE)
 
     def _load_state(self):
-        """The state a run under ``--resume DIR`` left, or None."""
+        """The state a run under ``--resume DIR`` left, or None; DIR is
+        locked for this run (the lock goes with the process, killed or
+        not)."""
+        os.makedirs(self.resume, exist_ok=True)
+        self._resume_lock = open(os.path.join(self.resume, LOCK_FILE), "w")
+        try:
+            fcntl.flock(self._resume_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Abort("another vcsperf check is running in %s"
+                        % self.resume, hint="wait for it to end, or stop "
+                        "it first")
         try:
             with open(self._state_path()) as fh:
                 state = json.load(fh)
@@ -735,6 +749,14 @@ class Check:
 
     def run(self):
         """Check every feature; returns the report (a dict)."""
+        try:
+            return self._run()
+        finally:
+            if self._resume_lock is not None:
+                self._resume_lock.close()
+                self._resume_lock = None
+
+    def _run(self):
         self._started = time.perf_counter()
         self._state = state = self._start()
         self._previous_seconds = state["seconds"]
