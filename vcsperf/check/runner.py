@@ -102,20 +102,22 @@ SMALL_FILES = 2**20
 #: running one holds locked there.
 STATE_FILE = "vcsperf-check-state.json"
 LOCK_FILE = "vcsperf-check.lock"
-#: Seconds each part of a run takes on this machine (2 cores, shared with
-#: other jobs; see BENCHMARKS.md): fixed (``run``), per MB of the store the
-#: features work on (the copy's, or with --quick the slice's), per MB of
-#: the original store, per changeset of the slice (its conversion), per
-#: thousand files at the tip.
+#: Seconds each part of a run takes on this machine: fixed (``run``), per
+#: MB of the store the features work on (the copy's, or with --quick the
+#: slice's), per MB of the original store, per changeset of the slice (its
+#: conversion), per thousand files at the tip.  Measured on sympy's
+#: history (BENCHMARKS.md) with the 2 cores shared by four engineers'
+#: jobs (load 10 to 12): on a quiet machine a run takes a third to a
+#: half of it.
 SECONDS_PER = {
-    "copy": {"run": 5, "store MB": 0.05, "changesets": 0.15, "kfiles": 2},
-    "dictionaries": {"run": 10, "MB": 3.0},
-    "bundles": {"run": 20, "MB": 4.0},
-    "wire": {"run": 10, "MB": 1.0},
+    "copy": {"run": 5, "store MB": 0.05, "changesets": 0.45, "kfiles": 2},
+    "dictionaries": {"run": 35, "MB": 10.5},
+    "bundles": {"run": 100, "MB": 20.0},
+    "wire": {"run": 50, "MB": 5.0},
     "checkouts": {"run": 10, "MB": 1.0, "kfiles": 5},
-    "commit IDs": {"run": 20, "kfiles": 2},
-    "importer": {"run": 5, "kfiles": 3},
-    "git checkouts": {"run": 10, "kfiles": 5},
+    "commit IDs": {"run": 65, "kfiles": 6},
+    "importer": {"run": 20, "kfiles": 80},
+    "git checkouts": {"run": 25, "kfiles": 12},
 }
 
 
