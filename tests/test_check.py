@@ -14,7 +14,7 @@ import pytest
 from vcsperf.check import runner
 from vcsperf.harness import tools
 
-FEATURES = ["dictionaries", "bundles", "wire", "checkouts", "commit IDs",
+FEATURES = ["dictionaries", "wire", "bundles", "checkouts", "commit IDs",
             "importer"]
 
 
@@ -49,20 +49,56 @@ def _ratio(feature, what, core_label=None):
 
 
 @pytest.mark.slow
+# two runs, the first killed early: allow for a busy machine
+@pytest.mark.timeout(1200)
 def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                                      tmp_path):
+    """A quick run on a slice of the history, as on a long one; killed
+    (SIGKILL) once its first feature is done, and resumed."""
     scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    resume = scratch / "run"
     report_path = tmp_path / "report.json"
     before = _digest_tree(real_hg_repo / ".hg")
-    proc = _vcsperf_check(env, "--repo", real_hg_repo, "--git",
-                          real_git_repo, "--quick", "--scratch", scratch,
-                          "--json", report_path)
+    args = ["check", "--repo", real_hg_repo, "--git", real_git_repo,
+            "--quick", "--slice", 20, "--resume", resume, "--json",
+            report_path]
+    killed = subprocess.Popen([tools.executable("vcsperf"), *map(str, args)],
+                              env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    state = resume / runner.STATE_FILE
+    try:
+        deadline = time.monotonic() + 300
+        while not (state.exists() and json.loads(state.read_text())[
+                "features"]):
+            assert killed.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    done = [f["name"] for f in json.loads(state.read_text())["features"]]
+    assert done[0] == "dictionaries" and not report_path.exists()
+    proc = _vcsperf_check(env, *args[1:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resuming the run in %s: %d of 7 features done" % (
+        resume, len(done)) in proc.stdout
     report = json.loads(report_path.read_text())
     features = _by_name(report)
     assert list(features) == FEATURES + ["git checkouts"]
     assert all(f["status"] == "passed" for f in features.values()), features
     assert report["passed"] and report["original_unchanged"]
+    # Each step once: none of the killed run's unfinished feature.
+    steps = [(s["feature"], s["step"]) for s in report["steps"]]
+    assert len(steps) == len(set(steps))
+    assert [name for name, _ in steps if name != "copy"] == sorted(
+        (name for name, _ in steps if name != "copy"),
+        key=(FEATURES + ["git checkouts"]).index)
+    assert report["sample"]["slice_changesets"] == 20
+    assert report["sample"]["tip"] == report["tip"]
+    assert report["estimate"]["seconds"] > 0
+    assert set(report["estimate"]["actual_seconds_by_part"]) == {
+        "copy", *features}
     assert _digest_tree(real_hg_repo / ".hg") == before
     assert os.listdir(scratch) == []
     # The figures are real measurements beside core's.
@@ -71,7 +107,7 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     assert dicts["facts"]["revisions compared"] >= 57
     assert _ratio(features["bundles"], "bundle bytes, zstd-max",
                   "core gzip-v2") < 0.6
-    assert features["bundles"]["facts"]["clones verified"] == 2
+    assert features["bundles"]["facts"]["clones verified"] == 3
     assert _ratio(features["wire"], "pull of last 100, bytes received") < 1
     assert _ratio(features["checkouts"], "each later checkout, seconds") < 1
     assert _ratio(features["commit IDs"], "changesets mapped") == 1.0
@@ -325,3 +361,37 @@ def test_not_a_repository(env, tmp_path):
     assert proc.returncode == 255
     assert proc.stderr.startswith("abort: %s is not a Mercurial repository"
                                   % tmp_path)
+
+
+def test_resume_skips_completed_features(real_hg_repo, tmp_path,
+                                         monkeypatch):
+    """A run interrupted in its second feature keeps DIR; the same command
+    with ``--resume DIR`` runs only what was not completed, and reports
+    every feature once; other options are refused."""
+    calls = []
+    resume = tmp_path / "run"
+
+    def feature(check, work):
+        calls.append(os.path.basename(work))
+        if calls == ["dictionaries", "wire"]:
+            # one run at a time in DIR
+            with pytest.raises(runner.Abort, match="another vcsperf check"):
+                runner.Check(str(real_hg_repo), resume=str(resume)).run()
+            raise KeyboardInterrupt()
+        check.fact("ran in", os.path.basename(work))
+
+    _only_the_copy(monkeypatch, feature)
+    with pytest.raises(KeyboardInterrupt):
+        runner.Check(str(real_hg_repo), resume=str(resume)).run()
+    state = json.loads((resume / runner.STATE_FILE).read_text())
+    assert [f["name"] for f in state["features"]] == ["dictionaries"]
+    assert (resume / "copy" / ".hg" / "store").is_dir()
+    with pytest.raises(runner.Abort, match="other options"):
+        runner.Check(str(real_hg_repo), quick=True, resume=str(resume)).run()
+    report = runner.Check(str(real_hg_repo), resume=str(resume)).run()
+    assert calls == ["dictionaries", "wire", "wire", "bundles", "checkouts",
+                     "commit-IDs", "importer"]
+    assert [f["name"] for f in report["features"]] == FEATURES
+    assert report["passed"] and not resume.exists()
+    assert report["estimate"]["seconds"] > 0
+    assert report["estimate"]["actual_vs_estimate"] > 0

@@ -30,8 +30,16 @@ def main(argv=None):
     check_parser.add_argument("--git", help="a Git clone of the same "
                               "project, for the Git features")
     check_parser.add_argument("--quick", action="store_true",
-                              help="sample the full-text comparison, fewer "
-                              "bundles, checkouts and pulls")
+                              help="every feature on a slice of the newest "
+                              "changesets: minutes on any history")
+    check_parser.add_argument("--slice", type=int, metavar="N",
+                              help="with --quick, the newest N changesets "
+                              "(default: twice the square root of the "
+                              "history, at least 200)")
+    check_parser.add_argument("--resume", metavar="DIR",
+                              help="keep the run's scratch and state in DIR, "
+                              "and continue the run DIR holds, if any, from "
+                              "its last completed feature")
     check_parser.add_argument("--json", help="also write the report to "
                               "this file")
     check_parser.add_argument("--scratch", help="where the copies go "
@@ -49,6 +57,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo.run_demo(args.workdir, args.keep, args.json)
+    if args.command == "check" and args.slice and not args.quick:
+        parser.error("--slice goes with --quick")
     if args.command == "bench":
         return bench.main(args.name, args.args)
     return runner.main(args)

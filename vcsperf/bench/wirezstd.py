@@ -145,15 +145,14 @@ def pull(env, repo, dest, serve_args, base):
             "changesets": changesets}
 
 
-def measure_wire(repo, work, core, ours, full=True):
-    """Pulls of the last 100 changesets and, with ``full``, of the whole
-    history, by core zstd and by wirezstd."""
+def measure_wire(repo, work, core, ours):
+    """Pulls of the whole history and of the last 100 changesets, by core
+    zstd and by wirezstd."""
     results = {}
     # clone -r takes what the source can look up: a node, not a revset.
     last100 = tools.hg(["log", "-R", repo, "-r", "first(last(all(), 101))",
                         "-T", "{node}"], core)
-    pulls = (("full pull", None),) if full else ()
-    for label, base in pulls + (("pull of last 100", last100),):
+    for label, base in (("full pull", None), ("pull of last 100", last100)):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,
                                    ("--config", "extensions.wirezstd="))):

@@ -1,5 +1,6 @@
 """``vcsperf check``: ``runner`` copies the repository, runs each feature
 (one module each: ``store``, ``clones``, ``checkouts``, ``commit_ids``,
-``importer``; ``checkcmds`` is the hg extension they call) and reports;
+``importer``; ``checkcmds`` is the hg extension they call; ``sample`` the
+slice ``--quick`` works on) and reports;
 and ``vcsperf demo``.  Imports the core, the harness and the benchmarks'
 measurements."""

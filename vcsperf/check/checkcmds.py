@@ -1,10 +1,9 @@
 """An hg extension that ``vcsperf check`` loads into the copies it works
 on (never into the user's repository):
 
-``hg check-fulltexts [--every N]``
-  reads the full text of every revision of every revlog in the store
-  (or of every N-th, always with the first and the last), with its hash
-  checked, and prints one JSON line per revlog: a digest of its nodes and
+``hg check-fulltexts``
+  reads the full text of every revision of every revlog in the store,
+  with its hash checked, and prints one JSON line per revlog: a digest of its nodes and
   texts, the bytes and seconds spent reading, and the revisions that could
   not be read.  Two stores hold the same history exactly when every line
   but the timings matches.  The first line gives the number of revlogs,
@@ -36,16 +35,8 @@ def _name(entry):
     return "data/" + entry.target_id.decode("utf-8", "surrogateescape")
 
 
-def _sampled(length, every):
-    if every <= 1 or length <= 2:
-        return range(length)
-    return sorted(set(range(0, length, every)) | {length - 1})
-
-
-@command(b'check-fulltexts', [(b'', b'every', 1, b'read every N-th '
-                                                 b'revision only')],
-         b'hg check-fulltexts [--every N]')
-def check_fulltexts(ui, repo, every=1):
+@command(b'check-fulltexts', [], b'hg check-fulltexts')
+def check_fulltexts(ui, repo):
     repo = repo.unfiltered()
     entries = [e for e in repo.store.walk() if e.is_revlog]
     ui.write(b'%s\n' % json.dumps({"revlogs": len(entries)}).encode())
@@ -56,7 +47,7 @@ def check_fulltexts(ui, repo, every=1):
         size = 0
         seconds = 0.0
         unreadable = []
-        revs = _sampled(len(rl), every)
+        revs = range(len(rl))
         for rev in revs:
             start = time.perf_counter()
             try:

@@ -21,7 +21,7 @@ def _without_subrepos(check, env, rev):
 def checkouts(check, work):
     core = check.hg_env()
     ours = check.hg_env(["sharepool", "share"])
-    total = check.info["changesets"]
+    total = check.base_changesets
     revs = history.spread(range(total - 1, -1, -1), check.checkouts_count(),
                           usable=lambda rev: _without_subrepos(check, core,
                                                                rev))

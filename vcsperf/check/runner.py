@@ -10,21 +10,26 @@ Before and after, it records the name, size, inode and modification time
 of every file and directory under the repository's ``.hg`` and reports
 whether any changed.
 
-The features, each on its own directory, removed when it is done:
+With ``--quick`` the features work on a slice of the newest changesets
+(``sample``: twice the square root of the history, at least 200, or
+``--slice N``) converted into a repository of their own, so that a quick
+run takes minutes on any history and grows with the square root of its
+length; without it, on the copy, in time linear in the store.  The
+features, each on its own directory, removed when it is done:
 
 dictionaries
   convert a clone to ``zstd-dict`` (zstdstore), train, recompress, run
   ``hg verify``, and compare the full text of every revision of every
-  revlog with the copy as it was (with ``--quick``, of every 20th); sizes
-  and full-text read speed beside the engine the repository uses.
-bundles
-  ``hg bundlegen`` (zstd-max, gzip and, without ``--quick``, stream),
-  served over HTTP on 127.0.0.1 with ``hg serve``; a stock hg clones from
-  each bundle and the clone is verified; sizes beside core's gzip and zstd
-  bundles, clone times beside a plain clone.
+  revlog with the copy as it was; sizes and full-text read speed beside
+  the engine the repository uses.
 wire
-  pulls by core zstd and by wirezstd (the last 100 changesets and, without
-  ``--quick``, the whole history): bytes received and server CPU.
+  pulls by core zstd and by wirezstd (the whole history and the last 100
+  changesets): bytes received and server CPU.
+bundles
+  ``hg bundlegen`` (zstd-max, gzip and stream), served over HTTP on
+  127.0.0.1 with ``hg serve``; a stock hg clones from each bundle and the
+  clone is verified; sizes beside core's gzip and zstd bundles of the same
+  changesets, clone times beside the wire's pull of everything by core.
 checkouts
   ``hg robustcheckout`` of several revisions into one pool, against a
   plain ``hg clone``: times and disk.
@@ -46,12 +51,22 @@ returns None when it passed, a reason when it skipped, and raises
 
 The report gives, per feature, passed or failed with the reason, and the
 figures as ratios; then the wall time of every step, the peak memory and
-the disk the run took.  The free disk it needs is estimated and checked
-before anything starts.  ``vcsperf demo`` runs the same checks on the
-repository it builds.
+the disk the run took.  The time and the free disk the run needs are
+estimated before anything starts (``SECONDS_PER``; the disk is checked),
+and the report says how far off both were.  Every step shows its progress
+on stderr, with an ETA: a live line on a terminal, a line every 30 seconds
+elsewhere.
+
+With ``--resume DIR`` the scratch directory is DIR, with the run's state
+in it, written after each completed feature: a run killed or interrupted
+keeps DIR, and the same command continues it from its last completed
+feature; the finished report is the one an uninterrupted run gives (its
+timings aside).  ``vcsperf demo`` runs the same checks on the repository
+it builds.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import resource
@@ -68,6 +83,7 @@ from vcsperf.check.clones import bundles, wire
 from vcsperf.check.commit_ids import commit_ids
 from vcsperf.check.importer import importer
 from vcsperf.check.outcome import Failed, command_failure
+from vcsperf.check import sample
 from vcsperf.check.store import dictionaries
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort, print_abort
@@ -82,19 +98,57 @@ COPY_ATTEMPTS = 3
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
+#: The state of a run under ``--resume DIR``, in DIR, and the file a
+#: running one holds locked there.
+STATE_FILE = "vcsperf-check-state.json"
+LOCK_FILE = "vcsperf-check.lock"
+#: Seconds each part of a run takes on this machine: fixed (``run``), per
+#: MB of the store the features work on (the copy's, or with --quick the
+#: slice's), per MB of the original store, per changeset of the slice (its
+#: conversion), per thousand files at the tip.  Measured on sympy's
+#: history (BENCHMARKS.md) with the 2 cores shared by four engineers'
+#: jobs (load 10 to 12): on a quiet machine a run takes a third to a
+#: half of it.
+SECONDS_PER = {
+    "copy": {"run": 5, "store MB": 0.05, "changesets": 0.45, "kfiles": 2},
+    "dictionaries": {"run": 35, "MB": 10.5},
+    "bundles": {"run": 100, "MB": 20.0},
+    "wire": {"run": 50, "MB": 5.0},
+    "checkouts": {"run": 10, "MB": 1.0, "kfiles": 5},
+    "commit IDs": {"run": 65, "kfiles": 6},
+    "importer": {"run": 20, "kfiles": 80},
+    "git checkouts": {"run": 25, "kfiles": 12},
+}
 
 
 # Terminal ---------------------------------------------------------------
 
+def _duration(seconds):
+    seconds = int(seconds)
+    if seconds < 60:
+        return "%ds" % seconds
+    if seconds < 3600:
+        return "%dm%02ds" % divmod(seconds, 60)
+    return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+
+
 class Console:
-    """Report lines on ``out``; on a terminal, a live line on ``err`` for
-    the running step with its elapsed time and a progress bar (ours, or
-    the one hg draws for the command the step runs)."""
+    """Report lines on ``out``; progress on ``err`` for the running step:
+    its elapsed time, a progress bar (ours, with its ETA, or the one hg
+    draws for the command the step runs, with hg's estimate) and the time
+    the run has left by its estimate.  On a terminal it is a live line;
+    elsewhere (a log file, a pipe) a line every ``LOG_INTERVAL`` seconds."""
+
+    #: Seconds between two progress lines when ``err`` is not a terminal.
+    LOG_INTERVAL = 30
 
     def __init__(self, out=None, err=None):
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.live = self.err.isatty()
+        #: ``time.monotonic()`` at which the run should end, by its
+        #: estimate; None until there is one.
+        self.expected_end = None
         self._lock = threading.Lock()
         self._label = None
         self._detail = ""
@@ -114,17 +168,19 @@ class Console:
     def count(self, done, total, unit):
         width = 24
         filled = width * done // max(total, 1)
-        self._detail = "[%s%s] %d/%d %s" % (
-            "=" * filled, " " * (width - filled), done, total, unit)
+        elapsed = time.monotonic() - self._start
+        self._detail = "[%s%s] %d/%d %s%s" % (
+            "=" * filled, " " * (width - filled), done, total, unit,
+            " ETA %s" % _duration(elapsed * (total - done) / done)
+            if done else "")
 
     @contextlib.contextmanager
     def task(self, label):
         self._label, self._detail = label, ""
         self._start = time.monotonic()
-        if self.live:
-            self._stopped.clear()
-            self._ticker = threading.Thread(target=self._tick, daemon=True)
-            self._ticker.start()
+        self._stopped.clear()
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        self._ticker.start()
         try:
             yield
         finally:
@@ -137,13 +193,21 @@ class Console:
             self._label = None
 
     def _tick(self):
-        while not self._stopped.wait(0.25):
-            line = "  %s  %ds  %s" % (self._label,
-                                      time.monotonic() - self._start,
-                                      self._detail)
-            columns = shutil.get_terminal_size().columns - 1
+        interval = 0.25 if self.live else self.LOG_INTERVAL
+        while not self._stopped.wait(interval):
+            now = time.monotonic()
+            line = "  %s  %s  %s" % (self._label,
+                                     _duration(now - self._start),
+                                     self._detail)
+            if self.expected_end is not None:
+                line += "  (run: about %s left)" % _duration(
+                    max(0, self.expected_end - now))
             with self._lock:
-                self.err.write("\r" + line[:columns].ljust(columns))
+                if self.live:
+                    columns = shutil.get_terminal_size().columns - 1
+                    self.err.write("\r" + line[:columns].ljust(columns))
+                else:
+                    self.err.write(line + "\n")
                 self.err.flush()
 
     def _clear(self):
@@ -341,7 +405,8 @@ class Check:
     """One run of every feature on a copy of ``source``."""
 
     def __init__(self, source, git=None, quick=False, scratch=None,
-                 reserve=0, console=None, keep=False):
+                 reserve=0, console=None, keep=False, resume=None,
+                 slice_size=None):
         self.source = os.path.abspath(source)
         self.git = os.path.abspath(git) if git else None
         self.quick = quick
@@ -349,7 +414,15 @@ class Check:
         self.reserve = reserve
         self.console = console or Console()
         self.keep = keep
+        #: The directory of a resumable run: its scratch and its state.
+        self.resume = os.path.abspath(resume) if resume else None
+        self.slice_size = slice_size
         self.scratch = None
+        #: The repository the features work on: the copy, or with
+        #: ``quick`` the slice of its newest changesets; and its length.
+        self.base = self.copy = None
+        self.base_changesets = None
+        self._resume_lock = None
         self.steps = []
         self.features = []
         self._feature = None
@@ -372,10 +445,9 @@ class Check:
                 fh.writelines("%s =\n" % name for name in extensions)
                 fh.write(config)
         env = tools.isolated_env(self.scratch, hgrc)
-        if self.console.live:
-            # hg draws its progress bars on a pipe only if told to; the
-            # runner shows them on its live line.
-            env["HGPLAINEXCEPT"] = "progress"
+        # hg draws its progress bars on a pipe only if told to; the
+        # runner shows them on its progress line.
+        env["HGPLAINEXCEPT"] = "progress"
         return env
 
     def path(self, *names):
@@ -409,10 +481,8 @@ class Check:
     def hg(self, args, env, cwd=None, on_line=None, check=True):
         """Run hg; its progress bars feed the live line, ``on_line`` gets
         each line of its output as it comes; returns the output."""
-        args = [tools.executable("hg"), *map(str, args)]
-        if self.console.live:
-            args += ["--config", "progress.assume-tty=yes", "--config",
-                     "progress.delay=0.5"]
+        args = [tools.executable("hg"), *map(str, args), "--config",
+                "progress.assume-tty=yes", "--config", "progress.delay=0.5"]
         return self.command(args, env, cwd, on_line, check)
 
     def command(self, args, env, cwd=None, on_line=None, check=True):
@@ -432,6 +502,12 @@ class Check:
 
     def fact(self, name, value):
         self._feature["facts"][name] = value
+
+    def fact_of(self, feature, name):
+        """A fact of a feature that ran before (None if it did not get
+        that far): a resumed run has it too."""
+        return next((f["facts"].get(name) for f in self.features
+                     if f["name"] == feature), None)
 
     # -- the whole run ----------------------------------------------------
 
@@ -484,39 +560,63 @@ class Check:
                        else "zstd" if "revlog-compression-zstd" in requires
                        else "zlib"),
             "hg_version": tools.hg(["version", "-T", "{ver}"], env),
+            "tip": tools.hg(["log", "-R", self.source, "-r", "tip", "-T",
+                             "{node}"], env),
             "quick": self.quick,
         }
 
     def checkouts_count(self):
         return 2 if self.quick else 4
 
+    def _slice_changesets(self, info):
+        return self.slice_size or sample.slice_size(info["changesets"])
+
+    def _sliced(self, info):
+        """Whether the features work on a slice of the history (with
+        ``--quick``, unless the history is no longer than the slice)."""
+        return self.quick and self._slice_changesets(info) < info[
+            "changesets"]
+
+    def _work_bytes(self, info):
+        """Bytes of the store the features work on: the copy's, or the
+        slice's (its share of the history, and its first changeset's
+        whole tree, compressed)."""
+        store = info["store_disk_bytes"]
+        if not self._sliced(info):
+            return store
+        share = self._slice_changesets(info) / info["changesets"]
+        return int(store * share) + info["checkout_disk_bytes"] // 2
+
     def estimate_disk(self, info):
         """``{part: bytes}``: the disk the copy of the repository takes
         with the run's small files (``"copy"``; when hardlinked, only its
-        directories), and what each feature takes at its peak besides.
-        Sizes are as allocated on disk (``info``'s ``*_disk_bytes``)."""
+        directories; with ``--quick``, with the slice), and what each
+        feature takes at its peak besides.  Sizes are as allocated on disk
+        (``info``'s ``*_disk_bytes``)."""
         store, tree = info["store_disk_bytes"], info["checkout_disk_bytes"]
+        work = self._work_bytes(info)
         same_fs = os.stat(self.source).st_dev == os.stat(
             self.scratch_root).st_dev
         # A clone by pull stores the deltas it computes, beside a journal:
         # up to 1.1 times the original's store measured, a quarter kept.
-        pulled = store + store // 4
+        pulled = work + work // 4
         checkouts = self.checkouts_count()
         parts = {
             "copy": SMALL_FILES + (info["directories_bytes"] if same_fs
-                                   else store),
+                                   else store) + (
+                                       pulled if self._sliced(info) else 0),
             # the upgraded store beside the old one, then the revlogs
             # being recompressed
-            "dictionaries": 2 * store,
-            # every bundle (zstd-max, gzip, and without --quick stream
-            # and core zstd-v2), each smaller than the store, and a clone
-            "bundles": (2 if self.quick else 4) * store + pulled,
+            "dictionaries": 2 * work,
+            # every bundle (zstd-max, gzip, stream, core zstd-v2), each
+            # smaller than the store, and a clone
+            "bundles": 4 * work + pulled,
             "wire": pulled,
             # the pool, the checkouts, and a plain clone beside them
             "checkouts": 2 * pulled + (checkouts + 1) * tree,
             # writing to a hardlinked revlog copies it first: the rewritten
             # revlogs, up to the whole store, and a working directory
-            "commit IDs": store + tree,
+            "commit IDs": work + tree,
             # the Python files at tip
             "importer": tree,
         }
@@ -532,14 +632,102 @@ class Check:
         return parts["copy"] + max(v for k, v in parts.items()
                                    if k != "copy") + DISK_MARGIN
 
-    def run(self):
-        """Check every feature; returns the report (a dict)."""
-        started = time.perf_counter()
+    def estimate_seconds(self, info):
+        """``{part: seconds}`` the run should take on this machine, from
+        ``SECONDS_PER`` and the size of what each part works on."""
+        amounts = {"MB": self._work_bytes(info) / 1e6,
+                   "kfiles": info["files_at_tip"] / 1000,
+                   "changesets": self._slice_changesets(info)
+                   if self._sliced(info) else 0,
+                   "store MB": info["store_disk_bytes"] / 1e6}
+        parts = ["copy"] + [name for name, _ in self._features()]
+        seconds = {}
+        for part in parts:
+            rates = SECONDS_PER[part]
+            seconds[part] = round(rates.get("run", 0) + sum(
+                rate * amounts[unit] for unit, rate in rates.items()
+                if unit != "run"), 1)
+        return seconds
+
+    def _features(self):
+        features = [("dictionaries", dictionaries), ("wire", wire),
+                    ("bundles", bundles), ("checkouts", checkouts),
+                    ("commit IDs", commit_ids), ("importer", importer)]
+        if self.git:
+            features.append(("git checkouts", git_checkouts))
+        return features
+
+    # -- the state of a resumable run -------------------------------------
+
+    def _state_path(self):
+        return os.path.join(self.resume, STATE_FILE)
+
+    def _load_state(self):
+        """The state a run under ``--resume DIR`` left, or None; DIR is
+        locked for this run (the lock goes with the process, killed or
+        not)."""
+        os.makedirs(self.resume, exist_ok=True)
+        self._resume_lock = open(os.path.join(self.resume, LOCK_FILE), "w")
+        try:
+            fcntl.flock(self._resume_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Abort("another vcsperf check is running in %s"
+                        % self.resume, hint="wait for it to end, or stop "
+                        "it first")
+        try:
+            with open(self._state_path()) as fh:
+                state = json.load(fh)
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            raise Abort("%s is damaged" % self._state_path(),
+                        hint="remove %s to start again" % self.resume)
+        options = {"source": self.source, "git": self.git,
+                   "quick": self.quick, "slice_size": self.slice_size}
+        if state.get("options") != options:
+            raise Abort("%s holds a run with other options: %s"
+                        % (self.resume, ", ".join(
+                            "%s %s" % (k, v) for k, v in
+                            state.get("options", {}).items())),
+                        hint="give the same options, or remove %s to start "
+                        "again" % self.resume)
+        return state
+
+    def _save_state(self):
+        if not self.resume:
+            return
+        state = dict(self._state, features=self.features, steps=self.steps,
+                     disk={"peak": self._disk.peak,
+                           "peak_where": self._disk.peak_where,
+                           "peaks": self._disk.peaks},
+                     memory=self._peak_step,
+                     seconds=self._previous_seconds + time.perf_counter()
+                     - self._started)
+        with open(self._state_path() + ".tmp", "w") as fh:
+            json.dump(state, fh, indent=1)
+        os.replace(self._state_path() + ".tmp", self._state_path())
+
+    # -- the whole run ----------------------------------------------------
+
+    def _start(self):
+        """The state of a new run, with the free disk checked; or the
+        state of the run to resume."""
+        state = self._load_state() if self.resume else None
+        if state is not None:
+            info = state["info"]
+            if self._inspect()["tip"] != info["tip"]:
+                raise Abort("%s has new changesets since the run in %s "
+                            "started" % (self.source, self.resume),
+                            hint="remove %s to start again" % self.resume)
+            self.console.say("resuming the run in %s: %d of %d features "
+                             "done" % (self.resume, len(state["features"]),
+                                       len(self._features())))
+            return state
         before = _fingerprint(self.source)
         info = self._inspect()
         os.makedirs(self.scratch_root, exist_ok=True)
-        estimate = self.estimate_disk(info)
-        need = self.disk_needed(estimate)
+        disk = self.estimate_disk(info)
+        need = self.disk_needed(disk)
         free = pooling.free_space(self.scratch_root)
         if free < need + self.reserve:
             raise Abort(
@@ -552,14 +740,54 @@ class Check:
                 hint="give --scratch a directory with more room, on the "
                 "repository's filesystem if you can (copies are then "
                 "hardlinks)")
-        self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
-                                        dir=self.scratch_root)
+        return {
+            "options": {"source": self.source, "git": self.git,
+                        "quick": self.quick, "slice_size": self.slice_size},
+            "fingerprint": before, "info": info, "free": free,
+            "estimate": {"disk": disk, "disk_needed": need,
+                         "seconds": self.estimate_seconds(info)},
+            "prepared": [], "features": [], "steps": [], "disk": None,
+            "memory": None, "seconds": 0.0}
+
+    def run(self):
+        """Check every feature; returns the report (a dict)."""
+        try:
+            return self._run()
+        finally:
+            if self._resume_lock is not None:
+                self._resume_lock.close()
+                self._resume_lock = None
+
+    def _run(self):
+        self._started = time.perf_counter()
+        self._state = state = self._start()
+        self._previous_seconds = state["seconds"]
+        info = self.info = state["info"]
+        before = {name: tuple(p) for name, p in state["fingerprint"].items()}
+        estimate, need = state["estimate"], state["estimate"]["disk_needed"]
+        if self.resume:
+            self.scratch = self.resume
+            os.makedirs(self.scratch, exist_ok=True)
+        else:
+            self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
+                                            dir=self.scratch_root)
+        self.features = state["features"]
+        self.steps = state["steps"]
+        self._peak_step = state["memory"]
         # A hardlink to a file of the original costs no disk.
         self._disk = DiskWatch(
             self.scratch, {(p[1], p[2]) for p in before.values()},
             lambda: (self._feature["name"], self._step))
-        self.info = info
+        if state["disk"]:
+            self._disk.peak = state["disk"]["peak"]
+            if state["disk"]["peak_where"]:
+                self._disk.peak_where = tuple(state["disk"]["peak_where"])
+            self._disk.peaks = state["disk"]["peaks"]
+        total = sum(estimate["seconds"].values())
+        self.console.expected_end = time.monotonic() + max(
+            0, total - self._previous_seconds)
         previous = signal.signal(signal.SIGTERM, _terminate)
+        completed = False
         try:
             self.console.say("vcsperf check of %s: %d changesets, store %s "
                              "(%s), hg %s%s" % (
@@ -567,37 +795,50 @@ class Check:
                                  pooling.format_bytes(info["store_bytes"]),
                                  info["engine"], info["hg_version"],
                                  ", quick" if self.quick else ""))
-            self.console.say("scratch: %s (needs about %s, %s free)"
-                             % (self.scratch, pooling.format_bytes(need),
-                                pooling.format_bytes(free)))
+            self.console.say("estimate: %s and %s of scratch disk (%s free) "
+                             "in %s" % (
+                                 _duration(total), pooling.format_bytes(need),
+                                 pooling.format_bytes(state["free"]),
+                                 self.scratch))
             self._run_features()
+            completed = True
         finally:
             signal.signal(signal.SIGTERM, previous)
-            if not self.keep:
+            if not self.keep and (completed or not self.resume):
                 shutil.rmtree(self.scratch, ignore_errors=True)
         after = _fingerprint(self.source)
         changed = sorted(name for name in set(before) | set(after)
                          if before.get(name) != after.get(name))
-        seconds = time.perf_counter() - started
+        seconds = self._previous_seconds + time.perf_counter() - self._started
         report = dict(info)
         report.update({
             "scratch": {"path": self.scratch, "kept": self.keep,
-                        "estimated_bytes": need, "free_bytes": free,
+                        "estimated_bytes": need, "free_bytes": state["free"],
                         "peak_used_bytes": self._disk.peak,
                         "peak_reached_in": "%s: %s" % self._disk.peak_where
                         if self._disk.peak_where else None,
                         "peak_used_bytes_by_feature": self._disk.peaks,
                         # each with the copy, which stays all along
                         "estimated_bytes_by_feature": {
-                            name: estimate["copy"] + (
-                                estimate[name] if name != "copy" else 0)
-                            for name in estimate}},
+                            name: estimate["disk"]["copy"] + (
+                                value if name != "copy" else 0)
+                            for name, value in estimate["disk"].items()},
+                        "actual_vs_estimate": round(
+                            self._disk.peak / need, 3)},
+            "estimate": {
+                "seconds": round(total, 1),
+                "seconds_by_part": estimate["seconds"],
+                "actual_seconds_by_part": self._seconds_by_part(),
+                "actual_vs_estimate": round(seconds / total, 3)
+                if total else None},
             "features": self.features,
             "steps": self.steps,
             "peak_memory": {
                 "runner_bytes": resource.getrusage(
                     resource.RUSAGE_SELF).ru_maxrss * 1024,
-                "largest_process_bytes": _peak_child_rss(),
+                "largest_process_bytes": max(
+                    _peak_child_rss(),
+                    self._peak_step[1] if self._peak_step else 0),
                 "reached_in": self._peak_step[0] if self._peak_step
                 else None},
             "original_unchanged": not changed,
@@ -606,43 +847,75 @@ class Check:
             "minutes_per_10k_changesets": round(
                 seconds / 60 / info["changesets"] * 10000, 2),
         })
+        if self.quick:
+            report["sample"] = {
+                "tip": info["tip"],
+                "slice_changesets": self.base_changesets,
+                "checkout_revisions": next(
+                    (f["facts"].get("revisions") for f in self.features
+                     if f["name"] == "checkouts"), None)}
         report["passed"] = not changed and all(
             f["status"] != "failed" for f in self.features)
         return report
 
+    def _seconds_by_part(self):
+        parts = {}
+        for step in self.steps:
+            parts[step["feature"]] = round(
+                parts.get(step["feature"], 0) + step["seconds"], 1)
+        return parts
+
     def _run_features(self):
-        features = [("dictionaries", dictionaries), ("bundles", bundles),
-                    ("wire", wire), ("checkouts", checkouts),
-                    ("commit IDs", commit_ids), ("importer", importer)]
-        if self.git:
-            features.append(("git checkouts", git_checkouts))
+        done = {f["name"] for f in self.features}
+        prepared = self._state["prepared"]
         self._feature = {"name": "copy", "status": "passed",
                          "comparisons": [], "facts": {}}
         with self._disk:
-            with self.step("hardlinked copy of the repository"):
-                self.base = self.path("copy")
-                self._copy_source()
-            for name, function in features:
-                self._run_feature(name, function)
+            self.copy = self.base = self.path("copy")
+            if "copy" not in prepared:
+                shutil.rmtree(self.copy, ignore_errors=True)
+                with self.step("hardlinked copy of the repository"):
+                    self._copy_source()
+                prepared.append("copy")
+                self._save_state()
+            self.base_changesets = self.info["changesets"]
+            size = self._slice_changesets(self.info)
+            if self.quick and size < self.info["changesets"]:
+                self.base = self.path("slice")
+                if "slice" not in prepared:
+                    shutil.rmtree(self.base, ignore_errors=True)
+                    with self.step("convert the newest %d changesets"
+                                   % size):
+                        sample.build_slice(self, size, self.base)
+                    prepared.append("slice")
+                    self._save_state()
+                self.base_changesets = int(self.hg(
+                    ["log", "-R", self.base, "-r", "tip", "-T", "{rev}"],
+                    self.hg_env())) + 1
+            for name, function in self._features():
+                if name not in done:
+                    self._run_feature(name, function)
+                    self._save_state()
 
     def _copy_source(self):
         """The copy, without a lock on the original; a repository that
         keeps being written while it is copied is cloned by pull instead,
         which reads it without a lock too, only slower."""
         for _ in range(COPY_ATTEMPTS):
-            if copy_repository(self.source, self.base):
+            if copy_repository(self.source, self.copy):
                 return
             time.sleep(1)
         self.console.say("(%s was written to while it was copied; cloning "
                          "it by pull)" % self.source)
-        self.hg(["clone", "-q", "-U", "--pull", self.source, self.base],
+        self.hg(["clone", "-q", "-U", "--pull", self.source, self.copy],
                 self.hg_env())
 
     def _run_feature(self, name, function):
         self._feature = {"name": name, "status": "passed", "error": None,
                          "comparisons": [], "facts": {}}
-        self.features.append(self._feature)
         workdir = self.path(name.replace(" ", "-"))
+        # what a killed run left of this feature
+        shutil.rmtree(workdir, ignore_errors=True)
         os.mkdir(workdir)
         start = time.perf_counter()
         try:
@@ -664,6 +937,9 @@ class Check:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
             self._feature["seconds"] = round(time.perf_counter() - start, 1)
+        # Only a feature that ran to its end is in the report (and in the
+        # state a resumed run starts from).
+        self.features.append(self._feature)
         self.console.say(format_feature(self._feature))
 
 
@@ -706,6 +982,12 @@ def format_report(report):
                               head[0]["core_label"])
             if head and head[0]["ratio"] is not None else
             feature["error"] or ""))
+    if "sample" in report:
+        lines += ["", "sample: the newest %d changesets (tip %s); replay "
+                  "with --quick --slice %d" % (
+                      report["sample"]["slice_changesets"],
+                      report["tip"][:12],
+                      report["sample"]["slice_changesets"])]
     lines += ["", "steps (wall seconds):"]
     for step in report["steps"]:
         lines.append("  %-14s %-44s %8.1f" % (step["feature"], step["step"],
@@ -719,9 +1001,14 @@ def format_report(report):
                     memory["reached_in"],
                     pooling.format_bytes(memory["runner_bytes"])),
         "disk: the scratch directory took at most %s (during %s) of the "
-        "%s estimated" % (pooling.format_bytes(scratch["peak_used_bytes"]),
-                          scratch["peak_reached_in"],
-                          pooling.format_bytes(scratch["estimated_bytes"])),
+        "%s estimated (%.2fx)" % (
+            pooling.format_bytes(scratch["peak_used_bytes"]),
+            scratch["peak_reached_in"],
+            pooling.format_bytes(scratch["estimated_bytes"]),
+            scratch["actual_vs_estimate"]),
+        "time: %.1f s against %.1f s estimated (%.2fx)" % (
+            report["seconds"], report["estimate"]["seconds"],
+            report["estimate"]["actual_vs_estimate"] or 0),
         "original repository unchanged: %s" % (
             "yes" if report["original_unchanged"] else
             "NO: " + ", ".join(report["original_changed_files"])),
@@ -745,7 +1032,9 @@ def report_run(check, json_path=None):
     except KeyboardInterrupt as interrupt:
         sys.stderr.write("\ninterrupted%s\n" % (
             "" if check.scratch is None else ": %s %s" % (
-                check.scratch, "kept" if check.keep else "removed")))
+                check.scratch, "kept (continue with --resume %s)"
+                % check.scratch if check.resume else "kept" if check.keep
+                else "removed")))
         return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated)
                       else signal.SIGINT)
     check.console.say(format_report(report))
@@ -760,4 +1049,5 @@ def main(args):
     """``vcsperf check`` with its parsed command line."""
     return report_run(Check(args.repo, git=args.git, quick=args.quick,
                             scratch=args.scratch, reserve=args.reserve,
-                            keep=args.keep), args.json)
+                            keep=args.keep, resume=args.resume,
+                            slice_size=args.slice), args.json)

@@ -10,11 +10,6 @@ from vcsperf.check import checkcmds
 from vcsperf.check.outcome import Failed, command_failure
 from vcsperf.harness import tools
 
-#: Revisions between two sampled ones in the full-text comparison of
-#: ``--quick``.
-QUICK_EVERY = 20
-
-
 def _fulltexts(check, repo, env):
     """{revlog: line of hg check-fulltexts} for ``repo``."""
     lines = {}
@@ -29,8 +24,7 @@ def _fulltexts(check, repo, env):
             if len(lines) % 50 == 0 or len(lines) == total[0]:
                 check.console.count(len(lines), total[0], "revlogs")
     check.hg(["--config", "extensions.checkcmds=%s" % checkcmds.__file__,
-              "check-fulltexts", "--every",
-              QUICK_EVERY if check.quick else 1], env, cwd=repo,
+              "check-fulltexts"], env, cwd=repo,
              on_line=on_line)
     return lines
 
