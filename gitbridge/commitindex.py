@@ -7,10 +7,19 @@ ref tips it covers; when the refs have moved, the commits reachable from
 the new tips and not from the covered ones are indexed (``git log``,
 parents before children).  When a covered tip is gone from the object
 store (``git gc`` after a force push or a deleted branch) the index is
-built again from nothing.  Commits that a rebase or force push left
-behind stay in the index until then, so every answer is checked: the
-commit still carries the key, and a ref reaches it (one ``git
-for-each-ref --contains`` a candidate).
+built again from nothing.
+
+The docket also says whether every indexed commit is still reachable
+from the tips: true of an index built from nothing, and kept true while
+each update only moves refs forward (the covered tips stay reachable).
+Then a lookup answers from the index alone, after the one ``git
+for-each-ref`` that checks the tips, and trusts the 64-bit key hash as
+the Mercurial side does (a wrong answer has a chance of about n / 2**64
+for n keys).  Commits that a rebase, force push or deleted ref left
+behind stay in the index until it is built again, so once a covered tip
+is no longer reachable every answer is checked: the commit still carries
+the key, and a ref reaches it (one ``git for-each-ref --contains`` a
+candidate).
 """
 
 import fcntl
@@ -36,6 +45,36 @@ def _tips(repo):
     """The objects the refs point at, sorted (hex, as bytes)."""
     return sorted(set(git_bytes(repo, "for-each-ref",
                                 "--format=%(objectname)").split()))
+
+
+#: The first line of the docket's ``covers`` when every indexed commit is
+#: reachable from the tips on the lines after it.
+ALL_REACHABLE = b"all-reachable"
+
+
+def _covers(tips, all_reachable):
+    return b"\n".join([ALL_REACHABLE] * all_reachable + tips)
+
+
+def _covered(covers):
+    """``(tips, all_reachable)`` of a docket's ``covers``."""
+    lines = covers.split(b"\n") if covers else []
+    if lines[:1] == [ALL_REACHABLE]:
+        return lines[1:], True
+    return lines, False
+
+
+def _left_behind(repo, covered, tips):
+    """Whether a commit reachable from ``covered`` is no longer reachable
+    from ``tips``.  ``git rev-list`` may err here only towards yes (where
+    committer dates go back in time its walk can stop before it marks
+    every reachable commit, see ``_reachable``), which costs the checked
+    lookups, never a wrong answer."""
+    if not covered:
+        return False
+    return bool(git_bytes(repo, "rev-list", "--stdin", "--max-count=1",
+                          input=b"".join([c + b"\n" for c in covered] +
+                                         [b"^" + t + b"\n" for t in tips])))
 
 
 def _messages(repo, revisions):
@@ -89,7 +128,6 @@ def update(repo, git_dir):
     ``repo``; the rules it was built with."""
     rules = _rules(repo)
     tips = _tips(repo)
-    covers = b"\n".join(tips)
     with open(os.path.join(git_dir, NAME + ".lock"), "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -98,14 +136,18 @@ def update(repo, git_dir):
             base = None
         try:
             if base is not None:
-                if base.covers == covers and \
+                covered, all_reachable = _covered(base.covers)
+                if covered == tips and \
                         base.docket.rules == rules.fingerprint:
                     return rules
-                covered = base.covers.split(b"\n") if base.covers else []
                 if base.docket.rules != rules.fingerprint or \
                         _missing(repo, covered):
                     base.close()
                     base = None
+            if base is None:
+                all_reachable = True
+            elif all_reachable:
+                all_reachable = not _left_behind(repo, covered, tips)
             revisions = tips + ([b"^" + t for t in covered] if base else [])
             start = base.node_count() if base else 0
             triples, nodes = [], []
@@ -119,7 +161,8 @@ def update(repo, git_dir):
             if base is not None and base.docket.node_width != width:
                 base.close()
                 return _rebuild(repo, git_dir)
-            commitindex.write(git_dir, NAME, triples, covers,
+            commitindex.write(git_dir, NAME, triples,
+                              _covers(tips, all_reachable),
                               rules.fingerprint, base=base, nodes=nodes,
                               node_width=width)
         finally:
@@ -146,9 +189,14 @@ def lookup(repo, keys):
         "utf-8", "surrogateescape").strip()
     rules = update(repo, git_dir)
     with commitindex.Index(git_dir, NAME) as index:
+        # The docket read here, not the one update() saw: a writer since
+        # then may have indexed commits that are no longer reachable.
+        all_reachable = _covered(index.covers)[1]
         candidates = [(typed, wanted, index.node(rev).hex().encode("ascii"))
                       for typed, wanted in zip(keys, parsed)
                       for rev in index.lookup(*wanted)]
+    if all_reachable:
+        return [(typed, sha.decode("ascii")) for typed, _, sha in candidates]
     if not candidates:
         return []
     carried = {sha: commitids.message_keys(message, rules) for sha, message
