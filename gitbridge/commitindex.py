@@ -23,7 +23,6 @@ candidate).
 """
 
 import fcntl
-import json
 import os
 import sys
 
@@ -227,6 +226,7 @@ def _cmd_lookup(args):
     except Abort as err:
         return print_abort(err)
     if args.json:
+        import json  # here: a lookup's start-up is most of its time
         json.dump([{"key": key, "node": sha} for key, sha in found],
                   sys.stdout, indent=1)
         sys.stdout.write("\n")
