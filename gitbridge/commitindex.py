@@ -46,21 +46,23 @@ def _tips(repo):
                                 "--format=%(objectname)").split()))
 
 
-#: The first line of the docket's ``covers`` when every indexed commit is
-#: reachable from the tips on the lines after it.
-ALL_REACHABLE = b"all-reachable"
+#: The first line of the docket's ``covers``: whether every indexed
+#: commit is reachable from the tips on the lines after it.
+REACHABILITY = {True: b"all-reachable", False: b"may-hold-unreachable"}
 
 
 def _covers(tips, all_reachable):
-    return b"\n".join([ALL_REACHABLE] * all_reachable + tips)
+    return b"\n".join([REACHABILITY[all_reachable]] + tips)
 
 
 def _covered(covers):
-    """``(tips, all_reachable)`` of a docket's ``covers``."""
-    lines = covers.split(b"\n") if covers else []
-    if lines[:1] == [ALL_REACHABLE]:
-        return lines[1:], True
-    return lines, False
+    """``(tips, all_reachable)`` of a docket's ``covers``; ``all_reachable``
+    is None in an index from before it was recorded."""
+    state, *tips = covers.split(b"\n")
+    for all_reachable, line in REACHABILITY.items():
+        if state == line:
+            return tips, all_reachable
+    return [], None
 
 
 def _left_behind(repo, covered, tips):
@@ -136,11 +138,11 @@ def update(repo, git_dir):
         try:
             if base is not None:
                 covered, all_reachable = _covered(base.covers)
-                if covered == tips and \
+                if covered == tips and all_reachable is not None and \
                         base.docket.rules == rules.fingerprint:
                     return rules
                 if base.docket.rules != rules.fingerprint or \
-                        _missing(repo, covered):
+                        all_reachable is None or _missing(repo, covered):
                     base.close()
                     base = None
             if base is None:

@@ -99,5 +99,12 @@ def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
         fh.write(b"garbage!")
     check(git, gitbridge, server, gone=["review:D5"])
     assert all_reachable(server)  # built again from the refs
+    # An index from before the reachability line: built again too.
+    docket = read_docket(str(server), "commitindex")
+    docket.covers = docket.covers.partition(b"\n")[2]
+    (server / "commitindex").write_bytes(docket.pack())
+    assert not all_reachable(server)
+    check(git, gitbridge, server, gone=["review:D5"])
+    assert all_reachable(server)
     bad = gitbridge("commitid-lookup", "bug:x", cwd=server, check=False)
     assert bad.returncode == 255 and "not a bug number" in bad.stderr
