@@ -124,15 +124,16 @@ def _missing(repo, objects):
             if line.endswith(b" missing")]
 
 
-def update(repo, git_dir):
+def update(repo, git_dir, rebuild=False):
     """Bring the index in ``git_dir`` up to date with the refs of
-    ``repo``; the rules it was built with."""
+    ``repo`` (with ``rebuild``, build it again from nothing); the rules it
+    was built with."""
     rules = _rules(repo)
     tips = _tips(repo)
     with open(os.path.join(git_dir, NAME + ".lock"), "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            base = commitindex.Index(git_dir, NAME)
+            base = None if rebuild else commitindex.Index(git_dir, NAME)
         except (FileNotFoundError, commitindex.CorruptIndex):
             base = None
         try:
@@ -159,27 +160,24 @@ def update(repo, git_dir):
                                in commitids.message_keys(message, rules))
             width = len(nodes[0]) if nodes else (
                 base.docket.node_width if base else 20)
-            if base is not None and base.docket.node_width != width:
-                base.close()
-                return _rebuild(repo, git_dir)
-            commitindex.write(git_dir, NAME, triples,
-                              _covers(tips, all_reachable),
-                              rules.fingerprint, base=base, nodes=nodes,
-                              node_width=width)
+            # A repository converted to another hash: its lock released
+            # first, built again.
+            rebuild = base is not None and base.docket.node_width != width
+            if not rebuild:
+                commitindex.write(git_dir, NAME, triples,
+                                  _covers(tips, all_reachable),
+                                  rules.fingerprint, base=base, nodes=nodes,
+                                  node_width=width)
         finally:
             if base is not None:
                 base.close()
-    return rules
+    return update(repo, git_dir, rebuild=True) if rebuild else rules
 
 
-def _rebuild(repo, git_dir):
-    commitindex.remove(git_dir, NAME)
-    return update(repo, git_dir)
-
-
-def lookup(repo, keys):
+def lookup(repo, keys, rebuild=False):
     """``[(key as typed, sha)]`` of the commits reachable from a ref that
-    carry each key, in the order of ``keys``."""
+    carry each key, in the order of ``keys``; ``rebuild``: build the index
+    again from nothing first."""
     parsed = []
     for key in keys:
         try:
@@ -188,7 +186,7 @@ def lookup(repo, keys):
             raise Abort(str(err))
     git_dir = git_bytes(repo, "rev-parse", "--absolute-git-dir").decode(
         "utf-8", "surrogateescape").strip()
-    rules = update(repo, git_dir)
+    rules = update(repo, git_dir, rebuild)
     with commitindex.Index(git_dir, NAME) as index:
         # The docket read here, not the one update() saw: a writer since
         # then may have indexed commits that are no longer reachable.
@@ -216,6 +214,10 @@ def add_commands(subparsers):
     parser.add_argument("-C", dest="repo", default=".",
                         help="the repository (default: here)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="build the index again from the refs first "
+                        "(after a rebase, force push or deleted ref, "
+                        "lookups check each answer until then)")
     parser.add_argument("keys", nargs="+", metavar="KEY",
                         help="a commit ID, D123, a Change-Id or bug 123 "
                         "(id:, review: or bug: says which)")
@@ -224,7 +226,7 @@ def add_commands(subparsers):
 
 def _cmd_lookup(args):
     try:
-        found = lookup(args.repo, args.keys)
+        found = lookup(args.repo, args.keys, args.rebuild)
     except Abort as err:
         return print_abort(err)
     if args.json:

@@ -94,6 +94,11 @@ def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
     assert not all_reachable(server)
     git("gc", "-q", "--prune=now", cwd=server)
     check(git, gitbridge, server, gone=["review:D5"])
+    # Until it is built again, on demand:
+    assert not all_reachable(server)
+    gitbridge("commitid-lookup", "--rebuild", "D1", cwd=server)
+    assert all_reachable(server)
+    check(git, gitbridge, server, gone=["review:D5"])
     # A damaged index is rebuilt, never trusted.
     with open(server / "commitindex", "r+b") as fh:
         fh.write(b"garbage!")
@@ -108,3 +113,16 @@ def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
     assert all_reachable(server)
     bad = gitbridge("commitid-lookup", "bug:x", cwd=server, check=False)
     assert bad.returncode == 255 and "not a bug number" in bad.stderr
+
+
+def test_an_index_begun_empty_takes_sha256_nodes(git, gitbridge, tmp_path):
+    """An empty repository's index has no node width yet (20 bytes
+    assumed); the first SHA-256 commit builds it again (this once waited
+    for its own lock forever)."""
+    repo = tmp_path / "sha256"
+    git("init", "-q", "--object-format=sha256", "-b", "main", repo)
+    assert gitbridge("commitid-lookup", "D1", cwd=repo,
+                     check=False).returncode == 1
+    commit(git, repo, 1)
+    check(git, gitbridge, repo)
+    assert len(git("rev-parse", "HEAD", cwd=repo).strip()) == 64
