@@ -16,8 +16,9 @@ Then a lookup answers from the index alone, after the one ``git
 for-each-ref`` that checks the tips, and trusts the 64-bit key hash as
 the Mercurial side does (a wrong answer has a chance of about n / 2**64
 for n keys).  Commits that a rebase, force push or deleted ref left
-behind stay in the index until it is built again, so once a covered tip
-is no longer reachable every answer is checked: the commit still carries
+behind stay in the index until it is built again (``--rebuild``, or a
+covered tip gone after ``git gc``), so once a covered tip is no longer
+reachable every answer is checked: the commit still carries
 the key, and a ref reaches it (one ``git for-each-ref --contains`` a
 candidate).
 """
