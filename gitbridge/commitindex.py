@@ -7,14 +7,23 @@ ref tips it covers; when the refs have moved, the commits reachable from
 the new tips and not from the covered ones are indexed (``git log``,
 parents before children).  When a covered tip is gone from the object
 store (``git gc`` after a force push or a deleted branch) the index is
-built again from nothing.  Commits that a rebase or force push left
-behind stay in the index until then, so every answer is checked: the
-commit still carries the key, and a ref reaches it (one ``git
-for-each-ref --contains`` a candidate).
+built again from nothing.
+
+The docket also says whether every indexed commit is still reachable
+from the tips: true of an index built from nothing, and kept true while
+each update only moves refs forward (the covered tips stay reachable).
+Then a lookup answers from the index alone, after the one ``git
+for-each-ref`` that checks the tips, and trusts the 64-bit key hash as
+the Mercurial side does (a wrong answer has a chance of about n / 2**64
+for n keys).  Commits that a rebase, force push or deleted ref left
+behind stay in the index until it is built again (``--rebuild``, or a
+covered tip gone after ``git gc``), so once a covered tip is no longer
+reachable every answer is checked: the commit still carries
+the key, and a ref reaches it (one ``git for-each-ref --contains`` a
+candidate).
 """
 
 import fcntl
-import json
 import os
 import sys
 
@@ -36,6 +45,38 @@ def _tips(repo):
     """The objects the refs point at, sorted (hex, as bytes)."""
     return sorted(set(git_bytes(repo, "for-each-ref",
                                 "--format=%(objectname)").split()))
+
+
+#: The first line of the docket's ``covers``: whether every indexed
+#: commit is reachable from the tips on the lines after it.
+REACHABILITY = {True: b"all-reachable", False: b"may-hold-unreachable"}
+
+
+def _covers(tips, all_reachable):
+    return b"\n".join([REACHABILITY[all_reachable]] + tips)
+
+
+def _covered(covers):
+    """``(tips, all_reachable)`` of a docket's ``covers``; ``all_reachable``
+    is None in an index from before it was recorded."""
+    state, *tips = covers.split(b"\n")
+    for all_reachable, line in REACHABILITY.items():
+        if state == line:
+            return tips, all_reachable
+    return [], None
+
+
+def _left_behind(repo, covered, tips):
+    """Whether a commit reachable from ``covered`` is no longer reachable
+    from ``tips``.  ``git rev-list`` may err here only towards yes (where
+    committer dates go back in time its walk can stop before it marks
+    every reachable commit, see ``_reachable``), which costs the checked
+    lookups, never a wrong answer."""
+    if not covered:
+        return False
+    return bool(git_bytes(repo, "rev-list", "--stdin", "--max-count=1",
+                          input=b"".join([c + b"\n" for c in covered] +
+                                         [b"^" + t + b"\n" for t in tips])))
 
 
 def _messages(repo, revisions):
@@ -84,28 +125,32 @@ def _missing(repo, objects):
             if line.endswith(b" missing")]
 
 
-def update(repo, git_dir):
+def update(repo, git_dir, rebuild=False):
     """Bring the index in ``git_dir`` up to date with the refs of
-    ``repo``; the rules it was built with."""
+    ``repo`` (with ``rebuild``, build it again from nothing); the rules it
+    was built with."""
     rules = _rules(repo)
     tips = _tips(repo)
-    covers = b"\n".join(tips)
     with open(os.path.join(git_dir, NAME + ".lock"), "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            base = commitindex.Index(git_dir, NAME)
+            base = None if rebuild else commitindex.Index(git_dir, NAME)
         except (FileNotFoundError, commitindex.CorruptIndex):
             base = None
         try:
             if base is not None:
-                if base.covers == covers and \
+                covered, all_reachable = _covered(base.covers)
+                if covered == tips and all_reachable is not None and \
                         base.docket.rules == rules.fingerprint:
                     return rules
-                covered = base.covers.split(b"\n") if base.covers else []
                 if base.docket.rules != rules.fingerprint or \
-                        _missing(repo, covered):
+                        all_reachable is None or _missing(repo, covered):
                     base.close()
                     base = None
+            if base is None:
+                all_reachable = True
+            elif all_reachable:
+                all_reachable = not _left_behind(repo, covered, tips)
             revisions = tips + ([b"^" + t for t in covered] if base else [])
             start = base.node_count() if base else 0
             triples, nodes = [], []
@@ -116,26 +161,24 @@ def update(repo, git_dir):
                                in commitids.message_keys(message, rules))
             width = len(nodes[0]) if nodes else (
                 base.docket.node_width if base else 20)
-            if base is not None and base.docket.node_width != width:
-                base.close()
-                return _rebuild(repo, git_dir)
-            commitindex.write(git_dir, NAME, triples, covers,
-                              rules.fingerprint, base=base, nodes=nodes,
-                              node_width=width)
+            # A repository converted to another hash: its lock released
+            # first, built again.
+            rebuild = base is not None and base.docket.node_width != width
+            if not rebuild:
+                commitindex.write(git_dir, NAME, triples,
+                                  _covers(tips, all_reachable),
+                                  rules.fingerprint, base=base, nodes=nodes,
+                                  node_width=width)
         finally:
             if base is not None:
                 base.close()
-    return rules
+    return update(repo, git_dir, rebuild=True) if rebuild else rules
 
 
-def _rebuild(repo, git_dir):
-    commitindex.remove(git_dir, NAME)
-    return update(repo, git_dir)
-
-
-def lookup(repo, keys):
+def lookup(repo, keys, rebuild=False):
     """``[(key as typed, sha)]`` of the commits reachable from a ref that
-    carry each key, in the order of ``keys``."""
+    carry each key, in the order of ``keys``; ``rebuild``: build the index
+    again from nothing first."""
     parsed = []
     for key in keys:
         try:
@@ -144,11 +187,16 @@ def lookup(repo, keys):
             raise Abort(str(err))
     git_dir = git_bytes(repo, "rev-parse", "--absolute-git-dir").decode(
         "utf-8", "surrogateescape").strip()
-    rules = update(repo, git_dir)
+    rules = update(repo, git_dir, rebuild)
     with commitindex.Index(git_dir, NAME) as index:
+        # The docket read here, not the one update() saw: a writer since
+        # then may have indexed commits that are no longer reachable.
+        all_reachable = _covered(index.covers)[1]
         candidates = [(typed, wanted, index.node(rev).hex().encode("ascii"))
                       for typed, wanted in zip(keys, parsed)
                       for rev in index.lookup(*wanted)]
+    if all_reachable:
+        return [(typed, sha.decode("ascii")) for typed, _, sha in candidates]
     if not candidates:
         return []
     carried = {sha: commitids.message_keys(message, rules) for sha, message
@@ -167,6 +215,10 @@ def add_commands(subparsers):
     parser.add_argument("-C", dest="repo", default=".",
                         help="the repository (default: here)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="build the index again from the refs first "
+                        "(after a rebase, force push or deleted ref, "
+                        "lookups check each answer until then)")
     parser.add_argument("keys", nargs="+", metavar="KEY",
                         help="a commit ID, D123, a Change-Id or bug 123 "
                         "(id:, review: or bug: says which)")
@@ -175,10 +227,11 @@ def add_commands(subparsers):
 
 def _cmd_lookup(args):
     try:
-        found = lookup(args.repo, args.keys)
+        found = lookup(args.repo, args.keys, args.rebuild)
     except Abort as err:
         return print_abort(err)
     if args.json:
+        import json  # here: a lookup's start-up is most of its time
         json.dump([{"key": key, "node": sha} for key, sha in found],
                   sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -7,6 +7,7 @@ import json
 import os
 
 from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitindex import read_docket
 
 COMMITTER = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
 
@@ -34,6 +35,13 @@ def scan(git, repo):
     return found
 
 
+def all_reachable(git_dir):
+    """Whether the docket says every indexed commit is reachable (the
+    lookups that read only the index)."""
+    covers = read_docket(str(git_dir), "commitindex").covers
+    return covers.split(b"\n")[0] == b"all-reachable"
+
+
 def check(git, gitbridge, repo, gone=()):
     """Every key of every reachable commit, and the keys in ``gone``
     (which no reachable commit has any more), answer as the scan does."""
@@ -51,10 +59,14 @@ def check(git, gitbridge, repo, gone=()):
 
 def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
         git, gitbridge, gitrepo, tmp_path):
-    for number in range(1, 5):
+    for number in range(1, 4):
         commit(git, gitrepo, number)
     assert check(git, gitbridge, gitrepo)["review:D2"]
     assert os.path.exists(gitrepo / ".git" / "commitindex")
+    # Moving forward keeps every indexed commit reachable.
+    commit(git, gitrepo, 4)
+    check(git, gitbridge, gitrepo)
+    assert all_reachable(gitrepo / ".git")
     out = gitbridge("commitid-lookup", "D2", "bug 103", "id4",
                     cwd=gitrepo).stdout
     assert [line.split()[0] for line in out.splitlines()] == \
@@ -62,6 +74,7 @@ def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
     # Rewrites: an amend, then a rebase that drops D2.
     git(*COMMITTER, "commit", "-q", "--amend", "-m", message(5), cwd=gitrepo)
     check(git, gitbridge, gitrepo, gone=["review:D4"])
+    assert not all_reachable(gitrepo / ".git")
     git(*COMMITTER, "rebase", "-q", "--onto", "HEAD~3", "HEAD~2",
         cwd=gitrepo)
     check(git, gitbridge, gitrepo, gone=["review:D2", "review:D4"])
@@ -70,17 +83,46 @@ def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
     git("init", "-q", "--bare", server)
     git("push", "-q", server, "main", "main:side", cwd=gitrepo)
     check(git, gitbridge, server)
+    assert all_reachable(server)
     git(*COMMITTER, "commit", "-q", "--amend", "-m", message(6),
         cwd=gitrepo)
     git("push", "-q", "--force", server, "main", cwd=gitrepo)
     check(git, gitbridge, server)
+    assert all_reachable(server)  # "side" still reaches the old tip
     git("branch", "-q", "-D", "side", cwd=server)
     check(git, gitbridge, server, gone=["review:D5"])
+    assert not all_reachable(server)
     git("gc", "-q", "--prune=now", cwd=server)
+    check(git, gitbridge, server, gone=["review:D5"])
+    # Until it is built again, on demand:
+    assert not all_reachable(server)
+    gitbridge("commitid-lookup", "--rebuild", "D1", cwd=server)
+    assert all_reachable(server)
     check(git, gitbridge, server, gone=["review:D5"])
     # A damaged index is rebuilt, never trusted.
     with open(server / "commitindex", "r+b") as fh:
         fh.write(b"garbage!")
     check(git, gitbridge, server, gone=["review:D5"])
+    assert all_reachable(server)  # built again from the refs
+    # An index from before the reachability line: built again too.
+    docket = read_docket(str(server), "commitindex")
+    docket.covers = docket.covers.partition(b"\n")[2]
+    (server / "commitindex").write_bytes(docket.pack())
+    assert not all_reachable(server)
+    check(git, gitbridge, server, gone=["review:D5"])
+    assert all_reachable(server)
     bad = gitbridge("commitid-lookup", "bug:x", cwd=server, check=False)
     assert bad.returncode == 255 and "not a bug number" in bad.stderr
+
+
+def test_an_index_begun_empty_takes_sha256_nodes(git, gitbridge, tmp_path):
+    """An empty repository's index has no node width yet (20 bytes
+    assumed); the first SHA-256 commit builds it again (this once waited
+    for its own lock forever)."""
+    repo = tmp_path / "sha256"
+    git("init", "-q", "--object-format=sha256", "-b", "main", repo)
+    assert gitbridge("commitid-lookup", "D1", cwd=repo,
+                     check=False).returncode == 1
+    commit(git, repo, 1)
+    check(git, gitbridge, repo)
+    assert len(git("rev-parse", "HEAD", cwd=repo).strip()) == 64

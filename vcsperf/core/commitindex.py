@@ -8,7 +8,7 @@ Files, in one directory, all named after ``name``:
 - ``NAME``, the docket: which table and tail files are current and how
   many entries of each count, the rules fingerprint, and ``covers``, the
   adapter's record of what was indexed (Mercurial: tip revision and node;
-  Git: the ref tips).  Small, rewritten whole by write-then-rename, so a
+  Git: the ref tips, and whether every indexed commit is reachable).  Small, rewritten whole by write-then-rename, so a
   reader sees the old docket or the new one, never a mix.
 - ``NAME-UID.table``: entries sorted, searched by bisection.
 - ``NAME-UID.tail``: entries appended since the table was written,
@@ -20,8 +20,8 @@ Files, in one directory, all named after ``name``:
 An entry is 12 bytes: the first 8 bytes of the BLAKE2b hash of kind and
 key, then the revision (big-endian, so byte order is numeric order).  Two
 keys of one repository share a hash with a chance of about n / 2**64 per
-lookup (n keys); an adapter that reads the message anyway (Git) checks
-each candidate against it.
+lookup (n keys); the Git adapter checks each candidate against its
+message only when the index may hold commits no ref reaches.
 
 Appends go past every length a docket names, so readers of an older
 docket read what they read before.  Each data file starts with a header
