@@ -240,9 +240,8 @@ def _decode_chunks(orig, self, revs, targetsize, *args, **kwargs):
 def _one_chunk(inner, rev):
     """The decompressed chunk of ``rev`` alone: most reads of history in
     order (``hg log``, ``hg annotate``) apply one delta to the text read
-    before it.  Without the batch's bookkeeping this costs what core's own
-    single-chunk read costs."""
-    cache = inner._uncompressed_chunk_cache
+    before it, and need nothing of the batch's bookkeeping."""
+    cache = getattr(inner, '_uncompressed_chunk_cache', None)
     if cache is not None:
         chunk = cache.get(rev)
         if chunk is not None:
