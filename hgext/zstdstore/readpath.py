@@ -209,6 +209,8 @@ def _decode_chunks(orig, self, revs, targetsize, *args, **kwargs):
             or self._default_compression_header is not None
             or self.feature_config.compression_engine != ENGINE):
         return orig(self, revs, targetsize, *args, **kwargs)
+    if len(revs) == 1:
+        return [_one_chunk(self, revs[0])]
     found = {}
     cache = getattr(self, '_uncompressed_chunk_cache', None)
     if cache is not None and len(cache):
@@ -235,6 +237,28 @@ def _decode_chunks(orig, self, revs, targetsize, *args, **kwargs):
     return [found[rev] for rev in revs]
 
 
+def _one_chunk(inner, rev):
+    """The decompressed chunk of ``rev`` alone: most reads of history in
+    order (``hg log``, ``hg annotate``) apply one delta to the text read
+    before it, and need nothing of the batch's bookkeeping."""
+    cache = getattr(inner, '_uncompressed_chunk_cache', None)
+    if cache is not None:
+        chunk = cache.get(rev)
+        if chunk is not None:
+            return chunk
+    chunk = inner.decompress(inner.get_segment_for_revs(rev, rev)[1])
+    if cache is not None and _smallest_cached(inner) <= len(chunk) \
+            <= cache.maxcost:
+        cache.insert(rev, chunk, cost=len(chunk))
+    return chunk
+
+
+def _smallest_cached(inner):
+    """The size from which a decoded chunk of ``inner`` is cached."""
+    kind = inner.feature_config.compression_engine_options.get(OPT_KIND)
+    return CACHED_CHANGELOG_CHUNK_MIN if kind == b'changelog' else 1
+
+
 def _cache_decoded(inner, cache, decoded):
     """Put the newest chunks of one read into core's uncompressed chunk
     cache, as many as its cost limit holds.
@@ -246,8 +270,7 @@ def _cache_decoded(inner, cache, decoded):
     (0.14 of 0.33 s), a cost that grows with history.  Small changelog
     chunks are left out (``CACHED_CHANGELOG_CHUNK_MIN``).
     """
-    kind = inner.feature_config.compression_engine_options.get(OPT_KIND)
-    smallest = CACHED_CHANGELOG_CHUNK_MIN if kind == b'changelog' else 1
+    smallest = _smallest_cached(inner)
     room = cache.maxcost
     keep = []
     for piece, piece_chunks in reversed(decoded):
