@@ -27,7 +27,7 @@ def test_demo_runs_the_check_on_real_content(env, tmp_path):
     report = json.loads(report_path.read_text())
     assert report["changesets"] == changesets and not report["quick"]
     features = {f["name"]: f for f in report["features"]}
-    assert list(features) == ["dictionaries", "bundles", "wire",
+    assert list(features) == ["dictionaries", "wire", "bundles",
                               "checkouts", "commit IDs", "importer",
                               "git checkouts"]
     assert all(f["status"] == "passed" for f in features.values()), features
