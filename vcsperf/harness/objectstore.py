@@ -22,6 +22,8 @@ import sys
 import time
 import urllib.request
 
+from vcsperf.harness.servers import ChildServer
+
 VERSITYGW_MODULE = "github.com/versity/versitygw/cmd/versitygw"
 VERSITYGW_VERSION = "v1.8.0"
 ACCESS_KEY = "vcsperf-test-access"
@@ -73,7 +75,7 @@ def _free_port():
         return sock.getsockname()[1]
 
 
-class ObjectServer:
+class ObjectServer(ChildServer):
     """versitygw serving ``root/data`` at ``url`` (path-style:
     ``url + BUCKET/KEY``), stopped by ``stop()`` or at the end of the
     ``with`` block.  ``ACCESS_KEY``/``SECRET_KEY`` are its root user's."""
@@ -170,20 +172,6 @@ class ObjectServer:
                 operation.lower() and key != "-"
                 and bucket in (None, where) and status.startswith("2")]
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
   and nginx); every request is appended to ``log`` so a caller can count
   fetches;
 - ``LocalServer``, ``QuietServer``, ``QuietHandler``: the in-process
-  threaded server these (and the proxies of ``proxies``) are built on.
+  threaded server these (and the proxies of ``proxies``) are built on;
+- ``ChildServer``: the stopping of a server that runs as a child process
+  (``HgServer`` here, ``objectstore.ObjectServer``).
 """
 
 import http.server
@@ -22,7 +24,31 @@ import urllib.parse
 from vcsperf.harness import tools
 
 
-class HgServer:
+class StoppedOnExit:
+    """A server that ``with`` stops at the end of its block."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class ChildServer(StoppedOnExit):
+    """A server running as the child process ``proc``: ``stop()`` asks it
+    to end, and kills it if it has not within 30 seconds."""
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class HgServer(ChildServer):
     """``hg serve`` of ``repo`` on 127.0.0.1, on a port the kernel picks,
     as a child process (so that an interrupt at any moment cannot leave it
     running), stopped by ``stop()`` or at the end of the ``with`` block.
@@ -57,19 +83,11 @@ class HgServer:
         self.pid = self.proc.pid
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        self.proc.wait()
+        super().stop()
         self.proc.stdout.close()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.stop()
-
-
-class LocalServer:
+class LocalServer(StoppedOnExit):
     """An HTTP server on 127.0.0.1, on a port the kernel picks, serving
     from a thread from its creation until ``stop()`` (or the end of the
     ``with`` block).  ``handler`` is a QuietHandler subclass; its
@@ -89,12 +107,6 @@ class LocalServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 class FileServer(LocalServer):
