@@ -578,7 +578,13 @@ def test_benchmark_on_the_corpus(mercurial_51, tmp_path):
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "| cold |" in proc.stdout and "| warm |" in proc.stdout
-    results = json.loads(report.read_text())["results"]
-    plain, hook, ours = (results[w]["cold"]
-                         for w in ("plain", "mercurial hook", "pastbytes"))
-    assert 0 < plain < ours < hook
+    # Which way is faster is the benchmark's finding (BENCHMARKS.md), not
+    # something a test on a shared machine can assert: one run of each under
+    # a loaded CI swapped plain and pastbytes.  What the test holds is that
+    # every way loaded the whole corpus and was timed.
+    figures = json.loads(report.read_text())
+    assert figures["corpus"]["modules"] > 300
+    assert set(figures["results"]) == {"plain", "mercurial hook", "pastbytes"}
+    for way in figures["results"].values():
+        assert set(way) == {"cold", "warm"}
+        assert all(0 < seconds < 600 for seconds in way.values())
