@@ -126,9 +126,10 @@ def measure_clones(repo, work, core, bundles, level):
 
 def pull(env, repo, dest, serve_args, base):
     """Bytes received and server CPU seconds for pulling ``repo`` into
-    ``dest`` (a fresh clone of ``base`` revisions, or an empty repo)."""
+    ``dest`` (a local clone of the repository ``base``, or an empty
+    repo)."""
     if base:
-        tools.hg(["clone", "-q", "-U", "-r", base, repo, dest], env)
+        tools.hg(["clone", "-q", "-U", base, dest], env)
     else:
         tools.hg(["init", dest], env)
     with servers.HgServer(env, repo, *serve_args) as server:
@@ -152,7 +153,11 @@ def measure_wire(repo, work, core, ours):
     # clone -r takes what the source can look up: a node, not a revset.
     last100 = tools.hg(["log", "-R", repo, "-r", "first(last(all(), 101))",
                         "-T", "{node}"], core)
-    for label, base in (("full pull", None), ("pull of last 100", last100)):
+    # All but the last 100, made once (clone -r pulls: it costs what a
+    # full pull does) and cloned by hardlinks for each side.
+    older = os.path.join(work, "all-but-100")
+    tools.hg(["clone", "-q", "-U", "-r", last100, repo, older], core)
+    for label, base in (("full pull", None), ("pull of last 100", older)):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,
                                    ("--config", "extensions.wirezstd="))):
