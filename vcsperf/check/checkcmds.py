@@ -9,6 +9,14 @@ on (never into the user's repository):
   but the timings matches.  The first line gives the number of revlogs,
   so the runner can draw a progress bar as the lines come.
 
+``hg check-slice REVS DEST``
+  writes changesets REVS of this repository into a new repository DEST,
+  in one transaction: each with its author, date, message, extra, phase,
+  files and copies, and the same tree; parents outside REVS are left out,
+  so a changeset without a parent in REVS holds its whole tree.  DEST
+  compresses its revlogs as this repository does.  Prints the number of
+  changesets written.
+
 ``hg check-newbase REV``
   commits, without a working directory, a child of REV that only adds the
   file ``.vcsperf-check``, and prints its node: a base that any linear
@@ -19,7 +27,7 @@ import hashlib
 import json
 import time
 
-from mercurial import context, error, registrar, scmutil
+from mercurial import context, error, hg, phases, registrar, scmutil
 
 cmdtable = {}
 command = registrar.command(cmdtable)
@@ -86,3 +94,54 @@ def check_newbase(ui, repo, rev):
                              user=b'vcsperf check <check@vcsperf.invalid>')
         node = ctx.commit()
     ui.write(b'%s\n' % repo[node].hex())
+
+
+@command(b'check-slice', [], b'hg check-slice REVS DEST')
+def check_slice(ui, repo, revs, dest):
+    revs = scmutil.revrange(repo, [revs])
+    revs.sort()
+    # The slice compresses as the repository does, whatever hg's default.
+    ui.setconfig(b'format', b'revlog-compression',
+                 b'zstd' if b'revlog-compression-zstd' in repo.requirements
+                 else b'zlib', b'check-slice')
+    out = hg.repository(ui, dest, create=True)
+    written = {}  # rev here -> node in ``out``
+    progress = ui.makeprogress(b'writing the slice', unit=b'changesets',
+                               total=len(revs))
+    with out.wlock(), out.lock(), out.transaction(b'check-slice'):
+        for rev in revs:
+            progress.increment()
+            ctx = repo[rev]
+            kept = [p for p in ctx.parents() if p.rev() in written]
+            tree = ctx.manifest()
+            # What differs from the new first parent's tree, and what the
+            # changeset itself names.
+            files = set(ctx.files())
+            if kept:
+                files.update(kept[0].manifest().diff(tree))
+            else:
+                files.update(tree)
+            known = set()
+            for parent in kept:
+                known.update(parent.manifest())
+
+            def filectx(out, memctx, path, ctx=ctx, tree=tree, known=known):
+                if path not in tree:
+                    return None
+                fctx = ctx[path]
+                flags = tree.flags(path)
+                source = fctx.copysource()
+                return context.memfilectx(
+                    out, memctx, path, fctx.data(), islink=b'l' in flags,
+                    isexec=b'x' in flags,
+                    copysource=source if source in known else None)
+
+            parents = [written[p.rev()] for p in kept] + [None, None]
+            ui.setconfig(b'phases', b'new-commit', ctx.phasestr(),
+                         b'check-slice')
+            written[rev] = context.memctx(
+                out, parents[:2], ctx.description(), sorted(files), filectx,
+                user=ctx.user(), date=ctx.date(),
+                extra=ctx.extra()).commit()
+    progress.complete()
+    ui.write(b'%d\n' % len(written))

@@ -2,6 +2,7 @@
 core zstd and by wirezstd; clone bundles built, served and cloned from by
 a stock hg, beside the wire's pull by core."""
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -61,7 +62,7 @@ def bundles(check, work):
                 with check.step("stock hg clones from %s over HTTP" % fmt):
                     clones[fmt] = _clone(check, work, core, served,
                                          ["--stream"] if fmt == "stream"
-                                         else [], heads, expect_bundle=True)
+                                         else [], fmt, expect_bundle=True)
             os.unlink(manifest)
             # The wire feature's full pull by core is this clone: it is
             # not done twice, unless that feature failed before it.
@@ -69,10 +70,19 @@ def bundles(check, work):
             if plain is None:
                 with check.step("plain clone --pull over HTTP"):
                     plain = _clone(check, work, core, core, ["--pull"],
-                                   heads)
+                                   "pull")
     finally:
         if os.path.exists(manifest):
             os.unlink(manifest)
+    dests = sorted(name for name in os.listdir(work)
+                   if name.startswith("clone-"))
+    with check.step("hg verify the %d clones, side by side" % len(dests)):
+        # Nothing is timed here: the clones are verified on every core.
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+            for done in [pool.submit(_verify, check, core,
+                                     os.path.join(work, dest), heads)
+                         for dest in dests]:
+                done.result()
     for fmt in formats:
         check.compare("clone seconds from %s" % fmt, plain, clones[fmt],
                       "seconds", "lower", "core pull of everything")
@@ -81,29 +91,34 @@ def bundles(check, work):
     check.fact("clones verified", len(clones))
 
 
-def _clone(check, work, client, server_env, options, heads,
+def _clone(check, work, client, server_env, options, name,
            expect_bundle=False):
-    """Seconds a stock hg takes to clone the copy over HTTP; the clone is
-    verified, holds the copy's heads, and is removed."""
-    dest = os.path.join(work, "clone")
+    """Seconds a stock hg takes to clone the copy over HTTP, into
+    ``clone-NAME`` in ``work``, which ``_verify`` then checks."""
+    dest = os.path.join(work, "clone-" + name)
     with servers.HgServer(server_env, check.base) as server:
         start = time.perf_counter()
         out = check.hg(["clone", "-U", *options, server.url, dest], client)
         seconds = time.perf_counter() - start
+    if expect_bundle and "applying clone bundle" not in out:
+        raise Failed("the clone did not use the clone bundle:\n%s"
+                     % out.strip())
+    return seconds
+
+
+def _verify(check, env, dest, heads):
+    """Check that the clone ``dest`` passes ``hg verify`` and holds the
+    copy's heads; remove it."""
     try:
-        if expect_bundle and "applying clone bundle" not in out:
-            raise Failed("the clone did not use the clone bundle:\n%s"
-                         % out.strip())
         try:
-            check.hg(["verify", "-q", "-R", dest], client)
+            check.hg(["verify", "-q", "-R", dest], env)
         except tools.CommandError as err:
             raise Failed("hg verify failed on a clone: %s"
                          % command_failure(err))
-        if _node_set(check, dest, client) != heads:
+        if _node_set(check, dest, env) != heads:
             raise Failed("a clone does not hold the repository's heads")
     finally:
         shutil.rmtree(dest, ignore_errors=True)
-    return seconds
 
 
 def wire(check, work):

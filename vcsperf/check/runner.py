@@ -7,21 +7,24 @@ scratch directory is on another filesystem; a clone by pull when the
 repository keeps being written meanwhile), works on clones of that, and
 removes the scratch directory at the end, after Ctrl-C or SIGTERM too.
 Before and after, it records the name, size, inode and modification time
-of every file and directory under the repository's ``.hg`` and reports
-whether any changed.
+of every file under the repository's ``.hg`` and reports whether any
+changed: a write by anything, the run or another process.  A reader of
+the repository changes nothing of it that counts: a lock taken and
+released (``hg clone`` takes one on its source) leaves no file, and the
+caches hg rewrites as it reads are reported apart.
 
 With ``--quick`` the features work on a slice of the newest changesets
 (``sample``: twice the square root of the history, at least 200, or
-``--slice N``) converted into a repository of their own, so that a quick
+``--slice N``) written into a repository of their own, so that a quick
 run takes minutes on any history and grows with the square root of its
 length; without it, on the copy, in time linear in the store.  The
 features, each on its own directory, removed when it is done:
 
 dictionaries
-  convert a clone to ``zstd-dict`` (zstdstore), train, recompress, run
-  ``hg verify``, and compare the full text of every revision of every
-  revlog with the copy as it was; sizes and full-text read speed beside
-  the engine the repository uses.
+  train dictionaries on a clone, convert it to ``zstd-dict`` (zstdstore)
+  with them in one rewrite, run ``hg verify``, and compare the full text
+  of every revision of every revlog with the copy as it was; sizes and
+  full-text read speed beside the engine the repository uses.
 wire
   pulls by core zstd and by wirezstd (the whole history and the last 100
   changesets): bytes received and server CPU.
@@ -38,8 +41,9 @@ commit IDs
   new base and has every third changeset folded; the mapping by commit ID
   is then checked against core's obsolescence markers.
 importer
-  every Python file at the tip goes through the pastbytes rewrite and is
-  compiled, beside a plain compile.
+  every Python file at the tip (with ``--quick``, 200 of them, named in
+  the report) goes through the pastbytes rewrite and is compiled, beside
+  a plain compile.
 git checkouts (with ``--git``)
   ``gitbridge checkout`` of several commits into one pool, against a plain
   ``git clone``.
@@ -81,7 +85,7 @@ from vcsperf.bench import zstdstore
 from vcsperf.check.checkouts import checkouts, git_checkouts
 from vcsperf.check.clones import bundles, wire
 from vcsperf.check.commit_ids import commit_ids
-from vcsperf.check.importer import importer
+from vcsperf.check.importer import QUICK_FILES, importer
 from vcsperf.check.outcome import Failed, command_failure
 from vcsperf.check import sample
 from vcsperf.check.store import dictionaries
@@ -104,20 +108,20 @@ STATE_FILE = "vcsperf-check-state.json"
 LOCK_FILE = "vcsperf-check.lock"
 #: Seconds each part of a run takes on this machine: fixed (``run``), per
 #: MB of the store the features work on (the copy's, or with --quick the
-#: slice's), per MB of the original store, per changeset of the slice (its
-#: conversion), per thousand files at the tip.  Measured on sympy's
-#: history (BENCHMARKS.md) with the 2 cores shared by four engineers'
-#: jobs (load 10 to 12): on a quiet machine a run takes a third to a
-#: half of it.
+#: slice's), per MB of the original store, per changeset of the slice
+#: (writing it), per thousand files at the tip, per thousand Python files
+#: compiled.  Measured on sympy's history (BENCHMARKS.md) with the 2 cores
+#: shared with other jobs at load 2 to 3; at load 10 a run takes 3 to 8
+#: times as long.
 SECONDS_PER = {
-    "copy": {"run": 5, "store MB": 0.05, "changesets": 0.45, "kfiles": 2},
-    "dictionaries": {"run": 35, "MB": 10.5},
-    "bundles": {"run": 100, "MB": 20.0},
-    "wire": {"run": 50, "MB": 5.0},
-    "checkouts": {"run": 10, "MB": 1.0, "kfiles": 5},
-    "commit IDs": {"run": 65, "kfiles": 6},
-    "importer": {"run": 20, "kfiles": 80},
-    "git checkouts": {"run": 25, "kfiles": 12},
+    "copy": {"run": 2, "store MB": 0.002, "changesets": 0.03, "kfiles": 1},
+    "dictionaries": {"run": 5, "MB": 0.65},
+    "bundles": {"run": 12, "MB": 1.8},
+    "wire": {"run": 8, "MB": 0.8},
+    "checkouts": {"run": 6, "MB": 0.25, "kfiles": 4},
+    "commit IDs": {"run": 10, "kfiles": 4},
+    "importer": {"run": 2, "Python kfiles": 14},
+    "git checkouts": {"run": 10, "kfiles": 5},
 }
 
 
@@ -239,20 +243,38 @@ def _checkout_disk_bytes(paths, sizes, block):
                     + len(directories))
 
 def _fingerprint(repo):
-    """Name, size, device and inode, and modification time of every file
-    and directory under ``repo/.hg`` (a directory's name ends in ``/``): a
-    file created and removed again, such as a lock, changes its
-    directory's modification time."""
+    """Size, device and inode, and modification time of every file under
+    ``repo/.hg``, by name: what any write changes (an append the size and
+    time, a write-then-rename the inode, a new or removed file the
+    names)."""
     prints = {}
     top = os.path.join(repo, ".hg")
     for root, _, files in os.walk(top):
-        for path, name in [(root, os.path.relpath(root, top) + "/")] + [
-                (os.path.join(root, name), None) for name in files]:
+        for name in files:
+            path = os.path.join(root, name)
             st = os.lstat(path)
-            name = name or os.path.relpath(path, top)
-            prints["" if name == "./" else name] = (
+            prints[os.path.relpath(path, top)] = (
                 st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns)
     return prints
+
+
+#: Files under ``.hg`` that any reader of a repository may change without
+#: changing the repository: locks, which ``hg clone`` takes on its source
+#: and which leave nothing behind, and the caches, which hg rewrites as it
+#: reads.
+_LOCKS = ("wlock", "lock", os.path.join("store", "lock"))
+_CACHES = ("cache" + os.sep, "wcache" + os.sep)
+
+
+def _original_changes(before, after):
+    """``(changed, caches)``: the files under ``.hg`` that were written,
+    created or removed between two ``_fingerprint``s, and, apart from
+    them, the caches that were."""
+    names = sorted(name for name in set(before) | set(after)
+                   if before.get(name) != after.get(name)
+                   and name not in _LOCKS)
+    caches = [name for name in names if name.startswith(_CACHES)]
+    return [name for name in names if name not in caches], caches
 
 
 #: Files of a store that belong to a lock or a transaction, not history.
@@ -556,6 +578,8 @@ class Check:
                 [path for _, path in files], sizes,
                 os.statvfs(self.source).f_frsize),
             "files_at_tip": len(sizes),
+            "python_files_at_tip": sum(path.endswith(".py")
+                                       for _, path in files),
             "engine": ("zstd-dict" if "exp-compression-zstd-dict" in requires
                        else "zstd" if "revlog-compression-zstd" in requires
                        else "zlib"),
@@ -609,8 +633,9 @@ class Check:
             # being recompressed
             "dictionaries": 2 * work,
             # every bundle (zstd-max, gzip, stream, core zstd-v2), each
-            # smaller than the store, and a clone
-            "bundles": 4 * work + pulled,
+            # smaller than the store, and a clone from each of the three,
+            # verified together at the end
+            "bundles": 4 * work + 3 * pulled,
             "wire": pulled,
             # the pool, the checkouts, and a plain clone beside them
             "checkouts": 2 * pulled + (checkouts + 1) * tree,
@@ -637,6 +662,10 @@ class Check:
         ``SECONDS_PER`` and the size of what each part works on."""
         amounts = {"MB": self._work_bytes(info) / 1e6,
                    "kfiles": info["files_at_tip"] / 1000,
+                   "Python kfiles": min(
+                       info.get("python_files_at_tip", 0),
+                       QUICK_FILES if self.quick else float("inf"))
+                   / 1000,
                    "changesets": self._slice_changesets(info)
                    if self._sliced(info) else 0,
                    "store MB": info["store_disk_bytes"] / 1e6}
@@ -806,9 +835,8 @@ class Check:
             signal.signal(signal.SIGTERM, previous)
             if not self.keep and (completed or not self.resume):
                 shutil.rmtree(self.scratch, ignore_errors=True)
-        after = _fingerprint(self.source)
-        changed = sorted(name for name in set(before) | set(after)
-                         if before.get(name) != after.get(name))
+        changed, caches = _original_changes(before, _fingerprint(
+            self.source))
         seconds = self._previous_seconds + time.perf_counter() - self._started
         report = dict(info)
         report.update({
@@ -843,6 +871,7 @@ class Check:
                 else None},
             "original_unchanged": not changed,
             "original_changed_files": changed[:20],
+            "original_caches_rewritten": caches[:20],
             "seconds": round(seconds, 1),
             "minutes_per_10k_changesets": round(
                 seconds / 60 / info["changesets"] * 10000, 2),
@@ -884,7 +913,7 @@ class Check:
                 self.base = self.path("slice")
                 if "slice" not in prepared:
                     shutil.rmtree(self.base, ignore_errors=True)
-                    with self.step("convert the newest %d changesets"
+                    with self.step("write the newest %d changesets"
                                    % size):
                         sample.build_slice(self, size, self.base)
                     prepared.append("slice")
@@ -1009,9 +1038,12 @@ def format_report(report):
         "time: %.1f s against %.1f s estimated (%.2fx)" % (
             report["seconds"], report["estimate"]["seconds"],
             report["estimate"]["actual_vs_estimate"] or 0),
-        "original repository unchanged: %s" % (
+        "original repository unchanged: %s%s" % (
             "yes" if report["original_unchanged"] else
-            "NO: " + ", ".join(report["original_changed_files"])),
+            "NO: " + ", ".join(report["original_changed_files"]),
+            " (hg rewrote its caches meanwhile: %s)"
+            % ", ".join(report["original_caches_rewritten"])
+            if report["original_caches_rewritten"] else ""),
         "total: %.1f s for %d changesets (%.2f min per 10k changesets): %s"
         % (report["seconds"], report["changesets"],
            report["minutes_per_10k_changesets"],
