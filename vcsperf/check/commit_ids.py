@@ -9,6 +9,11 @@ from vcsperf.check import checkcmds
 from vcsperf.check.outcome import Failed
 from vcsperf.core import commitids
 
+def rewritten(quick):
+    """Changesets the feature rewrites, at most."""
+    return 12 if quick else 100
+
+
 def _linear_slice(check, env, length):
     """Revisions ``(first, last)`` of the newest linear run of history
     (no merges, each changeset the only child of the one before, each
@@ -42,7 +47,7 @@ def commit_ids(check, work):
         "[experimental]\nevolution = all\n"
         "[rebase]\nexperimental.inmemory = yes\n"
         "[ui]\neditor = true\n")
-    length = 12 if check.quick else 100
+    length = rewritten(check.quick)
     found = _linear_slice(check, core, length)
     if found is None:
         return "the history has no linear run of 3 changesets to rewrite"

@@ -84,7 +84,7 @@ import time
 from vcsperf.bench import zstdstore
 from vcsperf.check.checkouts import checkouts, git_checkouts
 from vcsperf.check.clones import bundles, wire
-from vcsperf.check.commit_ids import commit_ids
+from vcsperf.check.commit_ids import commit_ids, rewritten
 from vcsperf.check.importer import QUICK_FILES, importer
 from vcsperf.check.outcome import Failed, command_failure
 from vcsperf.check import sample
@@ -109,18 +109,21 @@ LOCK_FILE = "vcsperf-check.lock"
 #: Seconds each part of a run takes on this machine: fixed (``run``), per
 #: MB of the store the features work on (the copy's, or with --quick the
 #: slice's), per MB of the original store, per changeset of the slice
-#: (writing it), per thousand files at the tip, per thousand Python files
-#: compiled.  Measured on sympy's history (BENCHMARKS.md) with the 2 cores
-#: shared with other jobs at load 2 to 3; at load 10 a run takes 3 to 8
-#: times as long.
+#: (writing it), per thousand changesets the features work on, per
+#: thousand files at the tip, per thousand Python files compiled, per
+#: changeset the commit IDs feature rewrites.  Fitted to three runs on
+#: this machine with the 2 cores shared with other jobs at load 1 to 4
+#: (BENCHMARKS.md: sympy and vct quick, vct full); at load 10 a run takes
+#: 3 to 8 times as long.
 SECONDS_PER = {
-    "copy": {"run": 2, "store MB": 0.002, "changesets": 0.03, "kfiles": 1},
-    "dictionaries": {"run": 5, "MB": 0.65},
-    "bundles": {"run": 12, "MB": 1.8},
-    "wire": {"run": 8, "MB": 0.8},
-    "checkouts": {"run": 6, "MB": 0.25, "kfiles": 4},
-    "commit IDs": {"run": 10, "kfiles": 4},
-    "importer": {"run": 2, "Python kfiles": 14},
+    "copy": {"run": 0.5, "store MB": 0.002, "changesets": 0.036,
+             "kfiles": 0.5},
+    "dictionaries": {"run": 7.4, "MB": 0.42, "kchangesets": 6.0},
+    "wire": {"run": 16, "MB": 0.1, "kchangesets": 4.7},
+    "bundles": {"run": 6, "MB": 2.2, "kchangesets": 1.9},
+    "checkouts": {"run": 6, "MB": 0.27, "kfiles": 4, "kchangesets": 2.4},
+    "commit IDs": {"kfiles": 5.5, "rewritten": 0.3},
+    "importer": {"run": 1.5, "Python kfiles": 10},
     "git checkouts": {"run": 10, "kfiles": 5},
 }
 
@@ -668,6 +671,10 @@ class Check:
                    / 1000,
                    "changesets": self._slice_changesets(info)
                    if self._sliced(info) else 0,
+                   "kchangesets": min(self._slice_changesets(info)
+                                      if self.quick else float("inf"),
+                                      info["changesets"]) / 1000,
+                   "rewritten": rewritten(self.quick),
                    "store MB": info["store_disk_bytes"] / 1e6}
         parts = ["copy"] + [name for name, _ in self._features()]
         seconds = {}
