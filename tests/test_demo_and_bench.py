@@ -1,4 +1,4 @@
-"""The demo and the codec benchmark, run as a user runs them."""
+"""The demo and the codec benchmarks, run as a user runs them."""
 
 import json
 import os
@@ -56,3 +56,25 @@ def test_codec_benchmark_on_real_history(real_hg_repo, tmp_path):
         0.95 * filelog["zstd-3"]["stored_bytes"]
     for codec in filelog.values():
         assert codec["decompress_seconds"] > 0
+
+
+def test_group_dictionaries_benchmark_on_real_history(real_hg_repo, tmp_path):
+    report = tmp_path / "groups.json"
+    out = subprocess.run(
+        [tools.executable("vcsperf"), "bench", "zstdgroups",
+         str(real_hg_repo), "--groups", "1", "--sample-budget", "1000000",
+         "--json", str(report)],
+        capture_output=True, text=True, check=True).stdout
+    assert "one for all filelogs" in out and "per extension" in out
+    figures = json.loads(report.read_text())
+    results, ratios = figures["results"], figures["ratios"]
+    assert set(ratios) == {"extension", "directory"}
+    # pip's history is mostly Python: its own dictionary stores it in fewer
+    # bytes than the one for every filelog; each dictionary counts.
+    by_extension = results["groupings"]["extension"]
+    python = by_extension["groups"][".py"]
+    assert 0 < python["bytes"] < python["one_dict_bytes"]
+    assert by_extension["dict_bytes"] > results["one"]["dict_bytes"]
+    assert ratios["extension"] == pytest.approx(
+        (by_extension["bytes"] + by_extension["dict_bytes"])
+        / (results["one"]["bytes"] + results["one"]["dict_bytes"]))

@@ -132,6 +132,26 @@ def test_new_repository_with_the_engine(hg, hgrc, tmp_path):
     hg("verify", "-q", cwd=repo)
 
 
+
+@pytest.mark.parametrize("maxchainlen, longest", [(None, 500), (1000, 599)])
+def test_delta_chains_stop_at_500_deltas_unless_configured(
+        hg, hgrc, tmp_path, maxchainlen, longest):
+    """Dictionaries shrink deltas so much that core's bound by bytes lets
+    chains grow long, so zstdstore bounds them by length, unless
+    ``format.maxchainlen`` is set."""
+    hgrc.write_text(ENABLE + ("[format]\nmaxchainlen = %d\n" % maxchainlen
+                              if maxchainlen else ""))
+    repo = tmp_path / "repo"
+    hg("init", "--config", "format.revlog-compression=zstd-dict", repo)
+    # 600 revisions of one file, each a one-line change.
+    hg("debugbuilddag", "--mergeable-file", "+600", cwd=repo)
+    # debugdeltachain counts the chain's base too.
+    deltas = [int(n) - 1 for n in hg("debugdeltachain", "mf", "-T",
+                                     "{chainlen}\n", cwd=repo).split()]
+    assert len(deltas) == 600
+    assert max(deltas) == longest
+    hg("verify", "-q", cwd=repo)
+
 @pytest.mark.slow
 def test_stock_mercurial_refuses_cleanly(hg, hgrc, dict_repo):
     hgrc.write_text("")

@@ -12,10 +12,15 @@ history, one dictionary per revlog class (changelog, manifest, filelogs).
 On real repositories the changelog shrinks by about 30% against core's
 zstd and zlib, and reads faster.
 
-New chunks are compressed at ``zstdstore.level`` (default 6: the same
-read speed as level 3, and measured 8% smaller filelogs, for about 3 times
-the compression time).  Convert a repository in one rewrite: train its
-dictionaries while it is still stored with zlib or zstd, then upgrade::
+New chunks are compressed at ``zstdstore.level`` (default 6: the same read
+speed as level 3, and measured 8% smaller filelogs, for about 3 times the
+compression time).  A delta chain is at most 500 deltas long unless
+``format.maxchainlen`` sets another bound: the dictionaries make deltas so
+small that core's own bound, by bytes, would let chains grow past core
+zstd's and slow reads of old revisions (``hg annotate``).
+
+Convert a repository in one rewrite: train its dictionaries while it is
+still stored with zlib or zstd, then upgrade::
 
   [extensions]
   zstdstore =
@@ -170,8 +175,10 @@ def zstd_stats(ui, repo, **opts):
 
 def reposetup(ui, repo):
     if repo.local():
-        repo.svfs.options[engine.OPT_LEVEL] = ui.configint(b'zstdstore',
-                                                           b'level')
+        options = repo.svfs.options
+        options[engine.OPT_LEVEL] = ui.configint(b'zstdstore', b'level')
+        if ui.config(b'format', b'maxchainlen') is None:
+            options[engine.OPT_MAX_CHAIN_LEN] = engine.MAX_CHAIN_LEN
 
 
 def extsetup(ui):

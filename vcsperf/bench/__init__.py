@@ -8,8 +8,8 @@ import importlib
 
 #: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
 #: ``main(argv)``.
-NAMES = ("codec", "zstdstore", "wirezstd", "pastbytes", "commitid",
-         "commitindex", "sharepool", "bundlegen")
+NAMES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "pastbytes",
+         "commitid", "commitindex", "sharepool", "bundlegen")
 
 
 def main(name, argv):

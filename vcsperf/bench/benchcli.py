@@ -34,7 +34,8 @@ def main(module, options=(), argv=None):
     ``module.format_report``.
 
     ``options`` are ``(name, argparse keywords)`` pairs: each becomes a
-    ``--name`` flag whose value is passed to ``run`` by keyword.
+    ``--name`` flag whose value is passed to ``run`` by keyword (dashes
+    as underscores).
     """
     run, format_report = module.run, module.format_report
     parser = command_line(module)
@@ -48,8 +49,9 @@ def main(module, options=(), argv=None):
     args = parser.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
     try:
+        keywords = (name.replace("-", "_") for name, _ in options)
         results, ratios = run(args.repo, work, **{
-            name: getattr(args, name) for name, _ in options})
+            keyword: getattr(args, keyword) for keyword in keywords})
         print(format_report(args.repo, results, ratios))
         if args.json:
             with open(args.json, "w") as fh:

@@ -37,6 +37,17 @@ def _chunks_of(rl):
             yield rl.linkrev(rev), bytes(inner._chunk(rev))
 
 
+def filelog_chunks(repo):
+    """``(file path, linkrev, chunk)`` for every filelog revision of
+    ``repo``, file by file."""
+    for entry in repo.store.data_entries():
+        if entry.is_filelog:
+            path = entry.target_id.decode("utf-8", "surrogateescape")
+            for linkrev, chunk in _chunks_of(repo.file(entry.target_id)
+                                             ._revlog):
+                yield path, linkrev, chunk
+
+
 def chunks_by_class(path):
     """``{class: [chunk, ...]}`` with each class ordered oldest first, by
     the changeset that introduced the chunk."""
