@@ -126,3 +126,23 @@ def test_an_index_begun_empty_takes_sha256_nodes(git, gitbridge, tmp_path):
     commit(git, repo, 1)
     check(git, gitbridge, repo)
     assert len(git("rev-parse", "HEAD", cwd=repo).strip()) == 64
+
+
+def test_the_quick_command_line_reads_as_the_parser_does(
+        git, gitbridge, gitrepo, tmp_path):
+    """Keys, ``-C``, ``--json`` and ``--rebuild`` are read without
+    argparse; anything else still goes to argparse, as before."""
+    commit(git, gitrepo, 1)
+    quick = gitbridge("commitid-lookup", "-C", str(gitrepo), "D1", "--json",
+                      "--rebuild", "bug 9", cwd=tmp_path, check=False)
+    assert quick.returncode == 1
+    assert [item["key"] for item in json.loads(quick.stdout)] == ["D1"]
+    # An abbreviated option, --help, -C without its value, no key.
+    parsed = gitbridge("commitid-lookup", "--js", "D1", cwd=gitrepo)
+    assert json.loads(parsed.stdout) == json.loads(
+        gitbridge("commitid-lookup", "--json", "D1", cwd=gitrepo).stdout)
+    assert "usage: gitbridge commitid-lookup" in gitbridge(
+        "commitid-lookup", "--help", cwd=gitrepo).stdout
+    for args in (["D1", "-C"], ["-C", "--json", "D1"], ["--json"]):
+        wrong = gitbridge("commitid-lookup", *args, cwd=gitrepo, check=False)
+        assert wrong.returncode == 2 and "usage:" in wrong.stderr, args
