@@ -6,21 +6,28 @@ The index is brought up to date by each lookup: its docket records the
 ref tips it covers; when the refs have moved, the commits reachable from
 the new tips and not from the covered ones are indexed (``git log``,
 parents before children).  When a covered tip is gone from the object
-store (``git gc`` after a force push or a deleted branch) the index is
-built again from nothing.
+store (a ref forced or deleted, then ``git gc``, before the next lookup)
+the index is built again from nothing.
 
 The docket also says whether every indexed commit is still reachable
 from the tips: true of an index built from nothing, and kept true while
 each update only moves refs forward (the covered tips stay reachable).
-Then a lookup answers from the index alone, after the one ``git
-for-each-ref`` that checks the tips, and trusts the 64-bit key hash as
+Then a lookup answers from the index alone, after ``git rev-parse
+--all`` has read the tips and ``git config`` the rules, and trusts the 64-bit key hash as
 the Mercurial side does (a wrong answer has a chance of about n / 2**64
-for n keys).  Commits that a rebase, force push or deleted ref left
-behind stay in the index until it is built again (``--rebuild``, or a
-covered tip gone after ``git gc``), so once a covered tip is no longer
-reachable every answer is checked: the commit still carries
-the key, and a ref reaches it (one ``git for-each-ref --contains`` a
-candidate).
+for n keys).
+
+Once a rebase, force push or deleted ref has left indexed commits
+behind, every answer is checked: the commit still carries the key, and a
+ref reaches it (one ``git cat-file --batch`` for the candidates, one
+``git for-each-ref --contains`` each).  That lasts until the index is
+built again, which lookups do not do on their own: a build reads every
+message (seconds at 100,000 commits), and a lookup that happened to come
+after a force push would pay it, where checking costs a few milliseconds
+a lookup, and only those that find something (BENCHMARKS.md).  Build it
+again off the lookup path, where force pushes are frequent enough to
+matter: ``gitbridge commitid-lookup --rebuild KEY`` after ``git gc``, or
+from a ``post-receive`` hook that saw a forced update.
 """
 
 import fcntl
