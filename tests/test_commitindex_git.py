@@ -6,8 +6,12 @@ deletion and ``git gc``."""
 import json
 import os
 
+import pytest
+
 from vcsperf.core.commitids import message_keys
 from vcsperf.core.commitindex import read_docket
+from vcsperf.core.errors import Abort
+from vcsperf.core.spawn import git_bytes
 
 COMMITTER = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
 
@@ -146,3 +150,21 @@ def test_the_quick_command_line_reads_as_the_parser_does(
     for args in (["D1", "-C"], ["-C", "--json", "D1"], ["--json"]):
         wrong = gitbridge("commitid-lookup", *args, cwd=gitrepo, check=False)
         assert wrong.returncode == 2 and "usage:" in wrong.stderr, args
+
+
+def test_spawn_feeds_and_drains_pipes_past_their_buffers(git, gitrepo):
+    """``spawn.git_bytes`` writes stdin while it reads stdout and stderr,
+    so neither side waits on a full pipe (64 KiB on Linux); a failure is
+    ``Abort`` with git's message."""
+    commit(git, gitrepo, 1)
+    line = ("%s commit %s\n" % (
+        git("rev-parse", "HEAD", cwd=gitrepo).strip(),
+        git("cat-file", "-s", "HEAD", cwd=gitrepo).strip())).encode()
+    lines = 20000
+    out = git_bytes(str(gitrepo), "cat-file", "--batch-check",
+                    input=b"HEAD\n" * lines)
+    assert len(line) > 40 and out == line * lines
+    with pytest.raises(Abort, match="git rev-parse failed: fatal: "):
+        git_bytes(str(gitrepo), "rev-parse", "--verify", "nowhere")
+    assert git_bytes(str(gitrepo), "rev-parse", "--verify", "-q", "nowhere",
+                     ok=(0, 1)) == b""
