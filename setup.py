@@ -26,4 +26,5 @@ setup(
     package_data={"vcsperf.harness": ["data/*.tsv"]},
     package_dir={"hgext3rd": "hgext"},
     py_modules=MODULES,
+    scripts=["bin/gitbridge"],
 )

@@ -5,18 +5,21 @@ Each feature module contributes its subcommands through
 ``func``, which gets the parsed arguments and returns the exit status.
 """
 
-import argparse
 import importlib
 import sys
 
 FEATURE_MODULES = ("gitbridge.bundlegen", "gitbridge.checkout",
                    "gitbridge.commitid", "gitbridge.commitindex")
 #: Subcommands that answer in milliseconds: only their module is imported,
-#: sparing them the others' imports (dulwich's take tens of milliseconds).
+#: sparing them the others' imports (dulwich's take tens of milliseconds),
+#: and its ``quick_main(ARGS)`` reads their usual arguments without
+#: argparse; where it returns None, the parser reads them.
 QUICK = {"commitid-lookup": "gitbridge.commitindex"}
 
 
 def build_parser(modules=FEATURE_MODULES):
+    import argparse  # here: see QUICK
+
     parser = argparse.ArgumentParser(
         prog="gitbridge",
         description="The Git side of vcsperf.")
@@ -29,6 +32,10 @@ def build_parser(modules=FEATURE_MODULES):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     quick = QUICK.get(argv[0]) if argv else None
+    if quick:
+        status = importlib.import_module(quick).quick_main(argv[1:])
+        if status is not None:
+            return status
     args = build_parser([quick] if quick else FEATURE_MODULES).parse_args(
         argv)
     return args.func(args)

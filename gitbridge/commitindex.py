@@ -6,30 +6,37 @@ The index is brought up to date by each lookup: its docket records the
 ref tips it covers; when the refs have moved, the commits reachable from
 the new tips and not from the covered ones are indexed (``git log``,
 parents before children).  When a covered tip is gone from the object
-store (``git gc`` after a force push or a deleted branch) the index is
-built again from nothing.
+store (a ref forced or deleted, then ``git gc``, before the next lookup)
+the index is built again from nothing.
 
 The docket also says whether every indexed commit is still reachable
 from the tips: true of an index built from nothing, and kept true while
 each update only moves refs forward (the covered tips stay reachable).
-Then a lookup answers from the index alone, after the one ``git
-for-each-ref`` that checks the tips, and trusts the 64-bit key hash as
+Then a lookup answers from the index alone, after ``git rev-parse
+--all`` has read the tips and ``git config`` the rules, and trusts the 64-bit key hash as
 the Mercurial side does (a wrong answer has a chance of about n / 2**64
-for n keys).  Commits that a rebase, force push or deleted ref left
-behind stay in the index until it is built again (``--rebuild``, or a
-covered tip gone after ``git gc``), so once a covered tip is no longer
-reachable every answer is checked: the commit still carries
-the key, and a ref reaches it (one ``git for-each-ref --contains`` a
-candidate).
+for n keys).
+
+Once a rebase, force push or deleted ref has left indexed commits
+behind, every answer is checked: the commit still carries the key, and a
+ref reaches it (one ``git cat-file --batch`` for the candidates, one
+``git for-each-ref --contains`` each).  That lasts until the index is
+built again, which lookups do not do on their own: a build reads every
+message (seconds at 100,000 commits), and a lookup that happened to come
+after a force push would pay it, where checking costs a few milliseconds
+a lookup, and only those that find something (BENCHMARKS.md).  Build it
+again off the lookup path, where force pushes are frequent enough to
+matter: ``gitbridge commitid-lookup --rebuild KEY`` after ``git gc``, or
+from a ``post-receive`` hook that saw a forced update.
 """
 
 import fcntl
 import os
 import sys
 
-from vcsperf.core import commitids, commitindex
+from vcsperf.core import commitindex, commitkeys
 from vcsperf.core.errors import Abort, print_abort
-from vcsperf.core.process import git_bytes
+from vcsperf.core.spawn import git_bytes
 
 NAME = "commitindex"
 
@@ -38,13 +45,16 @@ def _rules(repo):
     # Exit status 1: not set.
     names = git_bytes(repo, "config", "--get-all", "commitid.indexTrailers",
                       ok=(0, 1)).decode("utf-8").split()
-    return commitids.KeyRules(names)
+    return commitkeys.KeyRules(names)
 
 
-def _tips(repo):
-    """The objects the refs point at, sorted (hex, as bytes)."""
-    return sorted(set(git_bytes(repo, "for-each-ref",
-                                "--format=%(objectname)").split()))
+def _repository(repo):
+    """``(git_dir, tips)``: the Git directory of ``repo`` and the objects
+    its refs (those under ``refs/``) point at, sorted (hex, as bytes)."""
+    git_dir, *tips = git_bytes(repo, "rev-parse", "--absolute-git-dir",
+                               "--all").split(b"\n")
+    return git_dir.decode("utf-8", "surrogateescape"), sorted(
+        set(tips) - {b""})
 
 
 #: The first line of the docket's ``covers``: whether every indexed
@@ -77,18 +87,6 @@ def _left_behind(repo, covered, tips):
     return bool(git_bytes(repo, "rev-list", "--stdin", "--max-count=1",
                           input=b"".join([c + b"\n" for c in covered] +
                                          [b"^" + t + b"\n" for t in tips])))
-
-
-def _messages(repo, revisions):
-    """``[(sha, message)]`` of ``revisions`` (lines for ``git log
-    --stdin``), parents first."""
-    out = git_bytes(repo, "log", "--stdin", "--reverse", "--topo-order",
-                    "-z", "--format=%H%n%B",
-                    input=b"".join(r + b"\n" for r in revisions))
-    for entry in out.split(b"\0"):
-        sha, _, message = entry.partition(b"\n")
-        if sha:
-            yield sha, message.decode("utf-8", "surrogateescape")
 
 
 def _commits(repo, shas):
@@ -125,12 +123,10 @@ def _missing(repo, objects):
             if line.endswith(b" missing")]
 
 
-def update(repo, git_dir, rebuild=False):
-    """Bring the index in ``git_dir`` up to date with the refs of
-    ``repo`` (with ``rebuild``, build it again from nothing); the rules it
-    was built with."""
-    rules = _rules(repo)
-    tips = _tips(repo)
+def update(repo, git_dir, tips, rules, rebuild=False):
+    """Bring the index in ``git_dir`` up to date with ``tips``, the
+    objects the refs of ``repo`` point at, under ``rules`` (with
+    ``rebuild``, build it again from nothing)."""
     with open(os.path.join(git_dir, NAME + ".lock"), "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -142,7 +138,7 @@ def update(repo, git_dir, rebuild=False):
                 covered, all_reachable = _covered(base.covers)
                 if covered == tips and all_reachable is not None and \
                         base.docket.rules == rules.fingerprint:
-                    return rules
+                    return
                 if base.docket.rules != rules.fingerprint or \
                         all_reachable is None or _missing(repo, covered):
                     base.close()
@@ -151,14 +147,19 @@ def update(repo, git_dir, rebuild=False):
                 all_reachable = True
             elif all_reachable:
                 all_reachable = not _left_behind(repo, covered, tips)
-            revisions = tips + ([b"^" + t for t in covered] if base else [])
+            revisions = [t.decode("ascii") for t in tips] + (
+                ["^" + t.decode("ascii") for t in covered] if base else [])
             start = base.node_count() if base else 0
+            # Here, not above: a lookup that reads no message spares the
+            # import (see commitkeys).
+            from vcsperf.core.commitids import git_messages, message_keys
             triples, nodes = [], []
-            for sha, message in _messages(repo, revisions) if tips else ():
+            for sha, message in (git_messages(repo, revisions)
+                                 if tips else ()):
                 rev = start + len(nodes)
-                nodes.append(bytes.fromhex(sha.decode("ascii")))
+                nodes.append(bytes.fromhex(sha))
                 triples.extend((kind, key, rev) for kind, key
-                               in commitids.message_keys(message, rules))
+                               in message_keys(message, rules))
             width = len(nodes[0]) if nodes else (
                 base.docket.node_width if base else 20)
             # A repository converted to another hash: its lock released
@@ -172,7 +173,8 @@ def update(repo, git_dir, rebuild=False):
         finally:
             if base is not None:
                 base.close()
-    return update(repo, git_dir, rebuild=True) if rebuild else rules
+    if rebuild:
+        update(repo, git_dir, tips, rules, rebuild=True)
 
 
 def lookup(repo, keys, rebuild=False):
@@ -182,12 +184,12 @@ def lookup(repo, keys, rebuild=False):
     parsed = []
     for key in keys:
         try:
-            parsed.append(commitids.parse_key(key))
+            parsed.append(commitkeys.parse_key(key))
         except ValueError as err:
             raise Abort(str(err))
-    git_dir = git_bytes(repo, "rev-parse", "--absolute-git-dir").decode(
-        "utf-8", "surrogateescape").strip()
-    rules = update(repo, git_dir, rebuild)
+    git_dir, tips = _repository(repo)
+    rules = _rules(repo)
+    update(repo, git_dir, tips, rules, rebuild)
     with commitindex.Index(git_dir, NAME) as index:
         # The docket read here, not the one update() saw: a writer since
         # then may have indexed commits that are no longer reachable.
@@ -199,7 +201,8 @@ def lookup(repo, keys, rebuild=False):
         return [(typed, sha.decode("ascii")) for typed, _, sha in candidates]
     if not candidates:
         return []
-    carried = {sha: commitids.message_keys(message, rules) for sha, message
+    from vcsperf.core.commitids import message_keys  # see update
+    carried = {sha: message_keys(message, rules) for sha, message
                in _commits(repo, {sha for _, _, sha in candidates})}
     reachable = {sha for sha in carried if _reachable(repo, sha)}
     return [(typed, sha.decode("ascii")) for typed, wanted, sha in candidates
@@ -222,19 +225,44 @@ def add_commands(subparsers):
     parser.add_argument("keys", nargs="+", metavar="KEY",
                         help="a commit ID, D123, a Change-Id or bug 123 "
                         "(id:, review: or bug: says which)")
-    parser.set_defaults(func=_cmd_lookup)
+    parser.set_defaults(func=lambda args: _cmd_lookup(
+        args.repo, args.keys, args.json, args.rebuild))
 
 
-def _cmd_lookup(args):
+def quick_main(argv):
+    """The exit status of ``commitid-lookup ARGV`` where ARGV is keys,
+    ``-C DIR``, ``--json`` and ``--rebuild``, read without ``argparse``
+    (whose import is a tenth of a lookup's time); None for anything else
+    (``--help``, another or abbreviated option, no key), which the
+    parser of ``add_commands`` then reads and explains."""
+    repo, keys, flags = ".", [], set()
+    args = iter(argv)
+    for arg in args:
+        if arg == "-C":
+            repo = next(args, "-")
+            if repo.startswith("-"):
+                return None
+        elif arg in ("--json", "--rebuild"):
+            flags.add(arg)
+        elif arg.startswith("-"):
+            return None
+        else:
+            keys.append(arg)
+    if not keys:
+        return None
+    return _cmd_lookup(repo, keys, "--json" in flags, "--rebuild" in flags)
+
+
+def _cmd_lookup(repo, keys, as_json, rebuild):
     try:
-        found = lookup(args.repo, args.keys, args.rebuild)
+        found = lookup(repo, keys, rebuild)
     except Abort as err:
         return print_abort(err)
-    if args.json:
+    if as_json:
         import json  # here: a lookup's start-up is most of its time
         json.dump([{"key": key, "node": sha} for key, sha in found],
                   sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write("".join("%s %s\n" % pair for pair in found))
-    return 0 if set(args.keys) <= {key for key, _ in found} else 1
+    return 0 if set(keys) <= {key for key, _ in found} else 1

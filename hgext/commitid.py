@@ -98,7 +98,7 @@ from mercurial.hgweb import webcommands
 from mercurial.interfaces import repository
 from mercurial.utils import stringutil, urlutil
 
-from vcsperf.core import commitids
+from vcsperf.core import commitids, commitkeys
 
 from hgext3rd import _commitindex, _hgcompat
 
@@ -396,7 +396,7 @@ def commitid_revset(repo, subset, x):
     pattern = _key_argument(x, b'commitid')
     kind, pattern, matcher = stringutil.stringmatcher(pattern)
     if kind == b'literal':
-        return _indexed(repo, subset, commitids.ID, _text(pattern))
+        return _indexed(repo, subset, commitkeys.ID, _text(pattern))
     changelog = repo.changelog
 
     def matches(rev):
@@ -414,7 +414,7 @@ def review_revset(repo, subset, x):
     revision = _text(_key_argument(x, b'review'))
     if revision.isdigit():
         revision = 'D' + revision
-    return _indexed(repo, subset, commitids.REVIEW, revision)
+    return _indexed(repo, subset, commitkeys.REVIEW, revision)
 
 
 @revsetpredicate(b'bug(number)', safe=True)
@@ -424,13 +424,13 @@ def bug_revset(repo, subset, x):
     number = _key_argument(x, b'bug')
     if not number.isdigit():
         raise error.ParseError(_(b'bug requires a number'))
-    return _indexed(repo, subset, commitids.BUG, str(int(number)))
+    return _indexed(repo, subset, commitkeys.BUG, str(int(number)))
 
 
 def _parse_keys(keys):
     """``[(kind, key)]`` for keys as typed (bytes)."""
     try:
-        return [commitids.parse_key(_text(key)) for key in keys]
+        return [commitkeys.parse_key(_text(key)) for key in keys]
     except ValueError as err:
         raise error.InputError(stringutil.forcebytestr(err))
 

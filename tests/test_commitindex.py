@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from vcsperf.core import commitindex
-from vcsperf.core.commitids import (BUG, ID, REVIEW, KeyRules, message_keys,
-                                    parse_key)
+from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitkeys import BUG, ID, REVIEW, KeyRules, parse_key
 
 EXAMPLES = int(os.environ.get("VCSPERF_EXAMPLES", "100"))
 NAME = "commitindex"
@@ -210,7 +210,12 @@ def test_message_keys():
     ("D123", (REVIEW, "D123")), ("bug 5", (BUG, "5")), ("Bug12", (BUG, "12")),
     ("bug:007", (BUG, "7")), ("review:abc", (REVIEW, "abc")),
     ("4Aq2kO7Vx9d", (ID, "4Aq2kO7Vx9d")), ("id:D1", (ID, "D1")),
-    ("I" + "ab" * 20, (REVIEW, "I" + "ab" * 20))])
+    ("I" + "ab" * 20, (REVIEW, "I" + "ab" * 20)),
+    # Not a review: a letter after the digits, none, digits not ASCII, an
+    # upper-case or short Change-Id.
+    ("D12x", (ID, "D12x")), ("D", (ID, "D")), ("D\u0663", (ID, "D\u0663")),
+    ("I" + "AB" * 20, (ID, "I" + "AB" * 20)),
+    ("I" + "ab" * 19, (ID, "I" + "ab" * 19))])
 def test_parse_key(text, key):
     assert parse_key(text) == key
 

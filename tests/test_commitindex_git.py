@@ -6,8 +6,12 @@ deletion and ``git gc``."""
 import json
 import os
 
+import pytest
+
 from vcsperf.core.commitids import message_keys
 from vcsperf.core.commitindex import read_docket
+from vcsperf.core.errors import Abort
+from vcsperf.core.spawn import git_bytes
 
 COMMITTER = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
 
@@ -126,3 +130,41 @@ def test_an_index_begun_empty_takes_sha256_nodes(git, gitbridge, tmp_path):
     commit(git, repo, 1)
     check(git, gitbridge, repo)
     assert len(git("rev-parse", "HEAD", cwd=repo).strip()) == 64
+
+
+def test_the_quick_command_line_reads_as_the_parser_does(
+        git, gitbridge, gitrepo, tmp_path):
+    """Keys, ``-C``, ``--json`` and ``--rebuild`` are read without
+    argparse; anything else still goes to argparse, as before."""
+    commit(git, gitrepo, 1)
+    quick = gitbridge("commitid-lookup", "-C", str(gitrepo), "D1", "--json",
+                      "--rebuild", "bug 9", cwd=tmp_path, check=False)
+    assert quick.returncode == 1
+    assert [item["key"] for item in json.loads(quick.stdout)] == ["D1"]
+    # An abbreviated option, --help, -C without its value, no key.
+    parsed = gitbridge("commitid-lookup", "--js", "D1", cwd=gitrepo)
+    assert json.loads(parsed.stdout) == json.loads(
+        gitbridge("commitid-lookup", "--json", "D1", cwd=gitrepo).stdout)
+    assert "usage: gitbridge commitid-lookup" in gitbridge(
+        "commitid-lookup", "--help", cwd=gitrepo).stdout
+    for args in (["D1", "-C"], ["-C", "--json", "D1"], ["--json"]):
+        wrong = gitbridge("commitid-lookup", *args, cwd=gitrepo, check=False)
+        assert wrong.returncode == 2 and "usage:" in wrong.stderr, args
+
+
+def test_spawn_feeds_and_drains_pipes_past_their_buffers(git, gitrepo):
+    """``spawn.git_bytes`` writes stdin while it reads stdout and stderr,
+    so neither side waits on a full pipe (64 KiB on Linux); a failure is
+    ``Abort`` with git's message."""
+    commit(git, gitrepo, 1)
+    line = ("%s commit %s\n" % (
+        git("rev-parse", "HEAD", cwd=gitrepo).strip(),
+        git("cat-file", "-s", "HEAD", cwd=gitrepo).strip())).encode()
+    lines = 20000
+    out = git_bytes(str(gitrepo), "cat-file", "--batch-check",
+                    input=b"HEAD\n" * lines)
+    assert len(line) > 40 and out == line * lines
+    with pytest.raises(Abort, match="git rev-parse failed: fatal: "):
+        git_bytes(str(gitrepo), "rev-parse", "--verify", "nowhere")
+    assert git_bytes(str(gitrepo), "rev-parse", "--verify", "-q", "nowhere",
+                     ok=(0, 1)) == b""

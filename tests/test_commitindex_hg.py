@@ -2,8 +2,8 @@
 after every history-editing command, strip, rollback, pull and unbundle
 the lookups answer as reading every description would, from the index
 (no fallback), and never name a changeset that is gone; readers run while
-transactions append; ``hg serve`` answers over the wire and on the
-web."""
+transactions append; ``hg serve`` answers over the wire (HTTP and SSH)
+and on the web."""
 
 import json
 import os
@@ -17,6 +17,7 @@ import pytest
 from vcsperf.core import commitindex
 from vcsperf.core.commitids import message_keys
 
+from netservers import write_ssh_wrapper
 from test_all_extensions import HGRC
 
 EVOLUTION = ("uncommit =\n[experimental]\nevolution = all\n"
@@ -264,6 +265,32 @@ def test_revsets_and_lookup_output(hg, repo, hgserve, tmp_path):
                    cwd=tmp_path)
     assert proc.returncode == 255
     assert "cannot look up commit IDs" in proc.stderr
+    assert "the server needs the commitid extension" in proc.stderr
+
+    # Over SSH: Mercurial's ssh peer talks to ``hg serve --stdio`` through
+    # ``ui.ssh``, a stand-in for ssh that runs the command here and keeps
+    # what the server sent.
+    record = tmp_path / "ssh-record"
+    hg.env["VCSPERF_SSH_RECORD"] = str(record)
+    ssh = ("--config", "ui.ssh=%s" % write_ssh_wrapper(
+        str(tmp_path / "ssh")))
+    url = "ssh://user@dummy/%s" % repo
+    out = hg(*ssh, "--config", "ui.remotecmd=%s" % hg.binary,
+             "commitid-lookup", "--remote", url, "D2", "bug 102", "D999",
+             cwd=tmp_path, check=False)
+    assert out == "D2 %s\nbug 102 %s\n" % (second, second)
+    assert ("review:D2 %s\nbug:102 %s\n" % (second, second)).encode() in \
+        record.read_bytes()
+    # (``serve --stdio`` refuses --config.)
+    without = tmp_path / "without-commitid.hgrc"
+    without.write_text("[extensions]\ncommitid = !\n")
+    plain_hg = tmp_path / "hg-without-commitid"
+    plain_hg.write_text('#!/bin/sh\nHGRCPATH="$HGRCPATH:%s" exec %s "$@"\n'
+                        % (without, hg.binary))
+    plain_hg.chmod(0o755)
+    proc = hg.proc(*ssh, "--config", "ui.remotecmd=%s" % plain_hg,
+                   "commitid-lookup", "--remote", url, "D2", cwd=tmp_path)
+    assert proc.returncode == 255
     assert "the server needs the commitid extension" in proc.stderr
 
 

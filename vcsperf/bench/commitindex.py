@@ -13,8 +13,9 @@ For each Mercurial repository (copied first; the source is not written):
 - 1,000 lookups in one process (``hg commitid-lookup`` with 1,000 keys,
   less the same command with one key), the scan's per key extrapolated;
 - building the index from nothing (``hg debugupdatecaches``; hg's
-  ``--debug`` line gives the CPU time it spent), beside ``hg log -T
-  '{desc}'`` less its start-up;
+  ``--debug`` line gives the CPU time it spent, and how much of it went
+  on reading the descriptions), beside ``hg log -T '{desc}'`` less its
+  start-up;
 - ``hg commit`` and a pull of 100 changesets, with ``commitid.index`` off
   and on, and the CPU time of the update itself (``--debug``);
 - the index's bytes per changeset and per key.
@@ -36,7 +37,8 @@ import tempfile
 
 from vcsperf.bench import benchcli
 from vcsperf.bench.commitid import measured
-from vcsperf.core.commitids import BUG, ID, REVIEW, message_keys
+from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitkeys import BUG, ID, REVIEW
 from vcsperf.harness import tools
 
 SUITE = ("zstdstore", "wirezstd", "bundlegen", "sharepool", "commitid",
@@ -50,17 +52,23 @@ def timed(args, env, cwd=None):
     return measured(args, env, cwd)[1]
 
 
-def own_ms(args, env, cwd, runs=1, before=None):
+_OWN = re.compile(r"^commitid: .* in ([0-9.]+) ms of CPU(?:, ([0-9.]+) of "
+                  r"them reading descriptions)?$", re.M)
+
+
+def own_ms(args, env, cwd, runs=1, before=None, reading=False):
     """The median CPU milliseconds that hg says (``--debug``) it spent on
-    the index in ``args``: its update, or its lookups."""
+    the index in ``args``: its update, or its lookups; with ``reading``,
+    the median of the milliseconds an update spent reading descriptions
+    too."""
     values = []
     for _ in range(runs):
         if before:
             before("index on")
         out = tools.run([*args, "--debug"], env, cwd=cwd)
-        values.append(float(re.findall(r"^commitid: .* in ([0-9.]+) ms of "
-                                       r"CPU$", out, re.M)[-1]))
-    return statistics.median(values)
+        values.append([float(v or 0) for v in _OWN.findall(out)[-1]])
+    medians = [statistics.median(column) for column in zip(*values)]
+    return medians if reading else medians[0]
 
 
 def alternating(commands, runs, before=None):
@@ -131,8 +139,9 @@ def bench_hg(source, work, env, runs):
     # beside hg log reading them less its start-up.
     results["read less start"] = read_all - timed(
         [hg, "log", "-r", "tip", "-T", "{desc}"], env, scan)
-    results["build"] = own_ms([hg, "debugupdatecaches"], env, ours, runs,
-                              before=lambda name: remove_index(ours))
+    results["build"], results["build reading"] = own_ms(
+        [hg, "debugupdatecaches"], env, ours, runs,
+        before=lambda name: remove_index(ours), reading=True)
     size = sum(os.path.getsize(p) for p in index_files(ours))
     results["bytes"] = size
 
@@ -266,6 +275,11 @@ def report_hg(repo, r):
     lines.append("| build from nothing, descriptions read included | %s "
                  "(hg log -T '{desc}' less its start-up) | %s |" % (
                      ms(r["read less start"]), ms(r["build"] / 1000)))
+    beyond = (r["build"] - r["build reading"]) / 1000
+    lines.append("| build beyond reading the descriptions (%s of it) | | "
+                 "%s (%.2f s per 100,000 changesets) |" % (
+                     ms(r["build reading"] / 1000), ms(beyond),
+                     beyond * 100000 / r["changesets"]))
     for name in ("commit", "pull 100"):
         row = r[name]
         lines.append("| %s | %s (index off) | %s (index on); the update "

@@ -9,7 +9,8 @@ hash has changed.
 - Generation: ``new_id`` (random, for real use) and ``derived_id``
   (a hash of a seed, for reproducible tests).
 - Parsing: ``find_id`` / ``find_ids``; the keys that the commit index
-  looks up (commit IDs, reviews, bugs): ``message_keys``, ``parse_key``.
+  looks up (commit IDs, reviews, bugs; ``vcsperf.core.commitkeys``):
+  ``message_keys``.
 - Placement and skip rules: ``ensure_id``.
 - Mapping a new series of commits onto a previous one: ``map_series``;
   reading a series from a Git or Mercurial repository (``read_series``,
@@ -28,9 +29,9 @@ import os
 import re
 import time
 
-from vcsperf.core.process import git_output, hg_output
+from vcsperf.core.commitkeys import BUG, ID, REVIEW, TRAILER, KeyRules
+from vcsperf.core.spawn import git_bytes
 
-TRAILER = "MozReview-Commit-ID"
 #: 2000-01-01T00:00:00Z, the origin of the ID's time component.
 EPOCH = 946684800
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -250,8 +251,6 @@ def _ends_in_trailers(msg, body):
 
 # Lookup keys ---------------------------------------------------------------
 
-#: The kinds of key a message carries that the commit index looks up.
-ID, REVIEW, BUG = "id", "review", "bug"
 # The review trailers: Phabricator's URL ends in the revision, "D123";
 # Gerrit's Change-Id is "I" and 40 hex digits.
 _DIFFERENTIAL = re.compile(_TRAILER_VALUE % (
@@ -259,27 +258,10 @@ _DIFFERENTIAL = re.compile(_TRAILER_VALUE % (
 _CHANGE_ID = re.compile(_TRAILER_VALUE % ("Change-Id", "I[0-9a-f]{40}"))
 # "Bug 123" or "bug 123" as a word of the summary line.
 _BUG = re.compile(r"(?<![A-Za-z0-9])[Bb]ug ([0-9]+)(?![0-9A-Za-z])")
-_PHAB_REVISION = re.compile(r"D[0-9]+$")
 
 
-class KeyRules(collections.namedtuple("KeyRules", "id_trailers")):
-    """What ``message_keys`` extracts: commit IDs from ``id_trailers``
-    (``MozReview-Commit-ID`` and any configured name), reviews from
-    ``Differential Revision:`` and ``Change-Id:`` lines, and bug numbers
-    from the summary line."""
-
-    def __new__(cls, id_trailers=()):
-        names = [TRAILER] + [n for n in id_trailers if n != TRAILER]
-        return super().__new__(cls, tuple(names))
-
-    @property
-    def fingerprint(self):
-        """Bytes that change when the rules do (an index built with other
-        rules is rebuilt)."""
-        return ("v1 " + " ".join(self.id_trailers)).encode("utf-8")
-
-    def id_lines(self):
-        return [_trailer_pattern(name) for name in self.id_trailers]
+def _id_lines(rules):
+    return [_trailer_pattern(name) for name in rules.id_trailers]
 
 
 def _trailer_pattern(name):
@@ -295,7 +277,7 @@ def message_keys(message, rules=KeyRules()):
     # The substring tests spare most messages the patterns (an index
     # build reads every message).
     keys = set()
-    for name, pattern in zip(rules.id_trailers, rules.id_lines()):
+    for name, pattern in zip(rules.id_trailers, _id_lines(rules)):
         if name in message:
             keys.update((ID, found) for found in pattern.findall(message))
     if "Differential Revision: " in message:
@@ -308,30 +290,6 @@ def message_keys(message, rules=KeyRules()):
         summary = _LINE_END.split(message, 1)[0]
         keys.update((BUG, str(int(found))) for found in _BUG.findall(summary))
     return keys
-
-
-def parse_key(text):
-    """``(kind, key)`` for a key as people type it: ``D123`` and a
-    ``Change-Id`` (``I`` and 40 hex digits) are reviews, ``bug 123``,
-    ``bug123`` and ``Bug 123`` bugs, anything else a commit ID; an explicit
-    ``id:``, ``review:`` or ``bug:`` prefix says the kind."""
-    kind, colon, value = text.partition(":")
-    if colon and kind in (ID, REVIEW, BUG):
-        text = value
-    else:
-        kind = None
-    lowered = text.lower()
-    if kind == BUG or (kind is None and lowered.startswith("bug")
-                       and lowered[3:].strip().isdigit()):
-        number = lowered[3:].strip() if lowered.startswith("bug") else text
-        if not number.isdigit():
-            raise ValueError("not a bug number: %s" % text)
-        return BUG, str(int(number))
-    if kind == REVIEW or (kind is None and (
-            _PHAB_REVISION.match(text) or re.fullmatch("I[0-9a-f]{40}",
-                                                        text))):
-        return REVIEW, text
-    return ID, text
 
 
 # Mapping ------------------------------------------------------------------
@@ -468,19 +426,35 @@ def _duplicate_ids(*series):
 
 # Reading a series from a repository ------------------------------------------
 
+def git_messages(repo_path, revisions):
+    """``(sha, message)`` of the commits that ``revisions`` (arguments of
+    ``git log``, such as ``main..topic`` or ``^SHA``) name in a Git
+    repository, parents first."""
+    out = git_bytes(repo_path, "log", "--stdin", "--reverse", "--topo-order",
+                    "-z", "--format=%H%n%B",
+                    input=b"".join(r.encode("utf-8", "surrogateescape") +
+                                   b"\n" for r in revisions))
+    for entry in out.split(b"\0"):
+        sha, _, message = entry.partition(b"\n")
+        if sha:
+            yield sha.decode("ascii"), message.decode("utf-8",
+                                                      "surrogateescape")
+
+
 def read_series(repo_path, revisions, hidden=False, env=None):
     """The commits that ``revisions`` names in a Git repository (a range
     such as ``main..topic``) or a Mercurial one (a revset, which sees
     obsolete changesets with ``hidden``), oldest first, as ``Commit``
     without predecessors.  ``env`` is the environment hg runs in (default:
     this process's)."""
-    if os.path.isdir(os.path.join(repo_path, ".hg")):
-        out = hg_output(repo_path, *(["--hidden"] if hidden else []), "log",
-                        "-r", revisions, "-T", "{node}\\n{desc}\\0",
-                        env=env)
-    else:
-        out = git_output(repo_path, "log", "--reverse", "--topo-order",
-                         "-z", "--format=%H%n%B", revisions, "--")
+    if not os.path.isdir(os.path.join(repo_path, ".hg")):
+        return [Commit(sha, find_id(message))
+                for sha, message in git_messages(repo_path, [revisions])]
+    # here: Git's lookups import this module, and process's imports are
+    # a fifth of their time.
+    from vcsperf.core.process import hg_output
+    out = hg_output(repo_path, *(["--hidden"] if hidden else []), "log",
+                    "-r", revisions, "-T", "{node}\\n{desc}\\0", env=env)
     series = []
     for entry in out.split("\0"):
         node, _, message = entry.partition("\n")
@@ -494,6 +468,7 @@ def with_predecessors(repo_path, old, new, env=None):
     obsolescence markers give among ``old`` (the same repository)."""
     if not old:
         return new
+    from vcsperf.core.process import hg_output  # here: see read_series
     out = hg_output(repo_path, "log", "--hidden", "-r",
                     " or ".join(c.node for c in old), "-T",
                     "{node}{revset('successors(%d)', rev) % ' {node}'}\\n",

@@ -1,6 +1,7 @@
 """Finding and running the real ``hg`` and ``git`` binaries: the one
 subprocess runner of the adapters' command-line tools, the harness, the
-benchmarks and the check."""
+benchmarks and the check, but for ``spawn.git_bytes`` (Git's quick
+lookups, which cannot afford this module's imports)."""
 
 import io
 import os
@@ -118,18 +119,6 @@ def git_output(repo_path, *args):
         return run(["git", *args], None, cwd=repo_path)
     except CommandError as err:
         raise Abort("git %s failed: %s" % (args[0], err.stderr.strip()))
-
-
-def git_bytes(repo_path, *args, input=b"", ok=(0,)):
-    """``git_output`` as bytes, with ``input`` (bytes) on stdin: for
-    commit messages, which need not be UTF-8.  ``ok``: the exit statuses
-    that are no failure."""
-    proc = subprocess.run(["git", *args], cwd=repo_path, input=input,
-                          capture_output=True)
-    if proc.returncode not in ok:
-        raise Abort("git %s failed: %s" % (
-            args[0], proc.stderr.decode("utf-8", "replace").strip()))
-    return proc.stdout
 
 
 def hg_output(repo_path, *args, env=None):
