@@ -177,7 +177,8 @@ def reposetup(ui, repo):
     if repo.local():
         options = repo.svfs.options
         options[engine.OPT_LEVEL] = ui.configint(b'zstdstore', b'level')
-        if ui.config(b'format', b'maxchainlen') is None:
+        # core registers this item with a dynamic default: name ours
+        if ui.config(b'format', b'maxchainlen', None) is None:
             options[engine.OPT_MAX_CHAIN_LEN] = engine.MAX_CHAIN_LEN
 
 
