@@ -51,7 +51,10 @@ git checkouts (with ``--git``)
 Each feature is a function ``(check, work)`` in a module of this package
 (``store``, ``clones``, ``checkouts``, ``commit_ids``, ``importer``) that
 returns None when it passed, a reason when it skipped, and raises
-``outcome.Failed`` when it failed; this module runs them.
+``outcome.Failed`` when it failed; this module runs them, one at a time
+but for the pairs in ``BESIDE``, which run side by side on the two cores
+while neither runs a timed step (a step whose time a comparison uses has
+the machine to itself).
 
 The report gives, per feature, passed or failed with the reason, and the
 figures as ratios; then the wall time of every step, the peak memory and
