@@ -463,3 +463,30 @@ def test_a_timed_step_has_the_machine_alone():
 def _timed(machine, events):
     with machine.shared(), machine.alone():
         events.append("timed")
+
+
+def test_interrupt_stops_the_feature_beside(real_hg_repo, tmp_path,
+                                            monkeypatch):
+    """Ctrl-C in the dictionaries while commit IDs runs beside them:
+    commit IDs stops before its next command, and only then is the
+    scratch directory removed."""
+    started = threading.Event()
+    commands = []
+
+    def feature(check, work):
+        if os.path.basename(work) == "commit-IDs":
+            started.set()
+            while True:  # until the interrupt stops it
+                check.hg(["version", "-q"], check.hg_env())
+                commands.append(os.path.isdir(work))
+        if os.path.basename(work) == "dictionaries":
+            assert started.wait(120)
+            raise KeyboardInterrupt()
+
+    _only_the_copy(monkeypatch, feature)
+    scratch = tmp_path / "scratch"
+    with pytest.raises(KeyboardInterrupt):
+        runner.Check(str(real_hg_repo), scratch=str(scratch)).run()
+    # every command of commit IDs ran with its directory still there
+    assert all(commands)
+    assert os.listdir(scratch) == []

@@ -479,13 +479,19 @@ class Machine:
     @contextlib.contextmanager
     def alone(self):
         """For a thread that shares the machine: have it alone, then share
-        it again."""
+        it again (at once after an interrupt, which ends the run)."""
         with self._cond:
             self._shared -= 1
             self._waiting += 1
             self._cond.notify_all()
-            self._cond.wait_for(lambda: not self._alone and not self._shared)
-            self._waiting -= 1
+            try:
+                self._cond.wait_for(lambda: not self._alone
+                                    and not self._shared)
+            except BaseException:
+                self._shared += 1
+                raise
+            finally:
+                self._waiting -= 1
             self._alone = True
         try:
             yield
@@ -493,9 +499,11 @@ class Machine:
             with self._cond:
                 self._alone = False
                 self._cond.notify_all()
-                self._cond.wait_for(lambda: not self._alone
-                                    and not self._waiting)
-                self._shared += 1
+                try:
+                    self._cond.wait_for(lambda: not self._alone
+                                        and not self._waiting)
+                finally:
+                    self._shared += 1
 
 
 class _Doing:
@@ -523,6 +531,10 @@ def _side_by_side(parts):
         if first in parts and second in parts:
             parts[first] += parts.pop(second)
     return parts
+
+
+class _Stopped(KeyboardInterrupt):
+    """Raised in a feature running beside one that was interrupted."""
 
 
 class _Terminated(KeyboardInterrupt):
@@ -563,6 +575,9 @@ class Check:
         self._running = {}
         self._machine = Machine()
         self._state_lock = threading.Lock()
+        #: set when the run is interrupted while a feature runs beside:
+        #: that one stops before its next command
+        self._stopping = False
         self._disk = None
         self._peak_step = None
         self._hgrcs = 0
@@ -634,6 +649,8 @@ class Check:
     def command(self, args, env, cwd=None, on_line=None, check=True):
         """Run any command as ``hg`` is run; a failure raises
         ``tools.CommandError`` with what it wrote to stderr."""
+        if self._stopping:
+            raise _Stopped()
         task = self.console.current()
         return tools.run(args, env, cwd, check, on_line=on_line,
                          on_progress=lambda text: self.console.detail(
@@ -1094,9 +1111,16 @@ class Check:
                 raised.append(exc)
         thread = threading.Thread(target=beside, daemon=True)
         thread.start()
-        self._run_feature(*first)
-        thread.join()
-        if raised:
+        try:
+            self._run_feature(*first)
+        except BaseException:
+            # Interrupted: the other stops too, before the scratch
+            # directory is removed under the command it runs.
+            self._stopping = True
+            raise
+        finally:
+            thread.join()
+        if raised and not self._stopping:
             raise raised[0]
 
     def _copy_source(self):
