@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -79,7 +80,9 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
     done = [f["name"] for f in json.loads(state.read_text())["features"]]
-    assert done[0] == "dictionaries" and not report_path.exists()
+    # the first two run side by side
+    assert done[0] in ("dictionaries", "commit IDs")
+    assert not report_path.exists()
     proc = _vcsperf_check(env, *args[1:])
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "resuming the run in %s: %d of 7 features done" % (
@@ -392,15 +395,16 @@ def test_not_a_repository(env, tmp_path):
 
 def test_resume_skips_completed_features(real_hg_repo, tmp_path,
                                          monkeypatch):
-    """A run interrupted in its second feature keeps DIR; the same command
-    with ``--resume DIR`` runs only what was not completed, and reports
-    every feature once; other options are refused."""
+    """A run interrupted in its third feature (the first two ran side by
+    side) keeps DIR; the same command with ``--resume DIR`` runs only what
+    was not completed, and reports every feature once, in order; other
+    options are refused."""
     calls = []
     resume = tmp_path / "run"
 
     def feature(check, work):
         calls.append(os.path.basename(work))
-        if calls == ["dictionaries", "wire"]:
+        if calls.count("wire") == 1 and calls[-1] == "wire":
             # one run at a time in DIR
             with pytest.raises(runner.Abort, match="another vcsperf check"):
                 runner.Check(str(real_hg_repo), resume=str(resume)).run()
@@ -411,14 +415,78 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     with pytest.raises(KeyboardInterrupt):
         runner.Check(str(real_hg_repo), resume=str(resume)).run()
     state = json.loads((resume / runner.STATE_FILE).read_text())
-    assert [f["name"] for f in state["features"]] == ["dictionaries"]
+    assert sorted(calls[:2]) == ["commit-IDs", "dictionaries"]
+    assert [f["name"] for f in state["features"]] == ["dictionaries",
+                                                      "commit IDs"]
     assert (resume / "copy" / ".hg" / "store").is_dir()
     with pytest.raises(runner.Abort, match="other options"):
         runner.Check(str(real_hg_repo), quick=True, resume=str(resume)).run()
     report = runner.Check(str(real_hg_repo), resume=str(resume)).run()
-    assert calls == ["dictionaries", "wire", "wire", "bundles", "checkouts",
-                     "commit-IDs", "importer"]
+    assert calls[2:] == ["wire", "wire", "bundles", "checkouts", "importer"]
     assert [f["name"] for f in report["features"]] == FEATURES
     assert report["passed"] and not resume.exists()
     assert report["estimate"]["seconds"] > 0
     assert report["estimate"]["actual_vs_estimate"] > 0
+
+
+def test_a_timed_step_has_the_machine_alone():
+    """Untimed work of two features shares the machine; a timed step
+    starts only when the other's untimed work has ended, and the other's
+    next untimed work waits for the timed step's end."""
+    machine = runner.Machine()
+    events = []
+    sharing, release = threading.Event(), threading.Event()
+
+    def untimed():
+        with machine.shared():
+            sharing.set()
+            release.wait(60)
+            events.append("untimed ends")
+        with machine.shared():
+            events.append("untimed again")
+
+    other = threading.Thread(target=untimed)
+    other.start()
+    assert sharing.wait(60)
+    with machine.shared():
+        # both share it now
+        timed = threading.Thread(target=lambda: _timed(machine, events))
+        timed.start()
+    timed.join(0.5)
+    assert events == []
+    release.set()
+    timed.join(60)
+    other.join(60)
+    assert events == ["untimed ends", "timed", "untimed again"]
+
+
+def _timed(machine, events):
+    with machine.shared(), machine.alone():
+        events.append("timed")
+
+
+def test_interrupt_stops_the_feature_beside(real_hg_repo, tmp_path,
+                                            monkeypatch):
+    """Ctrl-C in the dictionaries while commit IDs runs beside them:
+    commit IDs stops before its next command, and only then is the
+    scratch directory removed."""
+    started = threading.Event()
+    commands = []
+
+    def feature(check, work):
+        if os.path.basename(work) == "commit-IDs":
+            started.set()
+            while True:  # until the interrupt stops it
+                check.hg(["version", "-q"], check.hg_env())
+                commands.append(os.path.isdir(work))
+        if os.path.basename(work) == "dictionaries":
+            assert started.wait(120)
+            raise KeyboardInterrupt()
+
+    _only_the_copy(monkeypatch, feature)
+    scratch = tmp_path / "scratch"
+    with pytest.raises(KeyboardInterrupt):
+        runner.Check(str(real_hg_repo), scratch=str(scratch)).run()
+    # every command of commit IDs ran with its directory still there
+    assert all(commands)
+    assert os.listdir(scratch) == []

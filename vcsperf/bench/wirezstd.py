@@ -150,13 +150,16 @@ def measure_wire(repo, work, core, ours):
     """Pulls of the whole history and of the last 100 changesets, by core
     zstd and by wirezstd."""
     results = {}
-    # clone -r takes what the source can look up: a node, not a revset.
     last100 = tools.hg(["log", "-R", repo, "-r", "first(last(all(), 101))",
                         "-T", "{node}"], core)
-    # All but the last 100, made once (clone -r pulls: it costs what a
-    # full pull does) and cloned by hardlinks for each side.
+    # All but the last 100, made once and cloned by hardlinks for each
+    # side: a hardlinked clone with the rest stripped (Mercurial breaks a
+    # hardlink before it writes; a clone -r pulls, and costs what a full
+    # pull does).
     older = os.path.join(work, "all-but-100")
-    tools.hg(["clone", "-q", "-U", "-r", last100, repo, older], core)
+    tools.hg(["clone", "-q", "-U", repo, older], core)
+    tools.hg(["-R", older, "debugstrip", "-q", "--no-backup", "-r",
+              "not ::%s" % last100], core)
     for label, base in (("full pull", None), ("pull of last 100", older)):
         for side, env, config in (("core zstd", core, ()),
                                   ("wirezstd", ours,

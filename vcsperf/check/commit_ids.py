@@ -54,7 +54,7 @@ def commit_ids(check, work):
     first, last = found
     repo = os.path.join(work, "repo")
     with check.step("clone, give %d changesets commit IDs"
-                    % (last - first + 1)):
+                    % (last - first + 1), timed=False):
         check.hg(["clone", "-q", "-U", check.base, repo], core)
         check.hg(["phase", "--draft", "--force", "-r", "%d::" % first],
                  ours, cwd=repo)
@@ -65,7 +65,7 @@ def commit_ids(check, work):
     if any(c.commit_id is None for c in old):
         raise Failed("commitid-add left %d changesets without an ID"
                      % sum(c.commit_id is None for c in old))
-    with check.step("rebase onto a new base"):
+    with check.step("rebase onto a new base", timed=False):
         base = check.hg(["--config", "extensions.checkcmds=%s"
                          % checkcmds.__file__, "check-newbase",
                          "p1(%s)" % old[0].node], ours, cwd=repo).strip()
@@ -82,7 +82,8 @@ def commit_ids(check, work):
             action = "fold" if index % 3 == 2 else "pick"
             folds += action == "fold"
             fh.write("%s %s\n" % (action, node))
-    with check.step("update, histedit: fold every third"):
+    with check.step("update, histedit: fold every third",
+                    timed=False):
         # histedit works in the working directory, from its parent down.
         check.hg(["update", "-q", "-r", rebased[-1]], ours, cwd=repo)
         check.hg(["histedit", "-q", "--commands", plan, rebased[0]], ours,

@@ -51,7 +51,10 @@ git checkouts (with ``--git``)
 Each feature is a function ``(check, work)`` in a module of this package
 (``store``, ``clones``, ``checkouts``, ``commit_ids``, ``importer``) that
 returns None when it passed, a reason when it skipped, and raises
-``outcome.Failed`` when it failed; this module runs them.
+``outcome.Failed`` when it failed; this module runs them, one at a time
+but for the pairs in ``BESIDE``, which run side by side on the two cores
+while neither runs a timed step (a step whose time a comparison uses has
+the machine to itself).
 
 The report gives, per feature, passed or failed with the reason, and the
 figures as ratios; then the wall time of every step, the peak memory and
@@ -113,13 +116,15 @@ LOCK_FILE = "vcsperf-check.lock"
 #: thousand files at the tip, per thousand Python files compiled, per
 #: changeset the commit IDs feature rewrites.  Fitted to three runs on
 #: this machine with the 2 cores shared with other jobs at load 1 to 4
-#: (BENCHMARKS.md: sympy and vct quick, vct full); at load 10 a run takes
-#: 3 to 8 times as long.
+#: (BENCHMARKS.md: sympy and vct quick, vct full; the wire's per-changeset
+#: rate refitted to a later vct full run, once the base of its pull of the
+#: last 100 was stripped instead of pulled); at load 10 a run takes 3 to 8
+#: times as long.
 SECONDS_PER = {
     "copy": {"run": 0.5, "store MB": 0.002, "changesets": 0.036,
              "kfiles": 0.5},
     "dictionaries": {"run": 7.4, "MB": 0.42, "kchangesets": 6.0},
-    "wire": {"run": 16, "MB": 0.1, "kchangesets": 4.7},
+    "wire": {"run": 16, "MB": 0.1, "kchangesets": 2.4},
     "bundles": {"run": 6, "MB": 2.2, "kchangesets": 1.9},
     "checkouts": {"run": 6, "MB": 0.27, "kfiles": 4, "kchangesets": 2.4},
     "commit IDs": {"kfiles": 5.5, "rewritten": 0.3},
@@ -139,12 +144,22 @@ def _duration(seconds):
     return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
 
 
+class _Task:
+    """A step on the progress line."""
+
+    def __init__(self, label):
+        self.label = label
+        self.detail = ""
+        self.start = time.monotonic()
+
+
 class Console:
-    """Report lines on ``out``; progress on ``err`` for the running step:
-    its elapsed time, a progress bar (ours, with its ETA, or the one hg
-    draws for the command the step runs, with hg's estimate) and the time
-    the run has left by its estimate.  On a terminal it is a live line;
-    elsewhere (a log file, a pipe) a line every ``LOG_INTERVAL`` seconds."""
+    """Report lines on ``out``; progress on ``err`` for the running steps
+    (one per thread): each one's elapsed time and progress bar (ours, with
+    its ETA, or the one hg draws for the command the step runs, with hg's
+    estimate), and the time the run has left by its estimate.  On a
+    terminal it is a live line; elsewhere (a log file, a pipe) a line every
+    ``LOG_INTERVAL`` seconds."""
 
     #: Seconds between two progress lines when ``err`` is not a terminal.
     LOG_INTERVAL = 30
@@ -157,11 +172,10 @@ class Console:
         #: estimate; None until there is one.
         self.expected_end = None
         self._lock = threading.Lock()
-        self._label = None
-        self._detail = ""
-        self._start = 0.0
+        #: {thread ident: _Task} of the steps running
+        self._tasks = {}
+        #: the thread drawing the progress line, and its stop signal
         self._ticker = None
-        self._stopped = threading.Event()
 
     def say(self, text=""):
         with self._lock:
@@ -169,43 +183,60 @@ class Console:
             self.out.write(text + "\n")
             self.out.flush()
 
-    def detail(self, text):
-        self._detail = text
+    def current(self):
+        """The step the calling thread runs, or None."""
+        return self._tasks.get(threading.get_ident())
+
+    def detail(self, text, task=None):
+        """Show ``text`` beside ``task`` (the calling thread's step)."""
+        task = task or self.current()
+        if task is not None:
+            task.detail = text
 
     def count(self, done, total, unit):
+        task = self.current()
+        if task is None:
+            return
         width = 24
         filled = width * done // max(total, 1)
-        elapsed = time.monotonic() - self._start
-        self._detail = "[%s%s] %d/%d %s%s" % (
+        elapsed = time.monotonic() - task.start
+        task.detail = "[%s%s] %d/%d %s%s" % (
             "=" * filled, " " * (width - filled), done, total, unit,
             " ETA %s" % _duration(elapsed * (total - done) / done)
             if done else "")
 
     @contextlib.contextmanager
     def task(self, label):
-        self._label, self._detail = label, ""
-        self._start = time.monotonic()
-        self._stopped.clear()
-        self._ticker = threading.Thread(target=self._tick, daemon=True)
-        self._ticker.start()
+        ident = threading.get_ident()
+        with self._lock:
+            self._tasks[ident] = _Task(label)
+            if self._ticker is None:
+                stopped = threading.Event()
+                self._ticker = (threading.Thread(
+                    target=self._tick, args=(stopped,), daemon=True),
+                    stopped)
+                self._ticker[0].start()
         try:
             yield
         finally:
-            if self._ticker:
-                self._stopped.set()
-                self._ticker.join()
-                self._ticker = None
+            ticker = None
             with self._lock:
                 self._clear()
-            self._label = None
+                del self._tasks[ident]
+                if not self._tasks:
+                    ticker, self._ticker = self._ticker, None
+            if ticker:
+                ticker[1].set()
+                ticker[0].join()
 
-    def _tick(self):
+    def _tick(self, stopped):
         interval = 0.25 if self.live else self.LOG_INTERVAL
-        while not self._stopped.wait(interval):
+        while not stopped.wait(interval):
             now = time.monotonic()
-            line = "  %s  %s  %s" % (self._label,
-                                     _duration(now - self._start),
-                                     self._detail)
+            line = "  " + "  |  ".join(
+                "%s  %s  %s" % (task.label, _duration(now - task.start),
+                                task.detail)
+                for task in list(self._tasks.values()))
             if self.expected_end is not None:
                 line += "  (run: about %s left)" % _duration(
                     max(0, self.expected_end - now))
@@ -218,7 +249,7 @@ class Console:
                 self.err.flush()
 
     def _clear(self):
-        if self.live and self._label is not None:
+        if self.live and self._tasks:
             columns = shutil.get_terminal_size().columns - 1
             self.err.write("\r%s\r" % (" " * columns))
             self.err.flush()
@@ -370,9 +401,10 @@ class DiskWatch:
 
     ``sample()`` measures now; used as a context manager, a thread samples
     on its own in between, spending at most a tenth of its time walking
-    the tree.  ``where()`` says what is running, as ``(feature, step)``:
-    ``peak_where`` is where the largest sample, ``peak``, was taken, and
-    ``peaks`` the largest sample per feature."""
+    the tree.  ``where()`` says what is running, as a list of ``(feature,
+    step)`` (features may run side by side): ``peak_where`` is where the
+    largest sample, ``peak``, was taken (the first of them), and ``peaks``
+    the largest sample taken while each feature ran."""
 
     MIN_INTERVAL = 0.25
 
@@ -392,10 +424,11 @@ class DiskWatch:
         start = time.monotonic()
         used = pooling.disk_usage(self.root, counted=self.known)
         with self._lock:
-            if used > self.peak:
-                self.peak, self.peak_where = used, where
-            if used > self.peaks.get(where[0], -1):
-                self.peaks[where[0]] = used
+            if used > self.peak and where:
+                self.peak, self.peak_where = used, where[0]
+            for feature, _ in where:
+                if used > self.peaks.get(feature, -1):
+                    self.peaks[feature] = used
         return time.monotonic() - start
 
     def __enter__(self):
@@ -416,6 +449,92 @@ class DiskWatch:
 
 def _peak_child_rss():
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
+class Machine:
+    """Who may run now.  A feature shares the machine with the one beside
+    it, if any, for its untimed work (preparation, verification); a timed
+    step has the machine to itself: it waits until nothing else runs, and
+    nothing else starts before it ends."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._alone = False
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: not self._alone
+                                and not self._waiting)
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        """For a thread that shares the machine: have it alone, then share
+        it again (at once after an interrupt, which ends the run)."""
+        with self._cond:
+            self._shared -= 1
+            self._waiting += 1
+            self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: not self._alone
+                                    and not self._shared)
+            except BaseException:
+                self._shared += 1
+                raise
+            finally:
+                self._waiting -= 1
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._cond.notify_all()
+                try:
+                    self._cond.wait_for(lambda: not self._alone
+                                        and not self._waiting)
+                finally:
+                    self._shared += 1
+
+
+class _Doing:
+    """What a thread of the run does: the feature (the dict the report
+    gets), its step's label, and its steps so far."""
+
+    def __init__(self, feature, steps):
+        self.feature = feature
+        self.step = None
+        self.steps = steps
+
+
+#: Features run side by side, the second in a thread of its own, sharing
+#: the machine while neither runs a timed step: commit IDs (nothing of it
+#: timed but its last step) beside the dictionaries' training, conversion
+#: and verification.
+BESIDE = {"dictionaries": "commit IDs"}
+
+
+def _side_by_side(parts):
+    """``parts`` ({feature: bytes}) with each pair of ``BESIDE`` that is in
+    it as one part, the sum of the two."""
+    parts = dict(parts)
+    for first, second in BESIDE.items():
+        if first in parts and second in parts:
+            parts[first] += parts.pop(second)
+    return parts
+
+
+class _Stopped(KeyboardInterrupt):
+    """Raised in a feature running beside one that was interrupted."""
 
 
 class _Terminated(KeyboardInterrupt):
@@ -450,8 +569,15 @@ class Check:
         self._resume_lock = None
         self.steps = []
         self.features = []
-        self._feature = None
-        self._step = None
+        #: ``doing``: the _Doing of this thread
+        self._local = threading.local()
+        #: {thread ident: _Doing} of the features running
+        self._running = {}
+        self._machine = Machine()
+        self._state_lock = threading.Lock()
+        #: set when the run is interrupted while a feature runs beside:
+        #: that one stops before its next command
+        self._stopping = False
         self._disk = None
         self._peak_step = None
         self._hgrcs = 0
@@ -481,27 +607,37 @@ class Check:
     # -- steps ------------------------------------------------------------
 
     @contextlib.contextmanager
-    def step(self, label):
-        """Time one step of the current feature, with a live line."""
-        start = time.perf_counter()
-        self._step = label
-        try:
-            with self.console.task("%s: %s" % (self._feature["name"],
-                                               label)):
-                yield
-        finally:
-            seconds = time.perf_counter() - start
-            self.steps.append({"feature": self._feature["name"],
-                               "step": label, "seconds": round(seconds, 3)})
-            self._after_step(label)
-            self._step = None
+    def step(self, label, timed=True):
+        """Time one step of the current feature, with a live line.  A
+        step whose time counts in a comparison (``timed``) has the machine
+        to itself; one that only prepares or verifies shares it with the
+        feature running beside, if any."""
+        doing = self._local.doing
+        with self._machine.alone() if timed else contextlib.nullcontext():
+            start = time.perf_counter()
+            doing.step = label
+            try:
+                with self.console.task("%s: %s" % (doing.feature["name"],
+                                                   label)):
+                    yield
+            finally:
+                seconds = time.perf_counter() - start
+                doing.steps.append({"feature": doing.feature["name"],
+                                    "step": label,
+                                    "seconds": round(seconds, 3)})
+                self._after_step(label)
+                doing.step = None
 
     def _after_step(self, label):
         self._disk.sample()
         peak = _peak_child_rss()
         if self._peak_step is None or peak > self._peak_step[1]:
-            self._peak_step = ("%s: %s" % (self._feature["name"], label),
-                               peak)
+            self._peak_step = ("%s: %s" % (
+                self._local.doing.feature["name"], label), peak)
+
+    def _where(self):
+        return [(doing.feature["name"], doing.step)
+                for doing in list(self._running.values())]
 
     def hg(self, args, env, cwd=None, on_line=None, check=True):
         """Run hg; its progress bars feed the live line, ``on_line`` gets
@@ -513,20 +649,24 @@ class Check:
     def command(self, args, env, cwd=None, on_line=None, check=True):
         """Run any command as ``hg`` is run; a failure raises
         ``tools.CommandError`` with what it wrote to stderr."""
+        if self._stopping:
+            raise _Stopped()
+        task = self.console.current()
         return tools.run(args, env, cwd, check, on_line=on_line,
-                         on_progress=self.console.detail)
+                         on_progress=lambda text: self.console.detail(
+                             text, task))
 
     # -- comparisons ------------------------------------------------------
 
     def compare(self, what, core, ours, unit, better, core_label="core"):
         """One figure of the current feature beside core's."""
-        self._feature["comparisons"].append({
+        self._local.doing.feature["comparisons"].append({
             "what": what, "core_label": core_label, "core": core,
             "ours": ours, "unit": unit, "better": better,
             "ratio": round(ours / core, 4) if core else None})
 
     def fact(self, name, value):
-        self._feature["facts"][name] = value
+        self._local.doing.feature["facts"][name] = value
 
     def fact_of(self, feature, name):
         """A fact of a feature that ran before (None if it did not get
@@ -655,10 +795,11 @@ class Check:
 
     def disk_needed(self, parts):
         """Bytes of free disk the run needs at its peak: the copy, plus
-        the largest feature (each feature's directory is removed before
-        the next starts), plus a margin."""
-        return parts["copy"] + max(v for k, v in parts.items()
-                                   if k != "copy") + DISK_MARGIN
+        the largest feature or pair of features run side by side (each
+        feature's directory is removed when it ends), plus a margin."""
+        return parts["copy"] + max(_side_by_side(
+            {k: v for k, v in parts.items() if k != "copy"}).values(
+            )) + DISK_MARGIN
 
     def estimate_seconds(self, info):
         """``{part: seconds}`` the run should take on this machine, from
@@ -813,12 +954,14 @@ class Check:
         # A hardlink to a file of the original costs no disk.
         self._disk = DiskWatch(
             self.scratch, {(p[1], p[2]) for p in before.values()},
-            lambda: (self._feature["name"], self._step))
+            self._where)
         if state["disk"]:
             self._disk.peak = state["disk"]["peak"]
             if state["disk"]["peak_where"]:
                 self._disk.peak_where = tuple(state["disk"]["peak_where"])
             self._disk.peaks = state["disk"]["peaks"]
+        # Features side by side are counted one after the other: on this
+        # machine, shared with other jobs, the pair took about 94% of that.
         total = sum(estimate["seconds"].values())
         self.console.expected_end = time.monotonic() + max(
             0, total - self._previous_seconds)
@@ -901,37 +1044,84 @@ class Check:
                 parts.get(step["feature"], 0) + step["seconds"], 1)
         return parts
 
+    @contextlib.contextmanager
+    def _doing_feature(self, feature, steps):
+        """Run ``feature`` (its report) in this thread, its steps going to
+        ``steps``, sharing the machine but for its timed steps."""
+        self._local.doing = _Doing(feature, steps)
+        ident = threading.get_ident()
+        self._running[ident] = self._local.doing
+        try:
+            with self._machine.shared():
+                yield
+        finally:
+            del self._running[ident]
+
     def _run_features(self):
         done = {f["name"] for f in self.features}
         prepared = self._state["prepared"]
-        self._feature = {"name": "copy", "status": "passed",
-                         "comparisons": [], "facts": {}}
+        copy = {"name": "copy", "status": "passed", "comparisons": [],
+                "facts": {}}
         with self._disk:
-            self.copy = self.base = self.path("copy")
-            if "copy" not in prepared:
-                shutil.rmtree(self.copy, ignore_errors=True)
-                with self.step("hardlinked copy of the repository"):
-                    self._copy_source()
-                prepared.append("copy")
-                self._save_state()
-            self.base_changesets = self.info["changesets"]
-            size = self._slice_changesets(self.info)
-            if self.quick and size < self.info["changesets"]:
-                self.base = self.path("slice")
-                if "slice" not in prepared:
-                    shutil.rmtree(self.base, ignore_errors=True)
-                    with self.step("write the newest %d changesets"
-                                   % size):
-                        sample.build_slice(self, size, self.base)
-                    prepared.append("slice")
+            with self._doing_feature(copy, self.steps):
+                self.copy = self.base = self.path("copy")
+                if "copy" not in prepared:
+                    shutil.rmtree(self.copy, ignore_errors=True)
+                    with self.step("hardlinked copy of the repository"):
+                        self._copy_source()
+                    prepared.append("copy")
                     self._save_state()
-                self.base_changesets = int(self.hg(
-                    ["log", "-R", self.base, "-r", "tip", "-T", "{rev}"],
-                    self.hg_env())) + 1
-            for name, function in self._features():
-                if name not in done:
+                self.base_changesets = self.info["changesets"]
+                size = self._slice_changesets(self.info)
+                if self.quick and size < self.info["changesets"]:
+                    self.base = self.path("slice")
+                    if "slice" not in prepared:
+                        shutil.rmtree(self.base, ignore_errors=True)
+                        with self.step("write the newest %d changesets"
+                                       % size):
+                            sample.build_slice(self, size, self.base)
+                        prepared.append("slice")
+                        self._save_state()
+                    self.base_changesets = int(self.hg(
+                        ["log", "-R", self.base, "-r", "tip", "-T", "{rev}"],
+                        self.hg_env())) + 1
+            todo = dict((name, function) for name, function
+                        in self._features() if name not in done)
+            while todo:
+                name = next(iter(todo))
+                function = todo.pop(name)
+                beside = BESIDE.get(name)
+                if beside in todo:
+                    self._side_by_side((name, function),
+                                       (beside, todo.pop(beside)))
+                else:
                     self._run_feature(name, function)
-                    self._save_state()
+        # in the order of an uninterrupted run, whichever ended first
+        order = ["copy"] + [name for name, _ in self._features()]
+        self.steps.sort(key=lambda s: order.index(s["feature"]))
+
+    def _side_by_side(self, first, second):
+        """Run two features at once, ``second`` in a thread of its own."""
+        raised = []
+
+        def beside():
+            try:
+                self._run_feature(*second)
+            except BaseException as exc:  # handed to this thread
+                raised.append(exc)
+        thread = threading.Thread(target=beside, daemon=True)
+        thread.start()
+        try:
+            self._run_feature(*first)
+        except BaseException:
+            # Interrupted: the other stops too, before the scratch
+            # directory is removed under the command it runs.
+            self._stopping = True
+            raise
+        finally:
+            thread.join()
+        if raised and not self._stopping:
+            raise raised[0]
 
     def _copy_source(self):
         """The copy, without a lock on the original; a repository that
@@ -947,36 +1137,43 @@ class Check:
                 self.hg_env())
 
     def _run_feature(self, name, function):
-        self._feature = {"name": name, "status": "passed", "error": None,
-                         "comparisons": [], "facts": {}}
+        feature = {"name": name, "status": "passed", "error": None,
+                   "comparisons": [], "facts": {}}
+        steps = []
         workdir = self.path(name.replace(" ", "-"))
         # what a killed run left of this feature
         shutil.rmtree(workdir, ignore_errors=True)
         os.mkdir(workdir)
         start = time.perf_counter()
         try:
-            reason = function(self, workdir)
+            with self._doing_feature(feature, steps):
+                reason = function(self, workdir)
             if reason:
-                self._feature["status"] = "skipped"
-                self._feature["error"] = reason
+                feature["status"] = "skipped"
+                feature["error"] = reason
         except Failed as failure:
-            self._feature["status"] = "failed"
-            self._feature["error"] = str(failure)
+            feature["status"] = "failed"
+            feature["error"] = str(failure)
         except tools.CommandError as err:
-            self._feature["status"] = "failed"
-            self._feature["error"] = command_failure(err)
+            feature["status"] = "failed"
+            feature["error"] = command_failure(err)
         except Exception as exc:
             # A bug or a surprise in one feature must not cost the report
             # of the others.
-            self._feature["status"] = "failed"
-            self._feature["error"] = "%s: %s" % (type(exc).__name__, exc)
+            feature["status"] = "failed"
+            feature["error"] = "%s: %s" % (type(exc).__name__, exc)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-            self._feature["seconds"] = round(time.perf_counter() - start, 1)
+            feature["seconds"] = round(time.perf_counter() - start, 1)
         # Only a feature that ran to its end is in the report (and in the
-        # state a resumed run starts from).
-        self.features.append(self._feature)
-        self.console.say(format_feature(self._feature))
+        # state a resumed run starts from), with its steps.
+        order = [name for name, _ in self._features()]
+        with self._state_lock:
+            self.features.append(feature)
+            self.features.sort(key=lambda f: order.index(f["name"]))
+            self.steps += steps
+            self._save_state()
+        self.console.say(format_feature(feature))
 
 
 # Report -------------------------------------------------------------------

@@ -45,15 +45,15 @@ def dictionaries(check, work):
     ours = check.hg_env(["zstdstore"])
     core = check.hg_env()
     repo = os.path.join(work, "zstd-dict")
-    with check.step("clone the copy"):
+    with check.step("clone the copy", timed=False):
         check.hg(["clone", "-q", "-U", check.base, repo], core)
-    with check.step("train dictionaries"):
+    with check.step("train dictionaries", timed=False):
         check.hg(["zstd-train"], ours, cwd=repo)
-    with check.step("convert to zstd-dict"):
+    with check.step("convert to zstd-dict", timed=False):
         check.hg(["debugupgraderepo", "--run", "--no-backup", "-q",
                   "--config", "format.revlog-compression=zstd-dict"], ours,
                  cwd=repo)
-    with check.step("hg verify"):
+    with check.step("hg verify", timed=False):
         try:
             check.hg(["verify", "-q"], ours, cwd=repo)
             verified = True
