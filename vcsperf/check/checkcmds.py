@@ -121,20 +121,20 @@ def check_slice(ui, repo, revs, dest):
                 files.update(kept[0].manifest().diff(tree))
             else:
                 files.update(tree)
-            known = set()
-            for parent in kept:
-                known.update(parent.manifest())
 
-            def filectx(out, memctx, path, ctx=ctx, tree=tree, known=known):
+            def filectx(out, memctx, path, ctx=ctx, tree=tree, kept=kept):
                 if path not in tree:
                     return None
                 fctx = ctx[path]
                 flags = tree.flags(path)
                 source = fctx.copysource()
+                # A copy keeps its source only if a kept parent has it.
+                if source is not None and not any(
+                        source in parent.manifest() for parent in kept):
+                    source = None
                 return context.memfilectx(
                     out, memctx, path, fctx.data(), islink=b'l' in flags,
-                    isexec=b'x' in flags,
-                    copysource=source if source in known else None)
+                    isexec=b'x' in flags, copysource=source)
 
             parents = [written[p.rev()] for p in kept] + [None, None]
             ui.setconfig(b'phases', b'new-commit', ctx.phasestr(),

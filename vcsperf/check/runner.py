@@ -569,8 +569,6 @@ class Check:
         self._resume_lock = None
         self.steps = []
         self.features = []
-        #: ``doing``: the _Doing of this thread
-        self._local = threading.local()
         #: {thread ident: _Doing} of the features running
         self._running = {}
         self._machine = Machine()
@@ -612,28 +610,31 @@ class Check:
         step whose time counts in a comparison (``timed``) has the machine
         to itself; one that only prepares or verifies shares it with the
         feature running beside, if any."""
-        doing = self._local.doing
+        doing = self._doing()
         with self._machine.alone() if timed else contextlib.nullcontext():
             start = time.perf_counter()
             doing.step = label
+            title = "%s: %s" % (doing.feature["name"], label)
             try:
-                with self.console.task("%s: %s" % (doing.feature["name"],
-                                                   label)):
+                with self.console.task(title):
                     yield
             finally:
                 seconds = time.perf_counter() - start
                 doing.steps.append({"feature": doing.feature["name"],
                                     "step": label,
                                     "seconds": round(seconds, 3)})
-                self._after_step(label)
+                self._after_step(title)
                 doing.step = None
 
-    def _after_step(self, label):
+    def _doing(self):
+        """The _Doing of the feature this thread runs."""
+        return self._running[threading.get_ident()]
+
+    def _after_step(self, title):
         self._disk.sample()
         peak = _peak_child_rss()
         if self._peak_step is None or peak > self._peak_step[1]:
-            self._peak_step = ("%s: %s" % (
-                self._local.doing.feature["name"], label), peak)
+            self._peak_step = (title, peak)
 
     def _where(self):
         return [(doing.feature["name"], doing.step)
@@ -660,13 +661,13 @@ class Check:
 
     def compare(self, what, core, ours, unit, better, core_label="core"):
         """One figure of the current feature beside core's."""
-        self._local.doing.feature["comparisons"].append({
+        self._doing().feature["comparisons"].append({
             "what": what, "core_label": core_label, "core": core,
             "ours": ours, "unit": unit, "better": better,
             "ratio": round(ours / core, 4) if core else None})
 
     def fact(self, name, value):
-        self._local.doing.feature["facts"][name] = value
+        self._doing().feature["facts"][name] = value
 
     def fact_of(self, feature, name):
         """A fact of a feature that ran before (None if it did not get
@@ -1048,9 +1049,8 @@ class Check:
     def _doing_feature(self, feature, steps):
         """Run ``feature`` (its report) in this thread, its steps going to
         ``steps``, sharing the machine but for its timed steps."""
-        self._local.doing = _Doing(feature, steps)
         ident = threading.get_ident()
-        self._running[ident] = self._local.doing
+        self._running[ident] = _Doing(feature, steps)
         try:
             with self._machine.shared():
                 yield
