@@ -260,10 +260,6 @@ _CHANGE_ID = re.compile(_TRAILER_VALUE % ("Change-Id", "I[0-9a-f]{40}"))
 _BUG = re.compile(r"(?<![A-Za-z0-9])[Bb]ug ([0-9]+)(?![0-9A-Za-z])")
 
 
-def _id_lines(rules):
-    return [_trailer_pattern(name) for name in rules.id_trailers]
-
-
 def _trailer_pattern(name):
     if name == TRAILER:
         return _ID_LINE
@@ -277,9 +273,10 @@ def message_keys(message, rules=KeyRules()):
     # The substring tests spare most messages the patterns (an index
     # build reads every message).
     keys = set()
-    for name, pattern in zip(rules.id_trailers, _id_lines(rules)):
+    for name in rules.id_trailers:
         if name in message:
-            keys.update((ID, found) for found in pattern.findall(message))
+            keys.update((ID, found)
+                        for found in _trailer_pattern(name).findall(message))
     if "Differential Revision: " in message:
         for found in _DIFFERENTIAL.findall(message):
             keys.add((REVIEW, found[found.rindex("/") + 1:] if "/" in found
