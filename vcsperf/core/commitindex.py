@@ -166,19 +166,19 @@ class Index:
     ``FileNotFoundError`` when there is none and ``CorruptIndex`` when it
     cannot be used."""
 
-    def __init__(self, directory, name, docket=None):
+    def __init__(self, directory, name):
         self.directory, self.name = directory, name
         # A writer may replace the files between the docket and the
         # opening; then the docket read again names the new ones.
         for attempt in (1, 2):
-            self.docket = docket or read_docket(directory, name)
+            self.docket = read_docket(directory, name)
             if self.docket is None:
                 raise FileNotFoundError(os.path.join(directory, name))
             try:
                 self._open()
                 return
             except FileNotFoundError:
-                if attempt == 2 or docket is not None:
+                if attempt == 2:
                     raise CorruptIndex("the index files are gone")
 
     def _open(self):
