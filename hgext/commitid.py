@@ -436,11 +436,12 @@ def _parse_keys(keys):
 
 
 def _lookup(repo, keys):
-    """``[(key as typed, node)]`` for ``keys`` in ``repo``, in order."""
+    """``[(key as typed, hex node)]`` for ``keys`` in ``repo``, in
+    order."""
     parsed = _parse_keys(keys)
     began = time.process_time()
     with _commitindex.Finder(repo) as find:
-        found = [(typed, repo.changelog.node(rev))
+        found = [(typed, nodemod.hex(repo.changelog.node(rev)))
                  for typed, (kind, key) in zip(keys, parsed)
                  for rev in find(kind, key)]
     repo.ui.debug(b'commitid: %d keys looked up in %.1f ms of CPU\n'
@@ -480,8 +481,7 @@ def commitid_lookup(ui, repo, *keys, **opts):
                                 b'(.hg not found)'),
                               hint=_(b'or ask a server with --remote'))
     else:
-        found = [(typed, nodemod.hex(node))
-                 for typed, node in _lookup(repo, keys)]
+        found = _lookup(repo, keys)
     with ui.formatter(b'commitid-lookup', _hgcompat.bytes_opts(opts)[0]) \
             as fm:
         for typed, node in found:
@@ -499,8 +499,7 @@ def _remote_lookup(ui, repo, source, keys):
         local = peer.local()
         if local is not None:
             # A path: no server, the repository as a server would show it.
-            return [(typed, nodemod.hex(node)) for typed, node in
-                    _lookup(local.filtered(b'served'), keys)]
+            return _lookup(local.filtered(b'served'), keys)
         if not peer.capable(WIRE_COMMAND):
             raise error.Abort(_(b'%s cannot look up commit IDs')
                               % peer.url(),
@@ -527,8 +526,7 @@ def wire_commitidlookup(repo, proto, keys):
     """``kind:key node`` lines for the keys (``kind:key``, one a line)."""
     keys = keys.split(b'\n')
     return wireprototypes.bytesresponse(b''.join(
-        b'%s %s\n' % (key, nodemod.hex(node))
-        for key, node in _lookup(repo, keys)))
+        b'%s %s\n' % (key, node) for key, node in _lookup(repo, keys)))
 
 
 def web_commitid(web):
@@ -543,7 +541,7 @@ def web_commitid(web):
         answer = {'error': _text(stringutil.forcebytestr(err))}
         found = []
     for typed, node in found:
-        answer[_text(typed)].append(_text(nodemod.hex(node)))
+        answer[_text(typed)].append(_text(node))
     web.res.headers[b'Content-Type'] = b'application/json'
     web.res.setbodybytes(json.dumps(answer, indent=1).encode() + b'\n')
     return web.res.sendresponse()
