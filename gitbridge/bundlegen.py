@@ -56,7 +56,7 @@ from vcsperf.core import bundlestore
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.pooling import (LockPolicy, PidLock, describe_owner,
                                   format_bytes as _size)
-from vcsperf.core.process import CommandError, git_output, run
+from vcsperf.core.process import CommandError, git, git_output
 
 LIST_NAME = "bundle-list"
 RECORD = "bundles.json"
@@ -256,10 +256,7 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         for destination in settings.destinations:
             bundlestore.delete(destination, retired)
         for name in retired:
-            try:
-                os.unlink(os.path.join(settings.output, name))
-            except FileNotFoundError:
-                pass
+            _unlink(os.path.join(settings.output, name))
     seconds = time.monotonic() - started
     return {"action": "published", "kind": kind, "reason": reason,
             "bundle": bundle, "chain": [b["file"] for b in chain],
@@ -283,11 +280,9 @@ def _write_bundle(repo, output, token, kind, old_tips):
     excluded = sorted({sha for sha in old_tips.values()})
     started = time.monotonic()
     try:
-        run(["git", "-C", repo, "bundle", "create", "-q", temp, "--branches",
-             "--tags", *(["--not", *excluded] if excluded else [])],
-            dict(os.environ, LC_ALL="C"))
-        run(["git", "-C", repo, "bundle", "verify", "-q", temp],
-            dict(os.environ, LC_ALL="C"))
+        git("-C", repo, "bundle", "create", "-q", temp, "--branches",
+            "--tags", *(["--not", *excluded] if excluded else []))
+        git("-C", repo, "bundle", "verify", "-q", temp)
     except CommandError as err:
         _unlink(temp)
         raise Abort("git bundle failed: %s" % err.stderr.strip())
