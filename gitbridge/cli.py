@@ -8,6 +8,8 @@ Each feature module contributes its subcommands through
 import importlib
 import sys
 
+from vcsperf.core import __version__
+
 FEATURE_MODULES = ("gitbridge.bundlegen", "gitbridge.checkout",
                    "gitbridge.commitid", "gitbridge.commitindex")
 #: Subcommands that answer in milliseconds: only their module is imported,
@@ -23,6 +25,8 @@ def build_parser(modules=FEATURE_MODULES):
     parser = argparse.ArgumentParser(
         prog="gitbridge",
         description="The Git side of vcsperf.")
+    parser.add_argument("--version", action="version",
+                        version="%(prog)s " + __version__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name in modules:
         importlib.import_module(name).add_commands(commands)

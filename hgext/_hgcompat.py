@@ -17,9 +17,19 @@ import inspect
 from mercurial import cmdutil, pycompat, revlog, scmutil
 from mercurial.revlogutils import deltas
 
+from vcsperf.core import __version__
+
 # The releases every extension is tested with, and the oldest it loads on.
 TESTEDWITH = b'6.9 7.0 7.2'
 MINIMUM_HG = b'6.9'
+
+# What every extension declares of itself: the suite's release (``hg
+# version -v`` shows it beside the extension's name) and where its crashes
+# are reported.  The project publishes no address of its own yet, so the
+# link names the tracker of the repository the user installed from (the
+# README's "Reporting a bug" says what to include).
+VERSION = __version__.encode('ascii')
+BUGLINK = b'the issue tracker of the vcsperf repository you installed from'
 
 # Mercurial < 7.2: hg holds repository(), peer(), clone() and share();
 # 7.2 moved them to mercurial.repo.factory and mercurial.cmd_impls.clone

@@ -185,6 +185,8 @@ from vcsperf.core import bundlestore, errors
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
 
 cmdtable = {}
 command = registrar.command(cmdtable)

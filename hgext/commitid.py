@@ -104,6 +104,8 @@ from hgext3rd import _commitindex, _hgcompat
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
 
 cmdtable = {}
 command = registrar.command(cmdtable)

@@ -21,6 +21,8 @@ from hgext3rd import _hgcompat, sharepool
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
 
 _PROVIDED = ('cmdtable', 'configtable', 'extsetup')
 

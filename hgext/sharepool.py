@@ -173,6 +173,8 @@ mpatch = policy.importmod('mpatch')
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
 
 cmdtable = {}
 command = registrar.command(cmdtable)

@@ -97,6 +97,8 @@ from hgext3rd import _hgcompat
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
 
 configtable = {}
 configitem = registrar.configitem(configtable)

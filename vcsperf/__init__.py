@@ -9,3 +9,6 @@ tools around the suite, one layer per folder:
 - ``check``: ``vcsperf check`` and ``vcsperf demo``.
 
 ``tests/test_layers.py`` holds every import to these rules."""
+
+# The suite's release, kept in the core (the layer the adapters may name).
+from .core import __version__

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from vcsperf import bench
+from vcsperf import __version__, bench
 from vcsperf.check import demo, runner
 
 
@@ -11,6 +11,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="vcsperf",
         description="Faster, smaller Mercurial and Git at monorepo scale.")
+    parser.add_argument("--version", action="version",
+                        version="%(prog)s " + __version__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser(
         "demo", help="build a repository from real content offline, run "

@@ -95,6 +95,8 @@ from . import engine, maintenance, readpath
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
 
 cmdtable = {}
 command = registrar.command(cmdtable)

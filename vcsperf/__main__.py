@@ -1,0 +1,8 @@
+"""``python -m vcsperf``: the ``vcsperf`` command, for a Python whose
+scripts directory is not on PATH."""
+
+import sys
+
+from vcsperf.cli import main
+
+sys.exit(main())
