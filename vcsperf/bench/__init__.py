@@ -6,6 +6,8 @@ the harness."""
 
 import importlib
 
+from vcsperf.core.errors import Abort, print_abort
+
 #: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
 #: ``main(argv)``.
 NAMES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "pastbytes",
@@ -13,5 +15,9 @@ NAMES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "pastbytes",
 
 
 def main(name, argv):
-    """Run the benchmark ``name`` with its command-line arguments."""
-    return importlib.import_module("vcsperf.bench." + name).main(argv)
+    """Run the benchmark ``name`` with its command-line arguments; a bad
+    argument (a repository that is none) is one ``abort:`` line."""
+    try:
+        return importlib.import_module("vcsperf.bench." + name).main(argv)
+    except Abort as abort:
+        return print_abort(abort)

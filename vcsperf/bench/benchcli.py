@@ -3,8 +3,11 @@ and the lines that set ratios against their targets."""
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
+
+from vcsperf.core.errors import Abort
 
 
 def target_lines(targets, ratios, width=38):
@@ -23,10 +26,27 @@ def target_lines(targets, ratios, width=38):
 def command_line(module):
     """The command line of the benchmark ``module`` (``vcsperf.bench.NAME``,
     run as ``vcsperf bench NAME``), described by its docstring's first
-    line."""
+    paragraph."""
     return argparse.ArgumentParser(
         prog="vcsperf bench %s" % module.__name__.rpartition(".")[2],
-        description=module.__doc__.splitlines()[0])
+        description=summary(module))
+
+
+def summary(module):
+    """The first paragraph of ``module``'s docstring, on one line and
+    without reST's literal quotes: whole sentences, which argparse wraps
+    to the terminal (a docstring's first line stops mid-sentence)."""
+    paragraph = module.__doc__.strip().split("\n\n")[0]
+    return " ".join(paragraph.replace("``", "").split())
+
+
+def hg_repository(path):
+    """``path``, checked to hold a Mercurial repository before a benchmark
+    spends anything on it; ``Abort`` when it does not."""
+    if not os.path.isdir(os.path.join(path, ".hg")):
+        raise Abort("%s is not a Mercurial repository" % path,
+                    hint="give the directory that holds .hg")
+    return path
 
 
 def main(module, options=(), argv=None):
@@ -47,6 +67,7 @@ def main(module, options=(), argv=None):
     for name, keywords in options:
         parser.add_argument("--" + name, **keywords)
     args = parser.parse_args(argv)
+    hg_repository(args.repo)
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
     try:
         keywords = (name.replace("-", "_") for name, _ in options)

@@ -161,7 +161,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
-    classes = hgchunks.chunks_by_class(args.repo)
+    classes = hgchunks.chunks_by_class(benchcli.hg_repository(args.repo))
     read_seconds = time.perf_counter() - start
     results = [compare(name, chunks)
                for name, chunks in classes.items() if len(chunks) >= 50]

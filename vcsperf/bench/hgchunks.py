@@ -8,15 +8,29 @@ revlog compression engine sees, so they are what codecs are compared on.
 import contextlib
 import os
 
-from mercurial import hg, ui as uimod
+from mercurial import error, hg, ui as uimod
+from mercurial.utils import stringutil
+
+from vcsperf.core.errors import Abort
 
 CLASSES = ("changelog", "manifest", "filelog")
 
 
 def open_repo(path):
+    """The unfiltered repository at ``path``; ``Abort`` (one line) when
+    Mercurial cannot open it."""
     ui = uimod.ui.load()
     ui.setconfig(b"ui", b"quiet", True)
-    return hg.repository(ui, os.fsencode(path)).unfiltered()
+    try:
+        return hg.repository(ui, os.fsencode(path)).unfiltered()
+    except (error.RepoError, error.Abort) as err:
+        raise Abort("hg cannot read %s: %s" % (path, _text(err)),
+                    hint=err.hint and _text(err.hint))
+
+
+def _text(value):
+    """Mercurial's bytes message ``value`` as text."""
+    return stringutil.forcebytestr(value).decode("utf-8", "replace")
 
 
 def revlogs(repo):

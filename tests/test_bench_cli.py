@@ -1,0 +1,74 @@
+"""``vcsperf bench NAME`` as a user first meets it: its ``--help``, and
+a repository argument that is none."""
+
+import importlib
+import re
+
+import pytest
+
+from vcsperf import bench
+from vcsperf.harness import tools
+
+
+def help_description(text):
+    """The description paragraph of an argparse ``--help``: what lies
+    between the usage and the first argument section, on one line."""
+    body = text.split("\n\n", 1)[1]
+    description = re.split(r"^(?:positional arguments|options):$", body,
+                           flags=re.M)[0]
+    return " ".join(description.split())
+
+
+@pytest.mark.parametrize("name", bench.NAMES)
+def test_every_bench_help_describes_it_in_whole_sentences(name, env,
+                                                          tmp_path):
+    """``vcsperf bench NAME --help`` gives the whole first paragraph of
+    the benchmark's docstring: sentences that end, not its first line."""
+    out = tools.run([tools.executable("vcsperf"), "bench", name, "--help"],
+                    env, cwd=str(tmp_path))
+    description = help_description(out)
+    module = importlib.import_module("vcsperf.bench." + name)
+    paragraph = module.__doc__.strip().split("\n\n")[0]
+    assert description == " ".join(paragraph.replace("``", "").split())
+    assert description.endswith(".") and description[0].isupper()
+    # Every line of the paragraph is in it, the last one too.
+    assert " ".join(paragraph.splitlines()[-1].replace("``", "").split()) \
+        in description
+
+
+@pytest.mark.parametrize("name", ["codec", "zstdstore", "zstdgroups",
+                                  "wirezstd", "bundlegen"])
+def test_bench_on_a_missing_repository_is_one_abort_line(name, env,
+                                                         tmp_path):
+    """A repository argument that does not exist: one ``abort:`` line and
+    its hint, exit 255, before any work (nothing left in the temporary
+    directory), never a traceback."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    missing = str(tmp_path / "nonexistent")
+    proc = tools.completed([tools.executable("vcsperf"), "bench", name,
+                            missing], dict(env, TMPDIR=str(scratch)),
+                           cwd=str(tmp_path))
+    assert (proc.returncode, proc.stdout) == (255, "")
+    assert proc.stderr.splitlines() == [
+        "abort: %s is not a Mercurial repository" % missing,
+        "(give the directory that holds .hg)"]
+    assert list(scratch.iterdir()) == []
+
+
+def test_codec_bench_on_an_unreadable_repository_is_one_abort_line(
+        hg, env, tmp_path):
+    """A repository Mercurial refuses to open (a requirement it does not
+    know): Mercurial's reason and hint as one ``abort:`` line."""
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    with open(repo / ".hg" / "requires", "a") as fh:
+        fh.write("a-feature-from-the-future\n")
+    proc = tools.completed([tools.executable("vcsperf"), "bench", "codec",
+                            str(repo)], env, cwd=str(tmp_path))
+    assert proc.returncode == 255 and "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == ("abort: hg cannot read %s: repository requires "
+                        "features unknown to this Mercurial: "
+                        "a-feature-from-the-future" % repo)
+    assert len(lines) == 2 and lines[1].startswith("(see ")
