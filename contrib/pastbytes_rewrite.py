@@ -6,8 +6,10 @@ pastbytes importer applies at import time, written to disk.
 
 PATH is a file or a directory (every ``*.py`` below it).  Each changed file
 is replaced by write-then-rename, in its own encoding and with its own
-line endings; a file whose rewrite would not compile is reported and left
-as it is.  The result compiles to the very code the importer compiles, so
+line endings; a file that cannot be read or replaced, or whose rewrite
+would not compile (a syntax error, or nesting deeper than the compiler
+goes), is reported in one line and left as it is, and the exit status
+is 1.  The result compiles to the very code the importer compiles, so
 the hook can be dropped without a change in behaviour.  Pass the same
 rules as the importer had (the Mercurial extension uses
 ``--kwargs-name opts``).  ``--check`` writes nothing and exits 1 if a file
@@ -59,6 +61,15 @@ def replace(path, data):
         raise
 
 
+def reason(err):
+    """Why a file was not rewritten, in one line."""
+    if isinstance(err, OSError):
+        return err.strerror or str(err)
+    if isinstance(err, (RecursionError, MemoryError)):
+        return "nested too deeply to compile (%s)" % type(err).__name__
+    return str(err)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", metavar="PATH")
@@ -72,18 +83,24 @@ def main(argv=None):
     for path in python_files(args.paths):
         try:
             data = rewrite(path, rules)
+            if data is not None and not args.check:
+                replace(path, data)
         # ValueError: a ScanError, an undecodable file, or (before
         # Python 3.11) a null byte, which compile() reports so.
-        except (SyntaxError, ValueError) as err:
-            print("%s: not rewritten: %s" % (path, err), file=sys.stderr)
+        # RecursionError and MemoryError: compile() on an expression
+        # nested too deeply (CPython's parser reports its own stack's
+        # overflow as MemoryError).  OSError: a file that cannot be read,
+        # or a folder where the new file cannot be written.
+        except (SyntaxError, ValueError, RecursionError, MemoryError,
+                OSError) as err:
+            print("%s: not rewritten: %s" % (path, reason(err)),
+                  file=sys.stderr)
             failed += 1
             continue
         if data is None:
             continue
         changed += 1
         print(("would rewrite %s" if args.check else "rewrote %s") % path)
-        if not args.check:
-            replace(path, data)
     print("%d file(s) %s, %d failed" % (
         changed, "to rewrite" if args.check else "rewritten", failed))
     if failed or (args.check and changed):

@@ -9,6 +9,7 @@ import functools
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -421,6 +422,41 @@ def test_rewrite_tool_reports_unusable_files(version, tmp_path):
         assert proc.stderr.startswith("%s: not rewritten: " % path), \
             proc.stderr
         assert path.read_bytes() == data
+
+
+def test_rewrite_tool_reports_missing_and_too_deep_files(tmp_path):
+    """A PATH that does not exist and sources nested deeper than the
+    compiler goes (its RecursionError, and the parser's MemoryError): one
+    line each naming the file, the other files rewritten, exit 1, and
+    the deep files as they were, with no temporary file beside them."""
+    sources = {
+        "plain.py": b"x = 'a'\n",
+        "sum.py": b"x = 'a'\ny = 1" + b" + 1" * 100000 + b"\n",
+        "unary.py": b"x = 'a'\ny = " + b"-" * 100000 + b"1\n",
+    }
+    for name, data in sources.items():
+        (tmp_path / name).write_bytes(data)
+    missing = tmp_path / "missing.py"
+    proc = subprocess.run(
+        [sys.executable, REWRITE_TOOL, "plain.py", "sum.py", str(missing),
+         "unary.py"], cwd=str(tmp_path), capture_output=True, text=True,
+        timeout=HANG)
+    assert proc.returncode == 1
+    # Which of the two a Python raises for which depth is its own affair.
+    too_deep = r": not rewritten: nested too deeply to compile " \
+        r"\((RecursionError|MemoryError)\)$"
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 3, proc.stderr
+    assert re.match("sum.py" + too_deep, lines[0]), lines
+    assert lines[1] == "%s: not rewritten: No such file or directory" \
+        % missing
+    assert re.match("unary.py" + too_deep, lines[2]), lines
+    assert proc.stdout.splitlines() == ["rewrote plain.py",
+                                        "1 file(s) rewritten, 3 failed"]
+    assert (tmp_path / "plain.py").read_bytes() == b"x = b'a'\n"
+    for name in ("sum.py", "unary.py"):
+        assert (tmp_path / name).read_bytes() == sources[name]
+    assert sorted(os.listdir(str(tmp_path))) == sorted(sources)
 
 
 def test_python_m_on_crlf_script_ends(tmp_path):
