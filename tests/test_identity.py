@@ -6,6 +6,7 @@ same there."""
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -159,3 +160,57 @@ def test_the_wheel_installs_and_says_its_version(tmp_path, env):
         cwd=str(tmp_path)))
     assert {name: listed.get(name) for name in names} == \
         {name: __version__ for name in names}
+
+
+def tracked_text_files():
+    """``(path, text)`` of every file git tracks in the checkout that
+    reads as UTF-8 text."""
+    names = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"],
+                           check=True, capture_output=True,
+                           text=True).stdout.split("\0")
+    for name in filter(None, names):
+        try:
+            with open(os.path.join(ROOT, name), encoding="utf-8") as fh:
+                yield name, fh.read()
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue
+
+
+def test_no_install_line_assumes_pypi():
+    """vcsperf is not on PyPI: no README line, hint or example tells
+    users to ``pip install vcsperf`` or ``'vcsperf[s3]'``."""
+    # The hgbundle helper of issue 27 rewrites these two on its branch.
+    elsewhere = {"hgext/bundlegen.py", "vcsperf/core/bundlestore.py"}
+    # ``pip install [OPTIONS] vcsperf``, quoted or not, extras or not.
+    pypi = re.compile(r"pip install\s+(?:-\S+\s+(?:\S+\s+)?)*['\"]?vcsperf\b")
+    found = ["%s: %s" % (name, match.group(0))
+             for name, text in tracked_text_files()
+             if name not in elsewhere and name != "tests/test_identity.py"
+             for match in pypi.finditer(text)]
+    assert found == []
+
+
+def test_pre_commit_examples_pin_the_release_tag():
+    """The README's ``.pre-commit-config.yaml`` parses and pins ``rev:``
+    to this release's tag, as the comment in ``.pre-commit-hooks.yaml``
+    does; the hook id is the one that file declares."""
+    import yaml
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        blocks = re.findall(r"^```yaml\n(.*?)^```", fh.read(), re.M | re.S)
+    configs = [yaml.safe_load(block) for block in blocks
+               if "pre-commit" in block or "rev:" in block]
+    assert len(configs) == 1
+    (repo,) = configs[0]["repos"]
+    with open(os.path.join(ROOT, ".pre-commit-hooks.yaml")) as fh:
+        hooks_file = fh.read()
+    declared = [hook["id"] for hook in yaml.safe_load(hooks_file)]
+    assert repo["rev"] == "v" + __version__
+    assert [hook["id"] for hook in repo["hooks"]] == declared == ["commitid"]
+    assert "#     rev: v%s\n" % __version__ in hooks_file
+
+
+def test_changelog_has_this_release():
+    """CHANGELOG.md has a section for this release and for 0.1.0."""
+    with open(os.path.join(ROOT, "CHANGELOG.md")) as fh:
+        headings = re.findall(r"^## (\S+)", fh.read(), re.M)
+    assert headings[:2] == [__version__, "0.1.0"]
