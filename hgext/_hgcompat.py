@@ -13,8 +13,11 @@
 # passes that mark, the probe and its fallback go.
 
 import inspect
+import sys
+import traceback
 
-from mercurial import cmdutil, pycompat, revlog, scmutil
+from mercurial import (cmdutil, dispatch, extensions, pycompat, revlog,
+                       scmutil)
 from mercurial.revlogutils import deltas
 
 from vcsperf.core import __version__
@@ -27,7 +30,7 @@ MINIMUM_HG = b'6.9'
 # version -v`` shows it beside the extension's name) and where its crashes
 # are reported.  The project publishes no address of its own yet, so the
 # link names the tracker of the repository the user installed from (the
-# README's "Reporting a bug" says what to include).
+# README's "Install" says to send ``hg version -v`` with the report).
 VERSION = __version__.encode('ascii')
 BUGLINK = b'the issue tracker of the vcsperf repository you installed from'
 
@@ -103,3 +106,56 @@ def slicechunk(inner, revs, targetsize):
         return deltas.slicechunk(inner, revs, targetsize=targetsize,
                                  inlined=inner.inline)
     return deltas.slicechunk(inner, revs, targetsize=targetsize)
+
+
+def report_our_crashes():
+    """Send a crash in vcsperf's code to BUGLINK, once per process.
+
+    Mercurial reads an extension's ``buglink`` only when the running
+    release is missing from its ``testedwith``; on a release we test with
+    it sends every crash to its own tracker.  Called from each extension's
+    setup: a crash whose traceback passes through our code names our
+    tracker and the module of ours nearest the error instead, unless
+    ``ui.supportcontact`` (a packager's own address) is set."""
+    if _crash_warning not in extensions.getwrapperchain(
+            dispatch, '_exceptionwarning'):
+        extensions.wrapfunction(dispatch, '_exceptionwarning',
+                                _crash_warning)
+
+
+def _crash_warning(orig, ui):
+    ours = _our_module_nearest(sys.exc_info()[2])
+    if ours is None or ui.config(b'ui', b'supportcontact') is not None:
+        return orig(ui)
+    contact = b'%s\n** (the error is in %s, vcsperf %s)' % (
+        BUGLINK, pycompat.sysbytes(ours), VERSION)
+    with ui.configoverride({(b'ui', b'supportcontact'): contact},
+                           b'vcsperf'):
+        return orig(ui)
+
+
+def _our_module_nearest(tb):
+    """The name of the innermost module of ours in the traceback ``tb``,
+    or None when none of its frames runs our code."""
+    ours = None
+    for frame, _line in traceback.walk_tb(tb):
+        name = frame.f_globals.get('__name__') or ''
+        if _is_ours(name, frame.f_globals):
+            ours = name
+    return ours
+
+
+def _is_ours(name, module_globals):
+    """Whether the module ``name`` (its globals ``module_globals``) is part
+    of vcsperf: the core, the codec, gitbridge, an extension (which
+    declares BUGLINK; a package's submodules through their package) or a
+    module the extensions import (``hgext3rd._NAME``)."""
+    parts = name.split('.')
+    if parts[0] in ('vcsperf', 'zstdwire', 'gitbridge') \
+            or module_globals.get('buglink') == BUGLINK:
+        return True
+    if parts[0] != 'hgext3rd' or len(parts) < 2:
+        return False
+    package = sys.modules.get('hgext3rd.' + parts[1])
+    return parts[1].startswith('_') or \
+        getattr(package, 'buglink', None) == BUGLINK

@@ -912,5 +912,6 @@ def _trypullbundlefromurl(orig, ui, repo, url, *args, **kwargs):
 
 
 def extsetup(ui):
+    _hgcompat.report_our_crashes()
     extensions.wrapfunction(exchange, 'trypullbundlefromurl',
                             _trypullbundlefromurl)

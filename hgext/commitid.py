@@ -173,6 +173,7 @@ def reposetup(ui, repo):
 
 
 def extsetup(ui):
+    _hgcompat.report_our_crashes()
     extensions.wrapfunction(cmdutil, 'tryimportone', _tryimportone)
     extensions.wrapfunction(cmdutil, 'amend', _amend)
     extensions.afterloaded(b'split', _wrapsplit)

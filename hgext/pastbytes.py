@@ -150,6 +150,7 @@ def _addshims():
 
 
 def uisetup(ui):
+    _hgcompat.report_our_crashes()
     finder = _configure(ui)
     if finder is None:
         return

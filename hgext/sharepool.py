@@ -271,6 +271,7 @@ def robustcheckout(ui, url, dest, **opts):
 
 
 def extsetup(ui):
+    _hgcompat.report_our_crashes()
     # DEST is a share: users of the checkout run `hg share` commands on it
     try:
         extensions.find(b'share')

@@ -404,6 +404,7 @@ def _bundle_compressstream(orig, it, opts=None, *args, **kwargs):
 
 
 def extsetup(ui):
+    _hgcompat.report_our_crashes()
     if ENGINE not in util.compengines:
         util.compengines.register(_WireZstdEngine())
     extensions.wrapfunction(util.compengines[b'zstd'], 'compressstream',

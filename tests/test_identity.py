@@ -214,3 +214,51 @@ def test_changelog_has_this_release():
     with open(os.path.join(ROOT, "CHANGELOG.md")) as fh:
         headings = re.findall(r"^## (\S+)", fh.read(), re.M)
     assert headings[:2] == [__version__, "0.1.0"]
+
+
+CRASHING_EXTENSION = '''
+"""commands that crash, in vcsperf's code and in this module's"""
+from mercurial import registrar, util
+from vcsperf.core import commitids
+
+cmdtable = {}
+command = registrar.command(cmdtable)
+# Tested with the running release: Mercurial blames no extension for it.
+testedwith = b'%d.%d' % util.versiontuple(n=2)
+
+
+@command(b'crash-in-vcsperf', norepo=True)
+def crash_in_vcsperf(ui):
+    commitids.find_ids(None)
+
+
+@command(b'crash-here', norepo=True)
+def crash_here(ui):
+    raise RuntimeError('not vcsperf')
+'''
+
+
+@pytest.mark.parametrize("name", our_extensions())
+def test_a_crash_in_our_code_names_our_tracker(name, hg, hgrc, tmp_path):
+    """With any one of our extensions enabled, a crash whose traceback
+    runs through vcsperf's code sends the user to our tracker, naming the
+    module and the release; a crash elsewhere still goes to Mercurial's
+    tracker, and a packager's ``ui.supportcontact`` wins over ours."""
+    crashing = tmp_path / "crashing.py"
+    crashing.write_text(CRASHING_EXTENSION)
+    with open(hgrc, "a") as fh:
+        fh.write("[extensions]\n%s =\ncrashing = %s\n" % (name, crashing))
+    ours = hg.proc("crash-in-vcsperf", cwd=tmp_path)
+    assert ours.returncode == 1 and "TypeError" in ours.stderr
+    assert ("** unknown exception encountered, please report by visiting\n"
+            "** the issue tracker of the vcsperf repository you installed "
+            "from\n** (the error is in vcsperf.core.commitids, vcsperf "
+            "%s)\n" % __version__) in ours.stderr
+    elsewhere = hg.proc("crash-here", cwd=tmp_path)
+    assert "RuntimeError: not vcsperf" in elsewhere.stderr
+    assert "vcsperf repository" not in elsewhere.stderr
+    assert "please report by visiting\n** https://" in elsewhere.stderr
+    packaged = hg.proc("crash-in-vcsperf", "--config",
+                       "ui.supportcontact=packager@example.org", cwd=tmp_path)
+    assert "please report by visiting\n** packager@example.org\n" in \
+        packaged.stderr

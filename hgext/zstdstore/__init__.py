@@ -185,6 +185,7 @@ def reposetup(ui, repo):
 
 
 def extsetup(ui):
+    _hgcompat.report_our_crashes()
     if engine.ENGINE not in util.compengines:
         util.compengines.register(engine.ZstdDictEngine())
     wrap = extensions.wrapfunction
