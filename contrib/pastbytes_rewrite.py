@@ -6,10 +6,10 @@ pastbytes importer applies at import time, written to disk.
 
 PATH is a file or a directory (every ``*.py`` below it).  Each changed file
 is replaced by write-then-rename, in its own encoding and with its own
-line endings; a file that cannot be read or replaced, or whose rewrite
-would not compile (a syntax error, or nesting deeper than the compiler
-goes), is reported in one line and left as it is, and the exit status
-is 1.  The result compiles to the very code the importer compiles, so
+line endings; a file that cannot be read or replaced, a symbolic link or
+special file, or a file whose rewrite would not compile (a syntax
+error, or nesting deeper than the compiler goes), is reported in one
+line and left as it is, and the exit status is 1.  The result compiles to the very code the importer compiles, so
 the hook can be dropped without a change in behaviour.  Pass the same
 rules as the importer had (the Mercurial extension uses
 ``--kwargs-name opts``).  ``--check`` writes nothing and exits 1 if a file
@@ -18,6 +18,7 @@ would change.
 
 import argparse
 import os
+import stat
 import sys
 import tempfile
 
@@ -36,10 +37,23 @@ def python_files(paths):
             yield path
 
 
+def read_source(path):
+    """The bytes of the regular file ``path``; ValueError for a symbolic
+    link (replacing it would turn it into a file, maybe outside the tree)
+    or anything not a regular file (a FIFO would block the read,
+    /dev/zero never end it)."""
+    if os.path.islink(path):
+        raise ValueError("a symbolic link (rewrite the file it points to)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        return fh.read()
+
+
 def rewrite(path, rules):
     """The rewritten bytes of ``path``, or None if nothing changes."""
-    with open(path, "rb") as fh:
-        data = fh.read()
+    data = read_source(path)
     text, encoding = pastbytes.decode(data)
     new = pastbytes.transform(text, rules, encoding)
     if new == text:
@@ -85,8 +99,9 @@ def main(argv=None):
             data = rewrite(path, rules)
             if data is not None and not args.check:
                 replace(path, data)
-        # ValueError: a ScanError, an undecodable file, or (before
-        # Python 3.11) a null byte, which compile() reports so.
+        # ValueError: a ScanError, an undecodable file, a special file or
+        # a symbolic link, or (before Python 3.11) a null byte, which
+        # compile() reports so.
         # RecursionError and MemoryError: compile() on an expression
         # nested too deeply (CPython's parser reports its own stack's
         # overflow as MemoryError).  OSError: a file that cannot be read,

@@ -15,6 +15,11 @@
   by contrib/pastbytes_rewrite.py under an address-space limit and a
   timeout: they load or fail with Mercurial's one-line warning, and the
   tool rewrites them or says why not, never with a traceback.
+- contrib/pastbytes_rewrite.py on a tree of hostile files among good ones
+  (missing, nested deeper than the compiler goes, a FIFO, a symbolic link
+  to /dev/zero or to a good file, a folder named ``*.py``, a read-only
+  file): each hostile file gets one line and stays as it was, every good
+  one is rewritten, nothing is left behind, and the run ends, bounded.
 """
 
 import json
@@ -189,4 +194,91 @@ def test_crafted_extensions_load_or_fail_cleanly(tally, hg, hgrc, hgrepo,
                                     "not rewritten: " in proc.stderr),
                    "pastbytes_rewrite %s: %d %r" % (
                        name, proc.returncode, proc.stderr[-2000:]))
+    tally.check()
+
+
+def hostile_tree(rng, root):
+    """A folder of legacy sources for the rewrite tool, hostile files among
+    good ones; returns ``(good, hostile)``: the good files' names and the
+    hostile ones' (whose bytes, or link, must stay as they are)."""
+    good, hostile = [], []
+    for index in range(rng.randint(1, 4)):
+        name = "good%d.py" % index
+        (root / name).write_text("x = 'a%d'\n" % index)
+        good.append(name)
+    kinds = ["sum", "unary", "fifo", "zero", "link", "folder", "readonly"]
+    for index, kind in enumerate(rng.sample(kinds, rng.randint(2, 5))):
+        name = "%s%d.py" % (kind, index)
+        path = root / name
+        depth = rng.randint(50000, 200000)
+        if kind == "sum":
+            path.write_text("x = 'a'\ny = 1" + " + 1" * depth + "\n")
+        elif kind == "unary":
+            path.write_text("x = 'a'\ny = " + "-" * depth + "1\n")
+        elif kind == "fifo":
+            os.mkfifo(str(path))
+        elif kind == "zero":
+            path.symlink_to("/dev/zero")
+        elif kind == "link":
+            path.symlink_to(good[0])
+        elif kind == "folder":
+            path.mkdir()
+            continue
+        elif kind == "readonly":
+            # Read-only files are rewritten (replaced, mode kept): good.
+            path.write_text("x = 'r'\n")
+            path.chmod(0o444)
+            good.append(name)
+            continue
+        hostile.append(name)
+    return good, hostile
+
+
+def snapshot(root, names):
+    """What each of ``names`` is now: a link's target or a file's bytes
+    (a FIFO's mode)."""
+    found = {}
+    for name in names:
+        path = root / name
+        if path.is_symlink():
+            found[name] = ("link", os.readlink(str(path)))
+        elif path.is_fifo():
+            found[name] = ("fifo",)
+        else:
+            found[name] = ("file", path.read_bytes())
+    return found
+
+
+@pytest.mark.campaign
+def test_rewrite_tool_on_hostile_trees(tally, tmp_path):
+    for round_ in range(campaign.size(3, 30)):
+        root = tmp_path / ("tree%d" % round_)
+        root.mkdir()
+        good, hostile = hostile_tree(tally.rng, root)
+        before = snapshot(root, hostile)
+        missing = "missing%d.py" % round_
+        args = [sys.executable, REWRITE_TOOL, "."]
+        if tally.rng.random() < 0.5:
+            args.append(missing)
+            hostile.append(missing)
+        what = "round %d: good %s, hostile %s" % (round_, good, hostile)
+        try:
+            proc = campaign.run_bounded(args, cwd=str(root), timeout=60)
+        except subprocess.TimeoutExpired:
+            tally.case(False, what + ": no end within 60 s")
+            continue
+        lines = proc.stderr.splitlines()
+        reported = sorted(os.path.basename(line.split(": not rewritten: ")[0])
+                          for line in lines)
+        names = set(os.listdir(str(root)))
+        tally.case(
+            proc.returncode == 1 and "Traceback" not in proc.stderr
+            and reported == sorted(hostile)
+            and all(": not rewritten: " in line for line in lines)
+            and snapshot(root, [h for h in hostile if h != missing])
+            == before
+            and all((root / name).read_text().startswith("x = b'")
+                    for name in good)
+            and not any(name.startswith(".pastbytes-") for name in names),
+            "%s: exit %d, %r" % (what, proc.returncode, proc.stderr[-2000:]))
     tally.check()

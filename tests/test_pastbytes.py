@@ -459,6 +459,30 @@ def test_rewrite_tool_reports_missing_and_too_deep_files(tmp_path):
     assert sorted(os.listdir(str(tmp_path))) == sorted(sources)
 
 
+def test_rewrite_tool_leaves_links_and_special_files(tmp_path):
+    """A FIFO (whose read would block), a link to /dev/zero (whose read
+    would never end) and a link to a source (whose replacement would make
+    it a file) named ``*.py`` in a tree: one line each, left as they are,
+    and the tree's plain source rewritten."""
+    (tmp_path / "plain.py").write_text("x = 'a'\n")
+    os.mkfifo(str(tmp_path / "fifo.py"))
+    (tmp_path / "zero.py").symlink_to("/dev/zero")
+    (tmp_path / "link.py").symlink_to("plain.py")
+    proc = subprocess.run([sys.executable, REWRITE_TOOL, "."],
+                          cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=HANG)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "./fifo.py: not rewritten: not a regular file",
+        "./link.py: not rewritten: a symbolic link (rewrite the file it "
+        "points to)",
+        "./zero.py: not rewritten: a symbolic link (rewrite the file it "
+        "points to)"]
+    assert (tmp_path / "plain.py").read_text() == "x = b'a'\n"
+    assert os.readlink(str(tmp_path / "link.py")) == "plain.py"
+    assert (tmp_path / "fifo.py").is_fifo()
+
+
 def test_python_m_on_crlf_script_ends(tmp_path):
     (tmp_path / "script.py").write_bytes(
         (crlf_trap() + "print(repr((X, Y)))\r\n").encode())
