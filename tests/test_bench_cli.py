@@ -72,3 +72,22 @@ def test_codec_bench_on_an_unreadable_repository_is_one_abort_line(
                         "features unknown to this Mercurial: "
                         "a-feature-from-the-future" % repo)
     assert len(lines) == 2 and lines[1].startswith("(see ")
+
+
+def test_a_command_the_bench_runs_that_fails_is_one_abort_line(
+        hg, env, tmp_path):
+    """A repository that passes the first look but that hg refuses when the
+    benchmark copies it: the command's name and hg's own message and hint
+    as one ``abort:`` line, not the benchmark's traceback."""
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    with open(repo / ".hg" / "requires", "a") as fh:
+        fh.write("a-feature-from-the-future\n")
+    proc = tools.completed([tools.executable("vcsperf"), "bench", "wirezstd",
+                            str(repo)], env, cwd=str(tmp_path))
+    assert proc.returncode == 255 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "abort: hg clone failed: repository requires features unknown to "
+        "this Mercurial: a-feature-from-the-future",
+        "(see https://mercurial-scm.org/wiki/MissingRequirement for more "
+        "information)"]
