@@ -56,17 +56,26 @@ def test_bench_on_a_missing_repository_is_one_abort_line(name, env,
     assert list(scratch.iterdir()) == []
 
 
-def test_codec_bench_on_an_unreadable_repository_is_one_abort_line(
-        hg, env, tmp_path):
-    """A repository Mercurial refuses to open (a requirement it does not
-    know): Mercurial's reason and hint as one ``abort:`` line."""
+def bench_on_a_repository_from_the_future(name, hg, env, tmp_path):
+    """``vcsperf bench NAME`` on a repository whose ``requires`` names a
+    feature no Mercurial knows: the CompletedProcess, checked to be an
+    abort without a traceback."""
     repo = tmp_path / "repo"
     hg("init", repo)
     with open(repo / ".hg" / "requires", "a") as fh:
         fh.write("a-feature-from-the-future\n")
-    proc = tools.completed([tools.executable("vcsperf"), "bench", "codec",
+    proc = tools.completed([tools.executable("vcsperf"), "bench", name,
                             str(repo)], env, cwd=str(tmp_path))
     assert proc.returncode == 255 and "Traceback" not in proc.stderr
+    return proc
+
+
+def test_codec_bench_on_an_unreadable_repository_is_one_abort_line(
+        hg, env, tmp_path):
+    """A repository Mercurial refuses to open (a requirement it does not
+    know): Mercurial's reason and hint as one ``abort:`` line."""
+    proc = bench_on_a_repository_from_the_future("codec", hg, env, tmp_path)
+    repo = tmp_path / "repo"
     lines = proc.stderr.splitlines()
     assert lines[0] == ("abort: hg cannot read %s: repository requires "
                         "features unknown to this Mercurial: "
@@ -79,13 +88,8 @@ def test_a_command_the_bench_runs_that_fails_is_one_abort_line(
     """A repository that passes the first look but that hg refuses when the
     benchmark copies it: the command's name and hg's own message and hint
     as one ``abort:`` line, not the benchmark's traceback."""
-    repo = tmp_path / "repo"
-    hg("init", repo)
-    with open(repo / ".hg" / "requires", "a") as fh:
-        fh.write("a-feature-from-the-future\n")
-    proc = tools.completed([tools.executable("vcsperf"), "bench", "wirezstd",
-                            str(repo)], env, cwd=str(tmp_path))
-    assert proc.returncode == 255 and "Traceback" not in proc.stderr
+    proc = bench_on_a_repository_from_the_future("wirezstd", hg, env,
+                                                 tmp_path)
     assert proc.stderr.splitlines() == [
         "abort: hg clone failed: repository requires features unknown to "
         "this Mercurial: a-feature-from-the-future",
