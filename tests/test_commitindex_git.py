@@ -1,12 +1,18 @@
 """``gitbridge commitid-lookup`` with the real git: the index in the Git
 directory answers as reading every reachable commit's message does, after
 commits, amend, rebase, a force push into a bare repository, branch
-deletion and ``git gc``."""
+deletion and ``git gc``, after a shallow clone is deepened, in a
+read-only repository, and hostile keys or index files get one ``abort:``
+line."""
 
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
+
+from vcsperf.harness import tools
 
 from vcsperf.core.commitids import message_keys
 from vcsperf.core.commitindex import read_docket
@@ -117,6 +123,96 @@ def test_lookups_stay_right_through_rewrites_force_pushes_and_gc(
     assert all_reachable(server)
     bad = gitbridge("commitid-lookup", "bug:x", cwd=server, check=False)
     assert bad.returncode == 255 and "not a bug number" in bad.stderr
+
+
+def test_history_a_shallow_clone_fetches_below_its_boundary_is_found(
+        git, gitbridge, gitrepo, tmp_path):
+    """``git fetch --deepen`` and ``--unshallow`` bring commits below the
+    ones the index covers, with the refs where they were: the index sees
+    the shallow boundary change and is built again (these keys were "not
+    found" until ``--rebuild``)."""
+    for number in range(1, 7):
+        commit(git, gitrepo, number)
+    clone = tmp_path / "shallow"
+    git("clone", "-q", "--depth", "2", "file://%s" % gitrepo, clone)
+    assert sorted(check(git, gitbridge, clone)) == [
+        "bug:105", "bug:106", "id:id5", "id:id6", "review:D5", "review:D6"]
+    git("fetch", "-q", "--deepen", "2", cwd=clone)
+    assert "review:D3" in check(git, gitbridge, clone)
+    git("fetch", "-q", "--unshallow", cwd=clone)
+    assert not (clone / ".git" / "shallow").exists()
+    assert "review:D1" in check(git, gitbridge, clone)
+    # Deepened and moved at once: a new commit on the server too.
+    clone2 = tmp_path / "shallow2"
+    git("clone", "-q", "--depth", "1", "file://%s" % gitrepo, clone2)
+    check(git, gitbridge, clone2)
+    commit(git, gitrepo, 7)
+    git("fetch", "-q", "--deepen", "3", cwd=clone2)
+    assert {"review:D4", "review:D7"} <= set(check(git, gitbridge, clone2))
+
+
+def unprivileged(env, *args, cwd):
+    """``gitbridge ARGS`` run as root without the capabilities that let
+    root write where permission bits forbid it (the tests run as root),
+    so a read-only file or directory really refuses writes."""
+    drop = "-dac_override,-dac_read_search,-fowner"
+    return subprocess.run(
+        ["setpriv", "--inh-caps=" + drop, "--bounding-set=" + drop,
+         tools.executable("gitbridge"), *args], env=env, cwd=cwd,
+        capture_output=True, text=True, timeout=120)
+
+
+def snapshot(directory):
+    """Every file under ``directory`` with its size and mtime."""
+    return {os.path.join(root, name): (os.lstat(os.path.join(root, name))
+                                       .st_size, os.lstat(os.path.join(
+                                           root, name)).st_mtime_ns)
+            for root, dirs, files in os.walk(directory)
+            for name in dirs + files}
+
+
+def lookup_as(run, *keys):
+    proc = run("commitid-lookup", "--json", *keys)
+    assert "Traceback" not in proc.stderr and proc.stderr == "", proc.stderr
+    found = {}
+    for item in json.loads(proc.stdout):
+        found.setdefault(item["key"], set()).add(item["node"])
+    return proc.returncode, found
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv")
+def test_a_read_only_repository_is_answered_without_writing(
+        git, gitbridge, gitrepo, env):
+    """A mirror or CI cache the lookup cannot write (this crashed with
+    ``OSError``): with no index, with one that covers the refs, and with
+    one the refs have moved past, the answer is the scan's, nothing is
+    written and nothing is said on stderr."""
+    git_dir = gitrepo / ".git"
+
+    def run(*args):
+        return unprivileged(env, *args, cwd=gitrepo)
+
+    for number in range(1, 4):
+        commit(git, gitrepo, number)
+    try:
+        for state in ("no index", "current index", "stale index"):
+            if state == "current index":
+                subprocess.run(["chmod", "-R", "u+w", git_dir], check=True)
+                gitbridge("commitid-lookup", "D1", cwd=gitrepo)
+            elif state == "stale index":
+                subprocess.run(["chmod", "-R", "u+w", git_dir], check=True)
+                commit(git, gitrepo, 4)
+            subprocess.run(["chmod", "-R", "a-w", git_dir], check=True)
+            before = snapshot(git_dir)
+            expected = scan(git, gitrepo)
+            status, found = lookup_as(run, *sorted(expected), "D99")
+            assert (status, found) == (1, expected), state
+            assert snapshot(git_dir) == before, state
+            assert (git_dir / "commitindex").exists() == \
+                (state != "no index")
+        assert "review:D4" in expected
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", git_dir], check=True)
 
 
 def test_an_index_begun_empty_takes_sha256_nodes(git, gitbridge, tmp_path):
