@@ -264,3 +264,101 @@ def test_spawn_feeds_and_drains_pipes_past_their_buffers(git, gitrepo):
         git_bytes(str(gitrepo), "rev-parse", "--verify", "nowhere")
     assert git_bytes(str(gitrepo), "rev-parse", "--verify", "-q", "nowhere",
                      ok=(0, 1)) == b""
+
+
+def clean_abort(proc):
+    """Exit 255, one ``abort:`` line (a hint may follow), no traceback."""
+    lines = proc.stderr.splitlines()
+    return proc.returncode == 255 and "Traceback" not in proc.stderr and \
+        [line[:7] for line in lines[:1]] == ["abort: "] and \
+        all(line.startswith("(") for line in lines[1:])
+
+
+def test_a_summary_with_thousands_of_digits_breaks_no_lookup(
+        git, gitbridge, gitrepo):
+    """"Bug" and 4,400 digits in a summary (``int()`` refuses more than
+    4,300): the hook gives the commit its ID, every later lookup answers,
+    and the key itself typed back gets one ``abort:`` line."""
+    gitbridge("install-hook", cwd=gitrepo)
+    commit(git, gitrepo, 1)
+    huge = "1" * 4400
+    (gitrepo / "huge").write_text("huge\n")
+    git("add", "huge", cwd=gitrepo)
+    git(*COMMITTER, "commit", "-qm", "Bug %s - huge\n\nDifferential "
+        "Revision: https://phabricator.example/D7\n" % huge, cwd=gitrepo)
+    assert "MozReview-Commit-ID: " in git("log", "-1", "--format=%B",
+                                          cwd=gitrepo)
+    commit(git, gitrepo, 2)
+    assert {"review:D1", "review:D2", "review:D7"} <= set(
+        check(git, gitbridge, gitrepo))
+    proc = gitbridge("commitid-lookup", "bug " + huge, cwd=gitrepo,
+                     check=False)
+    assert clean_abort(proc), proc.stderr[-300:]
+
+
+@pytest.mark.parametrize("key", [
+    "D1\nD2", "bug 101\n", "D1\x1b[2J", "id\x7fx", "\t", "review:D1 x",
+    "x" * 300, "bug:" + "9" * 40, "bug:", "review:xyz", ""])
+def test_a_hostile_key_gets_one_abort_line(git, gitbridge, gitrepo, key):
+    commit(git, gitrepo, 1)
+    proc = gitbridge("commitid-lookup", "D1", key, cwd=gitrepo, check=False)
+    assert clean_abort(proc), (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+
+
+def test_other_scripts_digits_are_no_bug_number(git, gitbridge, gitrepo):
+    """``str.isdigit`` takes Arabic-Indic digits: "bug ١٠١" matched bug
+    101."""
+    commit(git, gitrepo, 1)
+    for key in ("bug \u0661\u0660\u0661", "bug:\u0661\u0660\u0661",
+                "bug 1\u00b2"):
+        proc = gitbridge("commitid-lookup", key, cwd=gitrepo, check=False)
+        assert proc.stdout == "" and "Traceback" not in proc.stderr, key
+        assert proc.returncode in (1, 255), key
+    assert gitbridge("commitid-lookup", "bug 101", cwd=gitrepo).stdout
+
+
+def test_an_index_file_that_is_not_a_regular_file_is_refused(
+        git, gitbridge, gitrepo, tmp_path):
+    """The docket or its lock as a directory, a FIFO or a symbolic link to
+    ``/dev/zero`` (read forever, or waited on forever): one ``abort:``
+    line that says to remove it, and it is left where it is."""
+    commit(git, gitrepo, 1)
+    git_dir = gitrepo / ".git"
+    for name in ("commitindex", "commitindex.lock"):
+        for kind in ("directory", "fifo", "symlink"):
+            path = git_dir / name
+            if path.exists():
+                path.unlink()
+            if kind == "directory":
+                path.mkdir()
+            elif kind == "fifo":
+                os.mkfifo(path)
+            else:
+                path.symlink_to("/dev/zero")
+            proc = subprocess.run(
+                [tools.executable("gitbridge"), "commitid-lookup", "D1"],
+                cwd=gitrepo, capture_output=True, text=True, timeout=60)
+            assert clean_abort(proc), (name, kind, proc.stderr)
+            assert "remove it" in proc.stderr
+            assert os.path.lexists(path) and not path.is_file(), (name, kind)
+            if kind == "directory":
+                path.rmdir()
+            else:
+                path.unlink()
+    assert gitbridge("commitid-lookup", "D1", cwd=gitrepo).stdout
+
+
+def test_a_docket_with_a_non_utf8_uid_is_built_again(
+        git, gitbridge, gitrepo):
+    """A docket whose checksum matches but whose file uid is not text (a
+    traceback, ``UnicodeDecodeError``): the index is not trusted but
+    built again."""
+    commit(git, gitrepo, 1)
+    gitbridge("commitid-lookup", "D1", cwd=gitrepo)
+    docket = read_docket(str(gitrepo / ".git"), "commitindex")
+    docket.table = (b"\xff\xfe\x80", docket.table[1])
+    (gitrepo / ".git" / "commitindex").write_bytes(docket.pack())
+    check(git, gitbridge, gitrepo)
+    assert read_docket(str(gitrepo / ".git"), "commitindex").table[0] != \
+        b"\xff\xfe\x80"
