@@ -220,6 +220,10 @@ def update(repo, repository, rules, rebuild=False):
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             return _update_locked(repo, repository, rules, rebuild)
+        except commitindex.CorruptIndex:
+            # A file of it that cannot be written (read-only, or made
+            # something else behind our back): answered without it.
+            return False
         except OSError as err:
             if err.errno in _UNWRITABLE:
                 return False
@@ -361,14 +365,17 @@ def add_commands(subparsers):
 
 def quick_main(argv):
     """The exit status of ``commitid-lookup ARGV`` where ARGV is keys,
-    ``-C DIR``, ``--json`` and ``--rebuild``, read without ``argparse``
+    ``-C DIR``, ``--json``, ``--rebuild`` and ``--`` (the rest are keys,
+    even those that start with ``-``), read without ``argparse``
     (whose import is a tenth of a lookup's time); None for anything else
     (``--help``, another or abbreviated option, no key), which the
     parser of ``add_commands`` then reads and explains."""
     repo, keys, flags = ".", [], set()
     args = iter(argv)
     for arg in args:
-        if arg == "-C":
+        if arg == "--":
+            keys.extend(args)
+        elif arg == "-C":
             repo = next(args, "-")
             if repo.startswith("-"):
                 return None
