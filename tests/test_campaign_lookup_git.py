@@ -180,7 +180,7 @@ def test_hostile_and_oversized_keys(git, env, gitrepo, tally):
     for _ in range(8):
         repo.commit()
     expected = scan(git, gitrepo)
-    for case in range(campaign.size(25, 3000)):
+    for case in range(campaign.size(25, 600)):
         keys = [hostile_key(tally.rng, expected)
                 for _ in range(tally.rng.randrange(1, 4))]
         proc = lookup(env, gitrepo, keys)
@@ -305,7 +305,7 @@ def test_the_index_changed_behind_its_back(git, gitbridge, env, gitrepo,
     gitbridge("commitid-lookup", "D1", cwd=gitrepo)
     saved = save(git_dir)
     expected = scan(git, gitrepo)
-    for case in range(campaign.size(24, 2000)):
+    for case in range(campaign.size(24, 400)):
         restore(git_dir, saved)
         what, guarded = damage(tally.rng, git_dir, saved, older)
         keys = some_keys(tally.rng, expected, 6)
@@ -384,7 +384,7 @@ def shallow_clone(git, tmp_path, rng, env):
 def test_stock_git_rewrites_history_beside_it(git, env, tmp_path, tally):
     source, clone = shallow_clone(git, tmp_path, tally.rng, env)
     steps = []
-    for case in range(campaign.size(30, 1200)):
+    for case in range(campaign.size(30, 300)):
         steps.append(git_step(tally.rng, source, clone))
         if tally.rng.random() < 0.5:
             continue
@@ -415,7 +415,7 @@ def snapshot(directory):
 def test_a_read_only_repository(git, env, tmp_path, tally):
     source, clone = shallow_clone(git, tmp_path, tally.rng, env)
     git_dir = clone.path / ".git"
-    for case in range(campaign.size(6, 300)):
+    for case in range(campaign.size(6, 60)):
         for _ in range(tally.rng.randrange(1, 4)):
             git_step(tally.rng, source, clone)
         if tally.rng.random() < 0.6:
@@ -466,7 +466,7 @@ def test_special_files_in_place_of_the_index(git, env, tmp_path, tally):
     git_dir = clone.path / ".git"
     outside = tmp_path / "outside"
     outside.write_bytes(b"not the index's\n")
-    for case in range(campaign.size(18, 600)):
+    for case in range(campaign.size(18, 200)):
         lookup(env, clone.path, ["D1"])
         names = index_files(str(git_dir))
         name = tally.rng.choice(names + [INDEX, INDEX + ".lock", "shallow"])
