@@ -97,9 +97,10 @@ def _read_regular(path):
         return b""
     except OSError as err:
         raise Abort("cannot read %s: %s" % (os.fsdecode(path), err.strerror))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Abort("%s is not a regular file" % os.fsdecode(path))
     with open(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Abort("%s is not a regular file" % os.fsdecode(path))
         return fh.read()
 
 

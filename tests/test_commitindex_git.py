@@ -347,6 +347,19 @@ def test_an_index_file_that_is_not_a_regular_file_is_refused(
             else:
                 path.unlink()
     assert gitbridge("commitid-lookup", "D1", cwd=gitrepo).stdout
+    # Git's own .git/shallow, read for its boundary: refused too.
+    clone = tmp_path / "shallow"
+    git("clone", "-q", "--depth", "1", "file://%s" % gitrepo, clone)
+    shallow = clone / ".git" / "shallow"
+    shallow.unlink()
+    for make in (os.mkdir, os.mkfifo):
+        make(shallow)
+        proc = subprocess.run(
+            [tools.executable("gitbridge"), "commitid-lookup", "D1"],
+            cwd=clone, capture_output=True, text=True, timeout=60)
+        assert clean_abort(proc), proc.stderr
+        assert "shallow is not a regular file" in proc.stderr
+        os.rmdir(shallow) if shallow.is_dir() else shallow.unlink()
 
 
 def test_a_docket_with_a_non_utf8_uid_is_built_again(
