@@ -36,7 +36,6 @@ no record's checksum; ``Index.verify`` reads them all.
 import json
 import os
 import shutil
-import stat
 import subprocess
 
 import pytest
@@ -193,7 +192,7 @@ def test_hostile_and_oversized_keys(git, env, gitrepo, tally):
     tally.check()
 
 
-# The index changed behind its back --------------------------------------------
+# The index changed behind its back -----------------------------------------
 
 def index_files(git_dir):
     return sorted(name for name in os.listdir(git_dir)
@@ -401,7 +400,7 @@ def test_stock_git_rewrites_history_beside_it(git, env, tmp_path, tally):
     tally.check()
 
 
-# Read-only and special files ---------------------------------------------------
+# Read-only and special files --------------------------------------------------
 
 def snapshot(directory):
     return {os.path.join(root, name): (
