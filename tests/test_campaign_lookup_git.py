@@ -400,7 +400,7 @@ def test_stock_git_rewrites_history_beside_it(git, env, tmp_path, tally):
     tally.check()
 
 
-# Read-only and special files --------------------------------------------------
+# Read-only and special files -------------------------------------------------
 
 def snapshot(directory):
     return {os.path.join(root, name): (
