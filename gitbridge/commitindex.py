@@ -9,6 +9,21 @@ parents before children).  When a covered tip is gone from the object
 store (a ref forced or deleted, then ``git gc``, before the next lookup)
 the index is built again from nothing.
 
+In a shallow clone the docket also records the shallow boundary (the
+commits in ``.git/shallow``, whose parents Git does not have).  When it
+changes, the index is built again from nothing: ``git fetch --deepen``
+or ``--unshallow`` brings history below the commits the index covered,
+which no walk from the new tips down to the covered ones reaches, and a
+new boundary can cut indexed commits off.  A shallow clone holds little
+history, so the build is short.
+
+Where the index cannot be written (a read-only mirror, a CI cache, a
+full disk), a lookup changes nothing: it answers from the index when
+that covers the refs as they are, else by reading the message of every
+commit a ref reaches, as the index build would.  An index file that is
+not a regular file (a directory, a FIFO, a symbolic link) is never read
+or replaced: the lookup aborts and says to remove it.
+
 The docket also says whether every indexed commit is still reachable
 from the tips: true of an index built from nothing, and kept true while
 each update only moves refs forward (the covered tips stay reachable).
@@ -30,8 +45,10 @@ matter: ``gitbridge commitid-lookup --rebuild KEY`` after ``git gc``, or
 from a ``post-receive`` hook that saw a forced update.
 """
 
+import errno
 import fcntl
 import os
+import stat
 import sys
 
 from vcsperf.core import commitindex, commitkeys
@@ -48,32 +65,95 @@ def _rules(repo):
     return commitkeys.KeyRules(names)
 
 
-def _repository(repo):
-    """``(git_dir, tips)``: the Git directory of ``repo`` and the objects
-    its refs (those under ``refs/``) point at, sorted (hex, as bytes)."""
-    git_dir, *tips = git_bytes(repo, "rev-parse", "--absolute-git-dir",
-                               "--all").split(b"\n")
-    return git_dir.decode("utf-8", "surrogateescape"), sorted(
-        set(tips) - {b""})
+#: Why opening or writing a file fails where the index cannot be written
+#: at all; then lookups answer without it.
+_UNWRITABLE = frozenset([errno.EACCES, errno.EPERM, errno.EROFS,
+                         errno.ENOSPC, errno.EDQUOT])
+
+
+class Repository:
+    """What a lookup reads of a Git repository first: ``git_dir``, its Git
+    directory; ``tips``, the objects its refs (those under ``refs/``)
+    point at; ``shallow``, the commits of its shallow boundary (both
+    sorted, hex, as bytes)."""
+
+    def __init__(self, repo):
+        git_dir, shallow_path, *tips = git_bytes(
+            repo, "rev-parse", "--absolute-git-dir", "--git-path", "shallow",
+            "--all").split(b"\n")
+        self.git_dir = git_dir.decode("utf-8", "surrogateescape")
+        self.tips = sorted(set(tips) - {b""})
+        # --git-path names it from the repository, unless absolute.
+        self.shallow = sorted(set(_read_regular(os.path.join(
+            os.fsencode(repo), shallow_path)).split()))
+
+
+def _read_regular(path):
+    """The content of the regular file ``path`` (empty bytes when there
+    is none); anything else there is refused, never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return b""
+    except OSError as err:
+        raise Abort("cannot read %s: %s" % (os.fsdecode(path), err.strerror))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Abort("%s is not a regular file" % os.fsdecode(path))
+    with open(fd, "rb") as fh:
+        return fh.read()
+
+
+def _refuse_special(git_dir):
+    """Abort where a file of the index's own names (the docket and its
+    lock) is there and is not a regular file: reading a FIFO waits
+    forever, ``/dev/zero`` never ends, and replacing what someone put
+    there would delete it."""
+    for name in (NAME, NAME + ".lock"):
+        path = os.path.join(git_dir, name)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise Abort("cannot read %s: %s" % (path, err.strerror))
+        if not stat.S_ISREG(mode):
+            raise Abort("%s is not a regular file" % path,
+                        hint="remove it; the next lookup builds the index "
+                        "again")
 
 
 #: The first line of the docket's ``covers``: whether every indexed
-#: commit is reachable from the tips on the lines after it.
+#: commit is reachable from the tips on the lines after the second.
 REACHABILITY = {True: b"all-reachable", False: b"may-hold-unreachable"}
+#: The second line's first word; the shallow boundary follows it.
+SHALLOW = b"shallow"
 
 
-def _covers(tips, all_reachable):
-    return b"\n".join([REACHABILITY[all_reachable]] + tips)
+def _covers(tips, shallow, all_reachable):
+    return b"\n".join([REACHABILITY[all_reachable],
+                       b" ".join([SHALLOW] + shallow)] + tips)
 
 
 def _covered(covers):
-    """``(tips, all_reachable)`` of a docket's ``covers``; ``all_reachable``
-    is None in an index from before it was recorded."""
-    state, *tips = covers.split(b"\n")
+    """``(tips, shallow, all_reachable)`` of a docket's ``covers``;
+    ``all_reachable`` is None in an index from before both it and the
+    shallow boundary were recorded."""
+    state, boundary, *tips = covers.split(b"\n") + [b""]
+    word, *shallow = boundary.split(b" ")
     for all_reachable, line in REACHABILITY.items():
-        if state == line:
-            return tips, all_reachable
-    return [], None
+        if state == line and word == SHALLOW:
+            return tips[:-1], shallow, all_reachable
+    return [], [], None
+
+
+def _current(index, repository, rules):
+    """Whether ``index`` covers the refs and shallow boundary of
+    ``repository`` under ``rules``: nothing to add."""
+    tips, shallow, all_reachable = _covered(index.covers)
+    return all_reachable is not None and tips == repository.tips and \
+        shallow == repository.shallow and \
+        index.docket.rules == rules.fingerprint
 
 
 def _left_behind(repo, covered, tips):
@@ -123,58 +203,83 @@ def _missing(repo, objects):
             if line.endswith(b" missing")]
 
 
-def update(repo, git_dir, tips, rules, rebuild=False):
-    """Bring the index in ``git_dir`` up to date with ``tips``, the
-    objects the refs of ``repo`` point at, under ``rules`` (with
-    ``rebuild``, build it again from nothing)."""
-    with open(os.path.join(git_dir, NAME + ".lock"), "ab") as lock:
+def update(repo, repository, rules, rebuild=False):
+    """Bring the index in ``repository.git_dir`` up to date with its refs
+    and shallow boundary under ``rules`` (with ``rebuild``, build it
+    again from nothing).  False, having changed nothing, where the index
+    cannot be written."""
+    try:
+        fd = os.open(os.path.join(repository.git_dir, NAME + ".lock"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        if err.errno in _UNWRITABLE:
+            return False
+        raise Abort("cannot lock %s: %s" % (
+            os.path.join(repository.git_dir, NAME + ".lock"), err.strerror))
+    with open(fd, "ab") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            base = None if rebuild else commitindex.Index(git_dir, NAME)
-        except (FileNotFoundError, commitindex.CorruptIndex):
-            base = None
-        try:
-            if base is not None:
-                covered, all_reachable = _covered(base.covers)
-                if covered == tips and all_reachable is not None and \
-                        base.docket.rules == rules.fingerprint:
-                    return
-                if base.docket.rules != rules.fingerprint or \
-                        all_reachable is None or _missing(repo, covered):
-                    base.close()
-                    base = None
-            if base is None:
-                all_reachable = True
-            elif all_reachable:
-                all_reachable = not _left_behind(repo, covered, tips)
-            revisions = [t.decode("ascii") for t in tips] + (
-                ["^" + t.decode("ascii") for t in covered] if base else [])
-            start = base.node_count() if base else 0
-            # Here, not above: a lookup that reads no message spares the
-            # import (see commitkeys).
-            from vcsperf.core.commitids import git_messages, message_keys
-            triples, nodes = [], []
-            for sha, message in (git_messages(repo, revisions)
-                                 if tips else ()):
-                rev = start + len(nodes)
-                nodes.append(bytes.fromhex(sha))
-                triples.extend((kind, key, rev) for kind, key
-                               in message_keys(message, rules))
-            width = len(nodes[0]) if nodes else (
-                base.docket.node_width if base else 20)
-            # A repository converted to another hash: its lock released
-            # first, built again.
-            rebuild = base is not None and base.docket.node_width != width
-            if not rebuild:
-                commitindex.write(git_dir, NAME, triples,
-                                  _covers(tips, all_reachable),
-                                  rules.fingerprint, base=base, nodes=nodes,
-                                  node_width=width)
-        finally:
-            if base is not None:
+            return _update_locked(repo, repository, rules, rebuild)
+        except commitindex.CorruptIndex:
+            # A file of it that cannot be written (read-only, or made
+            # something else behind our back): answered without it.
+            return False
+        except OSError as err:
+            if err.errno in _UNWRITABLE:
+                return False
+            raise
+
+
+def _update_locked(repo, repository, rules, rebuild):
+    git_dir, tips = repository.git_dir, repository.tips
+    try:
+        base = None if rebuild else commitindex.Index(git_dir, NAME)
+    except (FileNotFoundError, commitindex.CorruptIndex):
+        base = None
+    try:
+        if base is not None:
+            if _current(base, repository, rules):
+                return True
+            covered, shallow, all_reachable = _covered(base.covers)
+            if base.docket.rules != rules.fingerprint or \
+                    all_reachable is None or \
+                    shallow != repository.shallow or \
+                    _missing(repo, covered):
                 base.close()
-    if rebuild:
-        update(repo, git_dir, tips, rules, rebuild=True)
+                base = None
+        if base is None:
+            all_reachable = True
+        elif all_reachable:
+            all_reachable = not _left_behind(repo, covered, tips)
+        revisions = [t.decode("ascii") for t in tips] + (
+            ["^" + t.decode("ascii") for t in covered] if base else [])
+        start = base.node_count() if base else 0
+        # Here, not above: a lookup that reads no message spares the
+        # import (see commitkeys).
+        from vcsperf.core.commitids import git_messages, message_keys
+        triples, nodes = [], []
+        for sha, message in (git_messages(repo, revisions)
+                             if tips else ()):
+            rev = start + len(nodes)
+            nodes.append(bytes.fromhex(sha))
+            triples.extend((kind, key, rev) for kind, key
+                           in message_keys(message, rules))
+        width = len(nodes[0]) if nodes else (
+            base.docket.node_width if base else 20)
+        if base is not None and base.docket.node_width != width:
+            # A repository converted to another hash: built again.
+            base.close()
+            base = None
+            return _update_locked(repo, repository, rules, True)
+        commitindex.write(git_dir, NAME, triples,
+                          _covers(tips, repository.shallow, all_reachable),
+                          rules.fingerprint, base=base, nodes=nodes,
+                          node_width=width)
+        return True
+    finally:
+        if base is not None:
+            base.close()
 
 
 def lookup(repo, keys, rebuild=False):
@@ -187,16 +292,32 @@ def lookup(repo, keys, rebuild=False):
             parsed.append(commitkeys.parse_key(key))
         except ValueError as err:
             raise Abort(str(err))
-    git_dir, tips = _repository(repo)
+    repository = Repository(repo)
+    _refuse_special(repository.git_dir)
     rules = _rules(repo)
-    update(repo, git_dir, tips, rules, rebuild)
-    with commitindex.Index(git_dir, NAME) as index:
+    written = update(repo, repository, rules, rebuild)
+    try:
+        index = commitindex.Index(repository.git_dir, NAME)
+    except (FileNotFoundError, commitindex.CorruptIndex):
+        index = None
+    if index is not None and not written and \
+            not _current(index, repository, rules):
+        index.close()
+        index = None
+    if index is None:
+        # Not written here, or removed or damaged since: every message.
+        return _scan(repo, repository.tips, rules, keys, parsed)
+    with index:
         # The docket read here, not the one update() saw: a writer since
         # then may have indexed commits that are no longer reachable.
-        all_reachable = _covered(index.covers)[1]
-        candidates = [(typed, wanted, index.node(rev).hex().encode("ascii"))
-                      for typed, wanted in zip(keys, parsed)
-                      for rev in index.lookup(*wanted)]
+        all_reachable = _covered(index.covers)[2]
+        try:
+            candidates = [(typed, wanted,
+                           index.node(rev).hex().encode("ascii"))
+                          for typed, wanted in zip(keys, parsed)
+                          for rev in index.lookup(*wanted)]
+        except commitindex.CorruptIndex:
+            return _scan(repo, repository.tips, rules, keys, parsed)
     if all_reachable:
         return [(typed, sha.decode("ascii")) for typed, _, sha in candidates]
     if not candidates:
@@ -207,6 +328,20 @@ def lookup(repo, keys, rebuild=False):
     reachable = {sha for sha in carried if _reachable(repo, sha)}
     return [(typed, sha.decode("ascii")) for typed, wanted, sha in candidates
             if wanted in carried.get(sha, ()) and sha in reachable]
+
+
+def _scan(repo, tips, rules, keys, parsed):
+    """What ``lookup`` answers, from the message of every commit a ref
+    reaches (parents first), without the index."""
+    from vcsperf.core.commitids import git_messages, message_keys
+    wanted, found = set(parsed), {}
+    for sha, message in (git_messages(repo, [t.decode("ascii")
+                                             for t in tips])
+                         if tips else ()):
+        for key in message_keys(message, rules) & wanted:
+            found.setdefault(key, []).append(sha)
+    return [(typed, sha) for typed, key in zip(keys, parsed)
+            for sha in found.get(key, ())]
 
 
 # The command line -----------------------------------------------------------
@@ -231,14 +366,17 @@ def add_commands(subparsers):
 
 def quick_main(argv):
     """The exit status of ``commitid-lookup ARGV`` where ARGV is keys,
-    ``-C DIR``, ``--json`` and ``--rebuild``, read without ``argparse``
+    ``-C DIR``, ``--json``, ``--rebuild`` and ``--`` (the rest are keys,
+    even those that start with ``-``), read without ``argparse``
     (whose import is a tenth of a lookup's time); None for anything else
     (``--help``, another or abbreviated option, no key), which the
     parser of ``add_commands`` then reads and explains."""
     repo, keys, flags = ".", [], set()
     args = iter(argv)
     for arg in args:
-        if arg == "-C":
+        if arg == "--":
+            keys.extend(args)
+        elif arg == "-C":
             repo = next(args, "-")
             if repo.startswith("-"):
                 return None

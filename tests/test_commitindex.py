@@ -155,6 +155,71 @@ def test_a_missing_index_and_a_foreign_file(directory):
         commitindex.Index(directory, NAME)
 
 
+def test_a_crc_valid_docket_with_a_uid_that_is_no_name(directory):
+    """A docket whose checksum holds but whose uid is no hex (non-UTF-8
+    bytes, a path) is damaged, not a traceback nor a path to open."""
+    build(directory)
+    docket = commitindex.read_docket(directory, NAME)
+    for uid in (b"\xff\xfe" * 4, b"../../x", b"ab\ncd"):
+        damaged = commitindex.Docket((uid, docket.table[1]), docket.tail,
+                                     docket.nodes, 0, b"rules", b"covers")
+        with open(os.path.join(directory, NAME), "wb") as fh:
+            fh.write(damaged.pack())
+        with pytest.raises(commitindex.CorruptIndex):
+            commitindex.Index(directory, NAME)
+
+
+def replace_with(path, what):
+    os.unlink(path)
+    if what == "directory":
+        os.mkdir(path)
+    elif what == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink(what, path)
+
+
+@pytest.mark.parametrize("what", ["directory", "fifo", "/dev/zero",
+                                  "/dev/null", "table"])
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_special_files_are_never_followed_or_read(directory, which, what):
+    """The docket or a data file replaced by a directory, a FIFO or a
+    symbolic link (to /dev/zero, to another index file) is damage:
+    opening raises ``CorruptIndex`` at once (no endless read, no wait
+    for a FIFO's writer), and a new index written over it replaces the
+    link itself, never what it points to."""
+    build(directory)
+    paths = [os.path.join(directory, NAME)] + data_files(directory)
+    target = paths[1] if what == "table" else what
+    if target == paths[which]:
+        target = paths[2]
+    replace_with(paths[which], target)
+    with pytest.raises(commitindex.CorruptIndex):
+        commitindex.Index(directory, NAME).verify()
+    if what != "directory":
+        items = [(ID, "new", 1)]
+        commitindex.write(directory, NAME, items, b"covers", b"rules")
+        check_answers(directory, items)
+        assert not [f for f in os.listdir(directory)
+                    if os.path.islink(os.path.join(directory, f))]
+
+
+def test_an_append_never_writes_through_a_link(directory, tmp_path):
+    """A tail replaced by a link between the open and the append: the
+    append refuses, the file outside is untouched."""
+    build(directory)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"keep")
+    tail = data_files(directory)[1]
+    with commitindex.Index(directory, NAME) as index:
+        os.unlink(tail)
+        os.symlink(outside, tail)
+        with pytest.raises(commitindex.CorruptIndex):
+            commitindex.write(directory, NAME, [(ID, "x", 70)], b"covers",
+                              b"rules", base=index)
+    assert outside.read_bytes() == b"keep"
+
+
 def test_nodes_are_appended_and_read_back(directory):
     commitindex.write(directory, NAME, [(ID, "a", 0)], b"", b"",
                       nodes=[b"\1" * 20], node_width=20)
@@ -208,16 +273,45 @@ def test_message_keys():
 
 @pytest.mark.parametrize("text, key", [
     ("D123", (REVIEW, "D123")), ("bug 5", (BUG, "5")), ("Bug12", (BUG, "12")),
-    ("bug:007", (BUG, "7")), ("review:abc", (REVIEW, "abc")),
+    ("bug:007", (BUG, "7")), ("bug 0", (BUG, "0")),
+    ("bug " + "9" * 18, (BUG, "9" * 18)),
     ("4Aq2kO7Vx9d", (ID, "4Aq2kO7Vx9d")), ("id:D1", (ID, "D1")),
     ("I" + "ab" * 20, (REVIEW, "I" + "ab" * 20)),
-    # Not a review: a letter after the digits, none, digits not ASCII, an
-    # upper-case or short Change-Id.
-    ("D12x", (ID, "D12x")), ("D", (ID, "D")), ("D\u0663", (ID, "D\u0663")),
+    # Not a review: a letter after the digits, none, an upper-case or
+    # short Change-Id.
+    ("D12x", (ID, "D12x")), ("D", (ID, "D")),
     ("I" + "AB" * 20, (ID, "I" + "AB" * 20)),
     ("I" + "ab" * 19, (ID, "I" + "ab" * 19))])
 def test_parse_key(text, key):
     assert parse_key(text) == key
+
+
+@pytest.mark.parametrize("text", [
+    # Digits of other scripts (str.isdigit takes them): no bug 111, no
+    # review, no commit ID.
+    "bug \u0661\u0661\u0661", "bug:\u0661", "D\u0663", "bug \u00b2",
+    # More digits than a bug number has (int() of 4,301 raised).
+    "bug " + "1" * 19, "bug:" + "1" * 4301,
+    # What no message carries: a line end (the wire's key separator),
+    # white space, other characters, nothing, an overlong key.
+    "id:a\nb", "a\nbug:1", "a b", "review:abc", "review:D1\n", "", "id:",
+    "x" * 257])
+def test_parse_key_refuses_what_is_no_key(text):
+    with pytest.raises(ValueError) as raised:
+        parse_key(text)
+    assert len(str(raised.value)) < 120
+
+
+def test_bug_numbers_have_at_most_18_digits():
+    """A summary "Bug" and 4,301 digits made int() raise for every later
+    commit, pull and lookup (issue 27): a longer run is no bug key."""
+    for digits in (19, 4301, 100000):
+        assert message_keys("Bug %s - x\n" % ("7" * digits)) == set()
+    assert message_keys("Bug %s - x\n" % ("7" * 18)) == {(BUG, "7" * 18)}
+    assert message_keys("Bug 0042 and bug %s\n" % ("0" * 4400)) == \
+        {(BUG, "42")}
+    # Non-ASCII digits are no bug number in a message either.
+    assert message_keys("Bug \u0661\u0661\u0661\n") == set()
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

@@ -29,7 +29,8 @@ import os
 import re
 import time
 
-from vcsperf.core.commitkeys import BUG, ID, REVIEW, TRAILER, KeyRules
+from vcsperf.core.commitkeys import (
+    BUG, BUG_DIGITS, ID, REVIEW, TRAILER, KeyRules, bug_number)
 from vcsperf.core.spawn import git_bytes
 
 #: 2000-01-01T00:00:00Z, the origin of the ID's time component.
@@ -256,8 +257,10 @@ def _ends_in_trailers(msg, body):
 _DIFFERENTIAL = re.compile(_TRAILER_VALUE % (
     "Differential Revision", r"\S*?(?<![A-Za-z0-9])D[0-9]+"))
 _CHANGE_ID = re.compile(_TRAILER_VALUE % ("Change-Id", "I[0-9a-f]{40}"))
-# "Bug 123" or "bug 123" as a word of the summary line.
-_BUG = re.compile(r"(?<![A-Za-z0-9])[Bb]ug ([0-9]+)(?![0-9A-Za-z])")
+# "Bug 123" or "bug 123" as a word of the summary line; a longer run of
+# digits than a bug number has is none (``commitkeys.BUG_DIGITS``).
+_BUG = re.compile(r"(?<![A-Za-z0-9])[Bb]ug ([0-9]{1,%d})(?![0-9A-Za-z])"
+                  % BUG_DIGITS)
 
 
 def _trailer_pattern(name):
@@ -285,7 +288,8 @@ def message_keys(message, rules=KeyRules()):
         keys.update((REVIEW, found) for found in _CHANGE_ID.findall(message))
     if "ug " in message:
         summary = _LINE_END.split(message, 1)[0]
-        keys.update((BUG, str(int(found))) for found in _BUG.findall(summary))
+        keys.update((BUG, bug_number(found))
+                    for found in _BUG.findall(summary))
     return keys
 
 

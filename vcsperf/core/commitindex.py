@@ -33,6 +33,7 @@ raises ``CorruptIndex``.  Callers rebuild on it, never trust.
 
 import mmap
 import os
+import stat
 import struct
 import zlib
 
@@ -57,6 +58,9 @@ _DATA_MAGIC = {"table": b"CIDXTABL", "tail": b"CIDXTAIL",
 # CRC-32 of those four fields.
 _HEADER = struct.Struct(">8sIII")
 _HEADER_SIZE = _HEADER.size + 4
+# A docket holds a few numbers, the rules and the covers (Git: a line per
+# ref): far larger is no docket.
+_DOCKET_LIMIT = 256 << 20
 
 
 class CorruptIndex(Exception):
@@ -104,7 +108,11 @@ class Docket:
 
 
 def _uid(raw):
-    return raw.rstrip(b"\0")
+    """A data file's uid: hex digits (its name's part), or empty."""
+    uid = raw.rstrip(b"\0")
+    if uid.strip(b"0123456789abcdef"):
+        raise CorruptIndex("bad uid in the docket")
+    return uid
 
 
 def _new_uid():
@@ -114,10 +122,36 @@ def _new_uid():
 def read_docket(directory, name):
     """The current docket, or None when there is no index."""
     try:
-        with open(os.path.join(directory, name), "rb") as fh:
-            return Docket.unpack(fh.read())
+        fd = _open_regular(os.path.join(directory, name), os.O_RDONLY)
     except FileNotFoundError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fd).st_size
+        if size > _DOCKET_LIMIT:
+            raise CorruptIndex("the docket is larger than %d bytes"
+                               % _DOCKET_LIMIT)
+        return Docket.unpack(fh.read(size + 1))
+
+
+def _open_regular(path, flags, mode=0o666):
+    """A descriptor of the regular file at ``path``, never of what a
+    symbolic link there points to, nor of a directory, device or FIFO
+    (which blocks no open: ``O_NONBLOCK``), which raise ``CorruptIndex``;
+    ``FileNotFoundError`` when there is nothing."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0), mode)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        # ELOOP (a symbolic link), EISDIR (opened for writing), ENXIO
+        # (a FIFO without a reader), EACCES ...
+        raise CorruptIndex("cannot open %s: %s" % (
+            os.path.basename(path), err.strerror))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptIndex("%s is not a regular file" % os.path.basename(path))
+    return fd
 
 
 def _path(directory, name, uid, part):
@@ -135,7 +169,8 @@ class _Records:
             if count:
                 raise CorruptIndex("%s entries without a file" % part)
             return
-        with open(_path(directory, name, uid, part), "rb") as fh:
+        with os.fdopen(_open_regular(_path(directory, name, uid, part),
+                                     os.O_RDONLY), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < _HEADER_SIZE + count * width:
                 raise CorruptIndex("%s file is truncated" % part)
@@ -266,16 +301,23 @@ def _write_new(directory, name, part, width, records, crc=0):
 
 
 def _atomic_write(path, data):
-    temporary = "%s.tmp-%d" % (path, os.getpid())
-    with open(temporary, "wb") as fh:
-        fh.write(data)
-    os.replace(temporary, path)
+    # A new name (O_EXCL), so nothing already there is written through.
+    temporary = "%s.tmp-%s" % (path, _new_uid().decode())
+    fd = _open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def _append(directory, name, part, uid, count, width, records):
     """``records`` appended after the ``count`` that a docket names (what
     a crashed writer left past them is overwritten)."""
-    with open(_path(directory, name, uid, part), "r+b") as fh:
+    with os.fdopen(_open_regular(_path(directory, name, uid, part),
+                                 os.O_RDWR), "r+b") as fh:
         fh.seek(_HEADER_SIZE + count * width)
         fh.write(records)
         fh.truncate()
@@ -347,7 +389,8 @@ def _remove_unnamed(directory, name, docket):
                 entry.rsplit(".", 1)[-1] in _DATA_MAGIC:
             try:
                 os.unlink(os.path.join(directory, entry))
-            except FileNotFoundError:
+            except OSError:
+                # Gone, or a directory: either way never read again.
                 pass
 
 
