@@ -49,6 +49,7 @@ second one says whose run it waits for.
 import argparse
 import json
 import os
+import stat
 import sys
 import time
 
@@ -96,7 +97,8 @@ def main(args):
         print(json.dumps(result, indent=2))
     else:
         print(result["message"])
-    return 0
+    # published, but something retired is still there: a partial failure
+    return 1 if result.get("refused") else 0
 
 
 def _stdout(message):
@@ -112,13 +114,14 @@ class Settings:
 
     def __init__(self, repo, output=None, base_url=None):
         try:
-            listed = git_output(repo, "config", "--get-regexp",
+            # -z: a value may hold a newline
+            listed = git_output(repo, "config", "-z", "--get-regexp",
                                 r"^bundlegen\.")
         except Abort:
             listed = ""  # git config exits 1 when nothing matches
         options, table = {}, {}
-        for line in listed.splitlines():
-            key, _, value = line.partition(" ")
+        for entry in filter(None, listed.split("\0")):
+            key, _, value = entry.partition("\n")
             parts = key.split(".")
             if len(parts) == 2:
                 options[parts[1]] = value
@@ -129,11 +132,17 @@ class Settings:
         if not self.output:
             raise Abort("gitbridge bundlegen needs an output directory",
                         hint="git config bundlegen.output DIR, or --output")
-        self.base_url = (base_url or options.get("base-url") or "") \
-            .rstrip("/")
+        self.base_url = base_url or options.get("base-url") or ""
+        if self.base_url:
+            self.base_url = bundlestore.check_base_url(self.base_url)
         order = options.get("destinations", "").replace(",", " ").split()
         self.destinations = bundlestore.destinations(table,
                                                      order or list(table))
+        for destination in self.destinations:
+            # the same URLs as the base-url: the list is Git config
+            bundlestore.check_base_url(
+                destination.base_url,
+                "bundlegen.%s.base-url" % destination.name)
         if not self.base_url and not self.destinations:
             raise Abort("gitbridge bundlegen has nowhere to publish",
                         hint="git config bundlegen.base-url URL, or a "
@@ -190,6 +199,9 @@ def _plan(repo, settings, latest, force):
     chain = latest["chain"]
     if not all(_has_object(repo, sha) for sha in latest["tips"].values()):
         return "full", "history was rewritten past the last bundle"
+    lost = _lost_bundle(settings.output, chain, digests=False)
+    if lost:
+        return "full", lost
     if tips == latest["tips"]:
         return (("full", "forced") if force else
                 (None, "the bundles of these tips are published already"))
@@ -205,7 +217,36 @@ def _plan(repo, settings, latest, force):
     if incrementals >= settings.incrementals:
         return "full", "%s; %d incremental bundles since the full one" % (
             reason or "forced", incrementals)
+    # the new list names the chain's bundles again: their bytes must be
+    # the ones their names and the record promise
+    lost = _lost_bundle(settings.output, chain, digests=True)
+    if lost:
+        return "full", lost
     return "incremental", reason or "forced"
+
+
+def _lost_bundle(output, chain, digests):
+    """Why the local copy of a bundle of ``chain`` is not the one the
+    record holds (gone, or other bytes: its size, or with ``digests`` its
+    SHA-256), or None when they all are."""
+    for bundle in chain:
+        path = os.path.join(output, bundle["file"])
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            return "%s of the list is missing from %s" % (bundle["file"],
+                                                          output)
+        try:
+            same = (stat.S_ISREG(found.st_mode)
+                    and found.st_size == bundle["size"]
+                    and (not digests or bundlestore.sha256_file(path)[0]
+                         == bundle["sha256"]))
+        except OSError:
+            same = False
+        if not same:
+            return "%s of the list was changed in %s" % (bundle["file"],
+                                                         output)
+    return None
 
 
 def generate(repo, output=None, base_url=None, force=False, dry_run=False,
@@ -238,7 +279,10 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         latest = generations.latest
         kind, reason = _plan(repo, settings, latest, force)
         if kind is None:
+            refused = (_delete_retired(settings, generations, [])
+                       if generations.record.get("undeleted") else [])
             return {"action": "skipped", "reason": reason,
+                    "refused": refused,
                     "message": "nothing to do: %s (--force writes a "
                                "bundle anyway)" % reason}
         say("writing %s bundle (%s)" % (_article(kind), reason))
@@ -252,21 +296,57 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
                              generated=bundlestore.now(), chain=chain,
                              files=[b["file"] for b in chain]))
         retired = generations.retire(settings.keep)
-        generations.save()
-        for destination in settings.destinations:
-            bundlestore.delete(destination, retired)
-        for name in retired:
-            _unlink(os.path.join(settings.output, name))
+        refused = _delete_retired(settings, generations, retired)
     seconds = time.monotonic() - started
     return {"action": "published", "kind": kind, "reason": reason,
             "bundle": bundle, "chain": [b["file"] for b in chain],
-            "uploaded_bytes": sent, "retired": retired,
+            "uploaded_bytes": sent, "retired": retired, "refused": refused,
             "seconds": round(seconds, 2),
             "message": "%s: %s bundle, %s, %d bundles in the list, "
-                       "uploaded %s in %.1f s; retired %d"
+                       "uploaded %s in %.1f s; retired %d%s"
                        % (bundle["file"], kind,
                           _size(bundle["size"]), len(chain), _size(sent),
-                          seconds, len(retired))}
+                          seconds, len(retired),
+                          " (not deleted from %s yet)" % ", ".join(refused)
+                          if refused else "")}
+
+
+def _delete_retired(settings, generations, retired):
+    """Delete the bundles of ``retired`` (and those earlier runs could not
+    delete) from every destination, then from the output directory.  The
+    record holds them as undeleted, per destination, before the first
+    delete is sent, so that neither a refusal (an Object Lock, a bucket
+    policy without deletes) nor a killed run loses them: a destination that
+    refuses keeps them there for the next run, with a warning, and the
+    others go on.  Returns the destinations that refused."""
+    undeleted = generations.record.get("undeleted", {})
+    for destination in settings.destinations:
+        names = set(undeleted.get(destination.name, ())) | set(retired)
+        if names:
+            undeleted[destination.name] = sorted(names)
+    generations.save(undeleted=undeleted)
+    refused = []
+    for destination in settings.destinations:
+        names = undeleted.get(destination.name)
+        if not names:
+            continue
+        try:
+            bundlestore.delete(destination, names)
+        except Abort as err:
+            _stderr("warning: %s; %d retired bundles stay listed in %s for "
+                    "the next run to delete" % (err, len(names), RECORD))
+            refused.append(destination.name)
+        else:
+            del undeleted[destination.name]
+    generations.save(undeleted=undeleted)
+    for name in retired:
+        try:
+            _unlink(os.path.join(settings.output, name))
+        except OSError as err:
+            _stderr("warning: cannot delete %s: %s" % (err.filename,
+                                                      err.strerror))
+            refused.append("output")
+    return refused
 
 
 def _article(kind):
@@ -306,8 +386,9 @@ def bundle_list(base_url, chain):
     lines = ["[bundle]", "\tversion = 1", "\tmode = all",
              "\theuristic = creationToken"]
     for bundle in chain:
+        # quoted: a URL may hold ";", which starts a comment in Git config
         lines += ['[bundle "%s-%d"]' % (bundle["kind"], bundle["token"]),
-                  "\turi = %s/%s" % (base_url, bundle["file"]),
+                  '\turi = "%s/%s"' % (base_url, bundle["file"]),
                   "\tcreationToken = %d" % bundle["token"]]
     return ("\n".join(lines) + "\n").encode()
 

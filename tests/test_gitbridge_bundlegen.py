@@ -144,3 +144,160 @@ def test_a_broken_bundle_falls_back_to_a_normal_clone(
     assert git("-C", tmp_path / "clone", "rev-parse", "HEAD") == git(
         "-C", bare, "rev-parse", "main")
     git("-C", tmp_path / "clone", "fsck", "--no-progress")
+
+
+def _configure(git, bare, objectserver, output, **destinations):
+    """Destinations NAME=BUCKET on the object server, in that order."""
+    for key, value in (("bundlegen.output", output),
+                       ("bundlegen.destinations", " ".join(destinations))):
+        git("-C", bare, "config", key, str(value))
+    for name, bucket in destinations.items():
+        for key, value in (("url", "s3://%s/repo" % bucket),
+                           ("region", objectstore.REGION),
+                           ("endpoint", objectserver.url.rstrip("/"))):
+            git("-C", bare, "config", "bundlegen.%s.%s" % (name, key), value)
+
+
+@pytest.mark.parametrize("change", ["deleted", "changed"])
+def test_a_bundle_gone_from_the_output_starts_a_new_full_one(
+        change, origin, git, gitbridge, objectserver, tmp_path):
+    """Regression (issue 27, item 11): a bundle of the list deleted from
+    the output directory made every later run end in a traceback; one
+    changed there was named again in the next list.  The run starts a new
+    full bundle instead, and says why in one line."""
+    bare, work = origin
+    objectserver.make_bucket("git-bundles")
+    output = tmp_path / "bundles"
+    _configure(git, bare, objectserver, output, usw2="git-bundles")
+    run = lambda *a: gitbridge("bundlegen", "--repo", bare, *a,  # noqa
+                               check=False)
+    first = json.loads(run("--json").stdout)
+    full = output / first["bundle"]["file"]
+    if change == "deleted":
+        full.unlink()
+    else:
+        data = bytearray(full.read_bytes())
+        data[-1] ^= 1
+        full.write_bytes(bytes(data))
+    _commit(git, work, 2, "second")
+    proc = run("--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    second = json.loads(proc.stdout)
+    assert second["kind"] == "full"
+    assert second["reason"] == "%s of the list %s %s" % (
+        first["bundle"]["file"], "is missing from" if change == "deleted"
+        else "was changed in", output)
+    assert "writing a full bundle (%s)\n" % second["reason"] in proc.stderr
+    assert second["chain"] == [second["bundle"]["file"]]
+    listed = objectserver.client().get_object(
+        Bucket="git-bundles", Key="repo/bundle-list")["Body"].read().decode()
+    assert first["bundle"]["file"] not in listed
+    assert second["bundle"]["file"] in listed
+    # A stock clone through the new list has the whole history.
+    proc = git.proc("clone", "-q", "--bundle-uri=" + objectserver.url
+                    + "git-bundles/repo/bundle-list", bare, tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    assert git("-C", tmp_path / "c", "for-each-ref", "refs/bundles")
+    assert git("-C", tmp_path / "c", "rev-parse", "HEAD") == git(
+        "-C", bare, "rev-parse", "main")
+
+
+def test_refused_deletes_stay_in_the_record_for_the_next_run(
+        origin, git, gitbridge, objectserver, tmp_path):
+    """Regression (issue 27, item 11): a destination that refuses to
+    delete retired bundles (here Object Lock's legal hold) got a
+    traceback after the new list was out, the retired names dropped out
+    of the record and were never deleted, and the other destinations were
+    not tried.  Now: a warning, the other destinations delete theirs, the
+    names stay in the record, exit status 1; the next run deletes them
+    once the server lets it."""
+    bare, work = origin
+    client = objectserver.client()
+    client.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
+    objectserver.make_bucket("open")
+    output = tmp_path / "bundles"
+    _configure(git, bare, objectserver, output, locked="locked",
+               open="open")
+    git("-C", bare, "config", "bundlegen.keep", "1")
+    git("-C", bare, "config", "bundlegen.incrementals", "0")
+    run = lambda *a: gitbridge("bundlegen", "--repo", bare, *a,  # noqa
+                               check=False)
+    first = json.loads(run("--json").stdout)
+    old = first["bundle"]["file"]
+    client.put_object_legal_hold(Bucket="locked", Key="repo/" + old,
+                                 LegalHold={"Status": "ON"})
+    _commit(git, work, 1, "second")
+    proc = run("--json")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    second = json.loads(proc.stdout)
+    assert second["retired"] == [old] and second["refused"] == ["locked"]
+    assert re.search(r"^warning: deleting repo/%s from locked failed: .*; "
+                     r"1 retired bundles stay listed in bundles.json for "
+                     r"the next run to delete$" % re.escape(old),
+                     proc.stderr, re.M), proc.stderr
+    new = "repo/" + second["bundle"]["file"]
+    assert objectserver.keys("open") == sorted(["repo/bundle-list", new])
+    assert objectserver.keys("locked") == sorted(
+        ["repo/bundle-list", "repo/" + old, new])
+    record = json.loads((output / "bundles.json").read_text())
+    assert record["undeleted"] == {"locked": [old]}
+    assert not (output / old).exists()
+
+    # Still held: the next run (nothing new) tries again, and keeps them.
+    proc = run()
+    assert proc.returncode == 1 and "warning: deleting" in proc.stderr
+    assert json.loads((output / "bundles.json").read_text())[
+        "undeleted"] == {"locked": [old]}
+    client.put_object_legal_hold(Bucket="locked", Key="repo/" + old,
+                                 LegalHold={"Status": "OFF"})
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to do" in proc.stdout and proc.stderr == ""
+    assert objectserver.keys("locked") == sorted(["repo/bundle-list", new])
+    assert json.loads((output / "bundles.json").read_text())[
+        "undeleted"] == {}
+
+
+@pytest.mark.parametrize("url", ["not a url", "https://cdn.example.com/a b",
+                                 "ftp://cdn.example.com/b",
+                                 "https://cdn.example.com/b?x=1",
+                                 "https://cdn.example.com/b\n[core]"])
+def test_a_base_url_clients_cannot_fetch_from_is_refused(
+        url, origin, git, gitbridge, tmp_path):
+    """Regression (issue 27, item 19): ``--base-url 'not a url'`` went
+    into the bundle list; now one abort line, as ``hg bundlegen`` says it,
+    and nothing is written."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    for proc in (gitbridge("bundlegen", "--repo", bare, "--output", output,
+                           "--base-url", url, check=False),
+                 # the same from the repository's config
+                 git.proc("-C", bare, "config", "bundlegen.base-url", url)
+                 and gitbridge("bundlegen", "--repo", bare, "--output",
+                               output, check=False)):
+        assert proc.returncode == 255
+        assert proc.stderr == (
+            "abort: bundlegen.base-url is not a URL clients can fetch "
+            "from: %s\n(give an absolute http, https or file URL without "
+            "query or fragment; percent-encode other characters (a space "
+            "as %%20))\n" % ascii(url))
+        assert not output.exists()
+
+
+def test_the_bundle_list_reads_back_through_git_config(
+        origin, git, gitbridge, tmp_path):
+    """A base URL holding characters Git config gives a meaning to
+    (``;`` starts a comment) is written quoted: Git reads back each
+    bundle's URL whole."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    base = "https://cdn.example.com/a;b/c'd=e[1]"
+    result = json.loads(gitbridge("bundlegen", "--repo", bare, "--output",
+                                  output, "--base-url", base,
+                                  "--json").stdout)
+    read = git("config", "-f", output / "bundle-list", "--get-regexp",
+               r"^bundle\..*\.uri$")
+    assert read.split() == ["bundle.full-%d.uri" % result["bundle"]["token"],
+                            "%s/%s" % (base, result["bundle"]["file"])]

@@ -36,6 +36,14 @@ DEFAULT_CACHE_CONTROL = "public, max-age=31536000, immutable"
 MULTIPART_CHUNK = 64 * 1024 * 1024
 _S3_URL = re.compile(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(/.*)?\Z")
 _ATTRIBUTE = re.compile(r"[A-Za-z0-9_.\-]+=[^\s]+\Z")
+# What a base URL may be: http, https or file, then only characters a URL
+# holds as they are (RFC 3986's unreserved and reserved ones, but not the
+# ``?`` and ``#`` after which a bundle's name could not be appended) and
+# %XX escapes.  Clients open the URL as it is written: Mercurial splits a
+# manifest line at whitespace, Git reads a bundle list as Git config.
+_URL_CHAR = r"(?:[A-Za-z0-9\-._~:/@!$&'()*+,;=\[\]]|%[0-9A-Fa-f]{2})"
+_BASE_URL = re.compile(r"(?:(?i:https?)://(?!/)%s+|(?i:file):///%s+)\Z"
+                       % (_URL_CHAR, _URL_CHAR))
 
 
 class Destination:
@@ -112,6 +120,18 @@ class Destination:
                           connect_timeout=20, read_timeout=120,
                           s3={"addressing_style": "path"}
                           if self.endpoint else {}))
+
+
+def check_base_url(url, setting="bundlegen.base-url"):
+    """``url`` without trailing slashes, if clients can fetch
+    ``<url>/<bundle name>`` from it; else abort naming ``setting``."""
+    if not _BASE_URL.match(url.rstrip("/")):
+        raise Abort("%s is not a URL clients can fetch from: %s"
+                    % (setting, ascii(url)),
+                    hint="give an absolute http, https or file URL without "
+                         "query or fragment; percent-encode other "
+                         "characters (a space as %20)")
+    return url.rstrip("/")
 
 
 def destinations(table, order):
