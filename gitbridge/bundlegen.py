@@ -16,34 +16,66 @@ downloads the bundles first and then fetches only what is newer from the
 server.  A client that cannot download a bundle (missing, cut short) goes
 on with a normal clone.
 
-Settings, in the repository's Git config::
+Settings, in the repository's Git config (``git config -f`` reads this
+example as it is)::
 
   [bundlegen]
-      output = /var/lib/git-bundles/firefox    # local bundles and record
-      base-url = https://git.example.com/bundles/firefox  # optional: where
-                                               # output is served
-      destinations = usw2 euc1                 # default: every one below
-      keep = 2              # bundle lists whose bundles stay (default 2)
-      min-commits = 1       # new commits that make a run due (default 1)
-      incrementals = 6      # incremental bundles between full ones
+      output = /var/lib/git-bundles/firefox
+      base-url = https://git.example.com/bundles/firefox
+      destinations = usw2 euc1
+      keep = 2
+      min-commits = 1
+      incrementals = 6
+      advertise = true
   [bundlegen "usw2"]
       url = s3://git-bundles/firefox
       region = us-west-2
-      endpoint = http://127.0.0.1:7070   # for servers other than AWS
-      base-url = https://usw2.cdn.example.com/firefox   # default: S3's URL
+      base-url = https://usw2.cdn.example.com/firefox
+  [bundlegen "euc1"]
+      url = s3://git-bundles-euc1/firefox
+      region = eu-central-1
+      endpoint = http://127.0.0.1:7070
+
+``output`` holds the local bundles, their list and the record
+(``bundles.json``).  ``base-url`` (optional) is where ``output`` is
+served: an absolute http, https or file URL without query or fragment,
+the rule ``hg bundlegen`` applies; a destination's ``base-url`` (default:
+its S3 URL) follows the same rule.  ``destinations`` gives their order
+(default: every one configured).  ``keep`` is how many bundle lists keep
+their bundles (default 2), ``min-commits`` how many new commits make a
+run due (default 1), ``incrementals`` how many incremental bundles come
+between full ones (default 6).
 
 Every destination takes the same settings as ``hg bundlegen``'s
-(``vcsperf.core.bundlestore``) and gets its own ``bundle-list`` (Git 2.39
-and later resolve only absolute bundle URIs, so each list names its own
-destination's).  Bundles are ``<token>.<full|incremental>.<sha256
-prefix>.bundle``; a name never stands for other bytes.  A failed upload to
-any destination leaves every bundle list as it was; bundles of lists older
-than the last ``keep`` are deleted, everywhere, only after the new lists
-are out.  A run with nothing new (the same tips, or fewer than
-``min-commits`` new commits) says so and does nothing; ``--force`` writes
-a bundle anyway, ``--dry-run`` says what a run would do, ``--json``
-prints the result as JSON.  One run at a time per output directory; a
-second one says whose run it waits for.
+(``vcsperf.core.bundlestore``; ``endpoint`` for servers other than AWS)
+and gets its own ``bundle-list`` (Git 2.39 and later resolve only
+absolute bundle URIs, so each list names its own destination's).
+Bundles are ``<token>.<full|incremental>.<sha256 prefix>.bundle``; a name
+never stands for other bytes: a bundle of the list that is missing from
+``output`` or holds other bytes than the record says starts a new full
+bundle, and the run says so.  A failed upload to any destination leaves
+every bundle list as it was; bundles of lists older than the last
+``keep`` are deleted, everywhere, only after the new lists are out.  A
+destination that refuses the deletes (Object Lock, a bucket policy
+without deletes) gets a warning, keeps the names in the record
+(``undeleted``) for the next run to delete, and the others go on; such a
+run exits with status 1.
+
+``advertise`` makes the repository's own Git server name the list: it
+sets ``uploadpack.advertiseBundleURIs``, ``bundle.version``,
+``bundle.mode`` and one ``bundle.bundlegen.uri`` (the list's URL, updated
+in place by every run) in this repository's config, so that a Git 2.40
+or later that sets ``transfer.bundleURI`` takes the bundles on a plain
+``git clone`` without being told where they are.  ``true`` advertises the
+``base-url`` list, or without one the first destination's; a destination
+name picks that one's; ``false`` (the default) leaves the config alone
+(unset ``uploadpack.advertiseBundleURIs`` to stop).
+
+A run with nothing new (the same tips, or fewer than ``min-commits`` new
+commits) says so and does nothing but retry undeleted bundles;
+``--force`` writes a bundle anyway, ``--dry-run`` says what a run would
+do, ``--json`` prints the result as JSON.  One run at a time per output
+directory; a second one says whose run it waits for.
 """
 
 import argparse
@@ -62,6 +94,9 @@ from vcsperf.core.process import CommandError, git, git_output
 LIST_NAME = "bundle-list"
 RECORD = "bundles.json"
 CONTENT_TYPE = "application/x-git-bundle"
+#: The id of the one entry ``bundlegen.advertise`` writes in the served
+#: repository's ``bundle.*`` config.
+ADVERTISED_ID = "bundlegen"
 DEFAULTS = {"keep": 2, "min-commits": 1, "incrementals": 6}
 
 
@@ -154,6 +189,28 @@ class Settings:
                             % (name, " of 1 or more" if name == "keep"
                                else "", value))
             setattr(self, name.replace("-", "_"), int(value))
+
+        self.advertise = self._advertised_list(options.get("advertise"))
+
+    def _advertised_list(self, value):
+        """The URL of the bundle list ``bundlegen.advertise`` names: the
+        base-url's, a destination's, or (``true``) the first of them."""
+        value = (value or "false").strip()
+        if value.lower() in ("false", "no", "off", "0"):
+            return None
+        lists = ([("base-url", "%s/%s" % (self.base_url, LIST_NAME))]
+                 if self.base_url else [])
+        lists += [(d.name, d.public_url(LIST_NAME))
+                  for d in self.destinations]
+        if value.lower() in ("true", "yes", "on", "1"):
+            return lists[0][1]
+        for name, url in lists:
+            if name == value:
+                return url
+        raise Abort("bundlegen.advertise must be true, false or where the "
+                    "list to advertise is published, not %r" % value,
+                    hint="one of: %s" % ", ".join(
+                        ["true", "false"] + [name for name, _ in lists]))
 
     def layout(self):
         return {"base-url": self.base_url,
@@ -281,8 +338,9 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         if kind is None:
             refused = (_delete_retired(settings, generations, [])
                        if generations.record.get("undeleted") else [])
+            _advertise(repo, settings.advertise, say)
             return {"action": "skipped", "reason": reason,
-                    "refused": refused,
+                    "refused": refused, "advertised": settings.advertise,
                     "message": "nothing to do: %s (--force writes a "
                                "bundle anyway)" % reason}
         say("writing %s bundle (%s)" % (_article(kind), reason))
@@ -295,12 +353,14 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         generations.add(dict(settings.layout(), tips=tips, token=token,
                              generated=bundlestore.now(), chain=chain,
                              files=[b["file"] for b in chain]))
+        _advertise(repo, settings.advertise, say)
         retired = generations.retire(settings.keep)
         refused = _delete_retired(settings, generations, retired)
     seconds = time.monotonic() - started
     return {"action": "published", "kind": kind, "reason": reason,
             "bundle": bundle, "chain": [b["file"] for b in chain],
             "uploaded_bytes": sent, "retired": retired, "refused": refused,
+            "advertised": settings.advertise,
             "seconds": round(seconds, 2),
             "message": "%s: %s bundle, %s, %d bundles in the list, "
                        "uploaded %s in %.1f s; retired %d%s"
@@ -309,6 +369,31 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
                           seconds, len(retired),
                           " (not deleted from %s yet)" % ", ".join(refused)
                           if refused else "")}
+
+
+def _advertise(repo, list_url, say):
+    """Have the repository's Git server (protocol v2's ``bundle-uri``
+    command, Git 2.40 and later) advertise the bundle list at
+    ``list_url`` to clients that set ``transfer.bundleURI``: one entry,
+    ``bundle.bundlegen.uri``, naming the list, which each run updates in
+    place, so the server's config never names a retired bundle.  Nothing
+    when ``list_url`` is None; settings already right are not rewritten."""
+    if list_url is None:
+        return
+    wanted = (("uploadpack.advertiseBundleURIs", "true"),
+              ("bundle.version", "1"), ("bundle.mode", "all"),
+              ("bundle.%s.uri" % ADVERTISED_ID, list_url))
+    changed = False
+    for key, value in wanted:
+        try:
+            current = git_output(repo, "config", "-z", "--get-all", key)
+        except Abort:
+            current = ""  # not set
+        if current != value + "\0":
+            git_output(repo, "config", "--replace-all", key, value)
+            changed = True
+    if changed:
+        say("the server of %s now advertises %s" % (repo, list_url))
 
 
 def _delete_retired(settings, generations, retired):

@@ -5,13 +5,17 @@ the object server's access log) and then fetches only what is newer from
 ``git http-backend``; retention; a cut-short or missing bundle falls back
 to a normal clone."""
 
+import glob
 import json
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
-from vcsperf.harness import objectstore
+from gitbridge import bundlegen
+from vcsperf.harness import history, objectstore
 from vcsperf.harness.servers import FileServer, GitServer
 
 
@@ -301,3 +305,91 @@ def test_the_bundle_list_reads_back_through_git_config(
                r"^bundle\..*\.uri$")
     assert read.split() == ["bundle.full-%d.uri" % result["bundle"]["token"],
                             "%s/%s" % (base, result["bundle"]["file"])]
+
+
+def test_the_documented_settings_parse_as_git_config(tmp_path, git):
+    """The settings example of ``gitbridge bundlegen --help`` is read by
+    Git's own parser as it is written, with the values it shows."""
+    doc = bundlegen.__doc__
+    start = doc.index("::\n\n  [bundlegen]\n") + 3
+    example = doc[start:doc.index("\n\n", start)]
+    path = tmp_path / "example.config"
+    path.write_text(example + "\n")
+    read = dict(line.split(" ", 1) for line in git(
+        "config", "-f", path, "--get-regexp", r"^bundlegen\.").splitlines())
+    assert read["bundlegen.advertise"] == "true"
+    assert read["bundlegen.destinations"] == "usw2 euc1"
+    assert read["bundlegen.euc1.endpoint"] == "http://127.0.0.1:7070"
+    assert len(read) == 13
+
+
+def _git_version(binary):
+    proc = subprocess.run([binary, "--version"], capture_output=True,
+                          text=True)
+    found = re.match(r"git version (\d+)\.(\d+)", proc.stdout)
+    return tuple(map(int, found.groups())) if found else (0, 0)
+
+
+@pytest.fixture
+def bundle_uri_git():
+    """A Git whose server and client speak protocol v2's ``bundle-uri``
+    command (2.40 or later): on PATH, or the one contrib/newer_git.sh
+    builds into the cache (CI runs it; Debian 12 has 2.39)."""
+    candidates = [shutil.which("git")] + sorted(glob.glob(os.path.join(
+        history.default_cache_dir(), "git-2.*", "bin", "git")))
+    for binary in filter(None, candidates):
+        if _git_version(binary) >= (2, 40):
+            return binary
+    pytest.skip("needs Git 2.40 or later: sh contrib/newer_git.sh builds "
+                "one")
+
+
+def test_the_git_server_advertises_the_bundle_list(
+        origin, git, gitbridge, bundle_uri_git, env, monkeypatch, tmp_path):
+    """Regression (issue 27, item 19): a Git server never advertised the
+    bundle list, so every client had to be told its URL.  With
+    ``bundlegen.advertise``, a plain ``git clone`` of the served
+    repository by a client that sets ``transfer.bundleURI`` fetches the
+    list and its bundles (the file server's log, the client's trace2),
+    then only what is newer from the server."""
+    bare, work = origin
+    output = tmp_path / "bundles"
+    output.mkdir()
+    newer = os.path.dirname(bundle_uri_git)
+    # the server's git http-backend is this Git too
+    monkeypatch.setenv("PATH", newer + os.pathsep + os.environ["PATH"])
+    client_env = dict(env, PATH=newer + os.pathsep + env["PATH"])
+
+    def clone(name, *config):
+        trace = tmp_path / (name + ".trace2")
+        proc = subprocess.run(
+            [bundle_uri_git, *config, "clone", "--no-progress",
+             server.url + "repo.git", str(tmp_path / name)],
+            env=dict(client_env, GIT_TRACE2_EVENT=str(trace)),
+            capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return trace.read_text()
+
+    with FileServer(output) as files, GitServer(bare.parent) as server:
+        git("-C", bare, "config", "bundlegen.advertise", "true")
+        result = json.loads(gitbridge(
+            "bundlegen", "--repo", bare, "--output", output, "--base-url",
+            files.url.rstrip("/"), "--json").stdout)
+        assert result["advertised"] == files.url + "bundle-list"
+        assert git("-C", bare, "config", "bundle.bundlegen.uri") == \
+            files.url + "bundle-list\n"
+        _commit(git, work, 2, "newer")
+
+        # Not asked for: the client does not look for bundles.
+        clone("plain")
+        assert files.log == []
+        trace = clone("bundled", "-c", "transfer.bundleURI=true")
+        assert [path for path, status in files.log if status == 200] == [
+            "/bundle-list", "/" + result["bundle"]["file"]]
+        assert '"command=bundle-uri"' in trace or "bundle-uri" in trace
+        assert len(server.fetches()) == 2
+    clone_dir = tmp_path / "bundled"
+    assert git("-C", clone_dir, "for-each-ref", "refs/bundles")
+    assert git("-C", clone_dir, "rev-parse", "HEAD") == git(
+        "-C", bare, "rev-parse", "main")
+    git("-C", clone_dir, "fsck", "--no-progress")
