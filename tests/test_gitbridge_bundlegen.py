@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from gitbridge import bundlegen
-from vcsperf.harness import history, objectstore
+from vcsperf.harness import history, objectstore, tools
 from vcsperf.harness.servers import FileServer, GitServer
 
 
@@ -393,3 +393,67 @@ def test_the_git_server_advertises_the_bundle_list(
     assert git("-C", clone_dir, "rev-parse", "HEAD") == git(
         "-C", bare, "rev-parse", "main")
     git("-C", clone_dir, "fsck", "--no-progress")
+
+
+CONTRIB = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
+                       "bundlegen")
+
+
+def test_cron_script_runs_the_virtualenv_gitbridge_for_each_repository(
+        origin, git, env, tmp_path):
+    """Regression (issue 27, item 19): there was no cron example for
+    ``gitbridge bundlegen``.  It runs the virtualenv's gitbridge (not one
+    on cron's PATH), every repository, and says which failed."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    git("-C", bare, "config", "bundlegen.output", output)
+    git("-C", bare, "config", "bundlegen.base-url", "https://cdn.example.com")
+    unconfigured = tmp_path / "unconfigured.git"
+    git("init", "-q", "--bare", unconfigured)
+    venv = os.path.dirname(os.path.dirname(tools.executable("gitbridge")))
+    proc = subprocess.run(
+        ["sh", os.path.join(CONTRIB, "gitbridge-bundlegen-cron.sh"),
+         str(unconfigured), str(bare)],
+        env=dict(env, VCSPERF_VENV=venv, PATH="/usr/bin:/bin"),
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "gitbridge bundlegen failed for %s" % unconfigured in proc.stderr
+    assert "abort: gitbridge bundlegen needs an output directory" \
+        in proc.stderr
+    assert ".full." in (output / "bundle-list").read_text()
+
+
+@pytest.mark.parametrize("name", ["gitbridge-bundlegen@.service",
+                                  "gitbridge-bundlegen@.timer"])
+def test_systemd_units_for_gitbridge_bundlegen(name, tmp_path):
+    """The unit runs the virtualenv's gitbridge with a timeout, hardened
+    as the hg one; both files are read by systemd's own parser."""
+    unit = os.path.join(CONTRIB, name)
+    text = open(unit).read()
+    if name.endswith(".service"):
+        assert "\nExecStart=/opt/vcsperf/venv/bin/gitbridge bundlegen " \
+            "--repo %f\n" in text
+        assert re.search(r"\nTimeoutStartSec=\d+h\n", text)
+        assert "\nReadWritePaths=%f /var/lib/git-bundles\n" in text
+    # systemd has no comments after a value: every "#" starts a line
+    assert all(line.startswith("#") or "#" not in line
+               for line in text.splitlines())
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    for each in ("gitbridge-bundlegen@.service",
+                 "gitbridge-bundlegen@.timer"):
+        shutil.copy(os.path.join(CONTRIB, each),
+                    tmp_path / each.replace("@.", "@srv-git-repo.git."))
+    instance = tmp_path / name.replace("@.", "@srv-git-repo.git.")
+    proc = subprocess.run([analyze, "verify", "--man=no", str(instance)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    if name.endswith(".service"):
+        proc = subprocess.run([analyze, "security", "--offline=true",
+                               str(instance)], capture_output=True,
+                              text=True)
+        found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)",
+                          proc.stdout)
+        assert found, proc.stdout + proc.stderr
+        assert float(found.group(1)) < 5
