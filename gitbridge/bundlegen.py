@@ -23,7 +23,8 @@ example as it is)::
       output = /var/lib/git-bundles/firefox
       base-url = https://git.example.com/bundles/firefox
       destinations = usw2 euc1
-      keep = 2
+      keep = 1
+      upload-timeout = 3600
       min-commits = 1
       incrementals = 6
       advertise = true
@@ -41,10 +42,14 @@ example as it is)::
 served: an absolute http, https or file URL without query or fragment,
 the rule ``hg bundlegen`` applies; a destination's ``base-url`` (default:
 its S3 URL) follows the same rule.  ``destinations`` gives their order
-(default: every one configured).  ``keep`` is how many bundle lists keep
-their bundles (default 2), ``min-commits`` how many new commits make a
+(default: every one configured).  ``keep`` is how many bundle lists
+before the newest keep their bundles (default 1, at least 1: the list a
+run replaces keeps its bundles until a later run, for clients and CDNs
+that read it just before), ``min-commits`` how many new commits make a
 run due (default 1), ``incrementals`` how many incremental bundles come
-between full ones (default 6).
+between full ones (default 6), ``upload-timeout`` the seconds each phase
+of requests to object storage (checks, uploads, deletes) may take in all
+before the run aborts (default 3600), however a server stalls.
 
 Every destination takes the same settings as ``hg bundlegen``'s
 (``vcsperf.core.bundlestore``; ``endpoint`` for servers other than AWS)
@@ -53,9 +58,12 @@ absolute bundle URIs, so each list names its own destination's).
 Bundles are ``<token>.<full|incremental>.<sha256 prefix>.bundle``; a name
 never stands for other bytes: a bundle of the list that is missing from
 ``output`` or holds other bytes than the record says starts a new full
-bundle, and the run says so.  A failed upload to any destination leaves
-every bundle list as it was; bundles of lists older than the last
-``keep`` are deleted, everywhere, only after the new lists are out.  A
+bundle, and the run says so.  Destinations are checked (boto3,
+credentials, the bucket) before a bundle is built.  A failed upload to
+any destination leaves every bundle list as it was; bundles of older
+lists than those kept are deleted, everywhere, only after the new lists
+are out.  A run with nothing new checks that the bundles and the list
+are on every destination, and uploads again what was deleted there.  A
 destination that refuses the deletes (Object Lock, a bucket policy
 without deletes) gets a warning, keeps the names in the record
 (``undeleted``) for the next run to delete, and the others go on; such a
@@ -79,8 +87,11 @@ directory; a second one says whose run it waits for.
 """
 
 import argparse
+import functools
+import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -97,7 +108,11 @@ CONTENT_TYPE = "application/x-git-bundle"
 #: The id of the one entry ``bundlegen.advertise`` writes in the served
 #: repository's ``bundle.*`` config.
 ADVERTISED_ID = "bundlegen"
-DEFAULTS = {"keep": 2, "min-commits": 1, "incrementals": 6}
+DEFAULTS = {"keep": 1, "min-commits": 1, "incrementals": 6,
+            "upload-timeout": 3600}
+#: The place name of the output directory in the record's pending
+#: deletions (destinations go by their names).
+OUTPUT_PLACE = ""
 
 
 def add_commands(subparsers):
@@ -183,11 +198,13 @@ class Settings:
                         hint="git config bundlegen.base-url URL, or a "
                              "destination: bundlegen.NAME.url s3://...")
         for name, default in DEFAULTS.items():
-            value = options.get(name, str(default))
-            if not value.isdigit() or int(value) < (name == "keep"):
+            value = options.get(name, str(default)).strip()
+            least = 1 if name in ("keep", "upload-timeout") else 0
+            if not (value.isascii() and value.isdigit()) or len(value) > 9 \
+                    or int(value) < least:
                 raise Abort("bundlegen.%s must be a whole number%s, not %r"
-                            % (name, " of 1 or more" if name == "keep"
-                               else "", value))
+                            % (name, " of 1 or more" if least else "",
+                               value))
             setattr(self, name.replace("-", "_"), int(value))
 
         self.advertise = self._advertised_list(options.get("advertise"))
@@ -331,13 +348,23 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
     started = time.monotonic()
     lock = PidLock(os.path.join(settings.output, ".bundlegen.lock"),
                    LockPolicy(), waiting)
+    # One bound for each phase of requests to object storage, however a
+    # server stalls or trickles.
+    network = bundlestore.Deadline(settings.upload_timeout,
+                                   "bundlegen.upload-timeout")
     with lock:
         generations = bundlestore.Generations(record_path)
+        _check_record(generations, record_path)
+        with network:
+            clients = bundlestore.check(settings.destinations)
         latest = generations.latest
         kind, reason = _plan(repo, settings, latest, force)
         if kind is None:
-            refused = (_delete_retired(settings, generations, [])
-                       if generations.record.get("undeleted") else [])
+            with network:
+                kind, reason = _check_published(settings, latest, clients,
+                                                say) or (None, reason)
+        if kind is None:
+            refused = _sweep(settings, generations, clients, network)
             _advertise(repo, settings.advertise, say)
             return {"action": "skipped", "reason": reason,
                     "refused": refused, "advertised": settings.advertise,
@@ -349,13 +376,18 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         bundle = _write_bundle(repo, settings.output, token, kind,
                                {} if kind == "full" else latest["tips"])
         chain = ([] if kind == "full" else latest["chain"]) + [bundle]
-        sent = _publish(settings, chain, bundle, latest, say)
+        with network:
+            sent = _publish(settings, chain, bundle, latest, clients, say)
         generations.add(dict(settings.layout(), tips=tips, token=token,
                              generated=bundlestore.now(), chain=chain,
                              files=[b["file"] for b in chain]))
         _advertise(repo, settings.advertise, say)
-        retired = generations.retire(settings.keep)
-        refused = _delete_retired(settings, generations, retired)
+        retired = generations.retire(settings.keep, [
+            d.name for d in settings.destinations] + [OUTPUT_PLACE])
+        # The deletions are recorded before any is sent: a refused or
+        # killed one is done by a later run.
+        generations.save()
+        refused = _sweep(settings, generations, clients, network)
     seconds = time.monotonic() - started
     return {"action": "published", "kind": kind, "reason": reason,
             "bundle": bundle, "chain": [b["file"] for b in chain],
@@ -367,8 +399,132 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
                        % (bundle["file"], kind,
                           _size(bundle["size"]), len(chain), _size(sent),
                           seconds, len(retired),
-                          " (not deleted from %s yet)" % ", ".join(refused)
+                          " (not all deleted yet: see the warnings)"
                           if refused else "")}
+
+
+_BUNDLE_NAME = re.compile(r"\d+\.(?:full|incremental)\.[0-9a-f]{16}\.bundle\Z")
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+
+
+def _check_record(generations, path):
+    """Abort unless the record is one this command wrote: a record
+    changed behind its back must not make it delete files it did not
+    create, nor end in a traceback."""
+    def names(value):
+        return isinstance(value, list) and all(
+            isinstance(name, str) and _BUNDLE_NAME.match(name)
+            for name in value)
+
+    def bundle(value):
+        return (isinstance(value, dict) and names([value.get("file")])
+                and isinstance(value.get("token"), int)
+                and value.get("kind") in ("full", "incremental")
+                and isinstance(value.get("sha256"), str)
+                and re.match(r"[0-9a-f]{64}\Z", value["sha256"])
+                and isinstance(value.get("size"), int))
+
+    record = generations.record
+    listed = generations.list
+    good = (isinstance(record, dict) and isinstance(listed, list)
+            and all(isinstance(g, dict) and names(g.get("files"))
+                    for g in listed)
+            and isinstance(record.get("undeleted", {}), dict)
+            and all(isinstance(place, str) and names(pending)
+                    for place, pending in
+                    record.get("undeleted", {}).items()))
+    if good and listed:
+        latest = listed[0]
+        tips = latest.get("tips")
+        chain = latest.get("chain")
+        good = (isinstance(tips, dict) and all(
+            isinstance(ref, str) and isinstance(sha, str)
+            and _OBJECT_ID.match(sha) for ref, sha in tips.items())
+            and isinstance(latest.get("token"), int)
+            and isinstance(chain, list) and chain
+            and all(bundle(b) for b in chain)
+            and isinstance(latest.get("base-url"), str)
+            and isinstance(latest.get("destinations"), list))
+    if not good:
+        raise Abort("%s is not a record gitbridge bundlegen wrote" % path,
+                    hint="remove it: the next run starts a new full bundle")
+
+
+def _check_published(settings, latest, clients, say):
+    """Before saying the latest list is published already: every bundle
+    it names and the list itself are on every destination.  What is
+    missing there (deleted by hand, a lifecycle rule) goes up again from
+    its checked local copy; returns ``(kind, reason)`` of a new bundle
+    when that cannot be done, else None."""
+    for destination in settings.destinations:
+        client = clients[destination.name]
+        lacking = bundlestore.missing(destination, latest["chain"], client)
+        if lacking:
+            lost = _lost_bundle(settings.output, [
+                b for b in latest["chain"] if b["file"] in lacking], True)
+            if lost:
+                return "full", ("published bundles are missing from %s, "
+                                "and %s" % (destination.name, lost))
+            bundlestore.upload_all([destination], settings.output, [
+                b for b in latest["chain"] if b["file"] in lacking],
+                CONTENT_TYPE, lambda *args: None, clients)
+            say("uploaded %d missing bundles to %s again"
+                % (len(lacking), destination.name))
+        data = bundle_list(destination.base_url, latest["chain"])
+        if bundlestore.missing(destination, [{
+                "file": LIST_NAME, "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest()}], client):
+            bundlestore.put_bytes(destination, LIST_NAME, data,
+                                  "text/plain", client=client)
+            say("wrote the bundle list to %s again" % destination.name)
+    return None
+
+
+def _sweep(settings, generations, clients, network):
+    """Delete the retired bundles still pending (see
+    ``bundlestore.Generations.sweep``) from every destination and the
+    output directory.  What a place refuses (an Object Lock, a bucket
+    policy without deletes, a server that is down) stays in the record
+    for the next run, with a warning; the others go on.  Returns the
+    places that refused."""
+    if not generations.pending:
+        return []
+    deleters = {d.name: functools.partial(bundlestore.delete_objects, d,
+                                          client=clients.get(d.name))
+                for d in settings.destinations}
+    deleters[OUTPUT_PLACE] = functools.partial(_delete_local,
+                                               settings.output)
+    try:
+        with network:
+            results = generations.sweep(deleters)
+    except Abort as err:
+        _stderr("warning: retiring old bundles stopped: %s; the next run "
+                "tries again" % err)
+        return ["?"]
+    finally:
+        generations.save()
+    refused = []
+    for place, (_deleted, refusals) in sorted(results.items()):
+        if refusals:
+            name = sorted(refusals)[0]
+            _stderr("warning: %s refused to delete %d retired bundles (%s: "
+                    "%s); %s keeps them for the next run"
+                    % (place or "the output directory", len(refusals), name,
+                       refusals[name], RECORD))
+            refused.append(place or "output")
+    return refused
+
+
+def _delete_local(output, names):
+    """Delete retired bundles from the output directory; returns the
+    ones that could not be, name -> reason."""
+    refused = {}
+    for name in names:
+        try:
+            _unlink(os.path.join(output, name))
+        except OSError as err:
+            refused[name] = err.strerror
+    return refused
 
 
 def _advertise(repo, list_url, say):
@@ -394,44 +550,6 @@ def _advertise(repo, list_url, say):
             changed = True
     if changed:
         say("the server of %s now advertises %s" % (repo, list_url))
-
-
-def _delete_retired(settings, generations, retired):
-    """Delete the bundles of ``retired`` (and those earlier runs could not
-    delete) from every destination, then from the output directory.  The
-    record holds them as undeleted, per destination, before the first
-    delete is sent, so that neither a refusal (an Object Lock, a bucket
-    policy without deletes) nor a killed run loses them: a destination that
-    refuses keeps them there for the next run, with a warning, and the
-    others go on.  Returns the destinations that refused."""
-    undeleted = generations.record.get("undeleted", {})
-    for destination in settings.destinations:
-        names = set(undeleted.get(destination.name, ())) | set(retired)
-        if names:
-            undeleted[destination.name] = sorted(names)
-    generations.save(undeleted=undeleted)
-    refused = []
-    for destination in settings.destinations:
-        names = undeleted.get(destination.name)
-        if not names:
-            continue
-        try:
-            bundlestore.delete(destination, names)
-        except Abort as err:
-            _stderr("warning: %s; %d retired bundles stay listed in %s for "
-                    "the next run to delete" % (err, len(names), RECORD))
-            refused.append(destination.name)
-        else:
-            del undeleted[destination.name]
-    generations.save(undeleted=undeleted)
-    for name in retired:
-        try:
-            _unlink(os.path.join(settings.output, name))
-        except OSError as err:
-            _stderr("warning: cannot delete %s: %s" % (err.filename,
-                                                      err.strerror))
-            refused.append("output")
-    return refused
 
 
 def _article(kind):
@@ -478,10 +596,10 @@ def bundle_list(base_url, chain):
     return ("\n".join(lines) + "\n").encode()
 
 
-def _publish(settings, chain, bundle, latest, say):
+def _publish(settings, chain, bundle, latest, clients, say):
     """Upload the new bundle to every destination, then each one's list,
-    then the local list; on a failure, take back what this run changed
-    and abort.  Returns the bytes uploaded."""
+    then the local list; on a failure (or when the deadline passes), take
+    back what this run changed and abort.  Returns the bytes uploaded."""
     output = settings.output
 
     def report(destination, size, seconds):
@@ -490,23 +608,33 @@ def _publish(settings, chain, bundle, latest, say):
     try:
         # after a layout change every bundle of the chain goes up
         sent, uploaded = bundlestore.upload_all(
-            settings.destinations, output, chain, CONTENT_TYPE, report)
-    except Abort:
+            settings.destinations, output, chain, CONTENT_TYPE, report,
+            clients)
+    except (Abort, bundlestore.DeadlinePassed):
         _unlink(os.path.join(output, bundle["file"]))
         raise
     updated = []
     try:
         for destination in settings.destinations:
             bundlestore.put_bytes(destination, LIST_NAME, bundle_list(
-                destination.base_url, chain), "text/plain")
+                destination.base_url, chain), "text/plain",
+                client=clients[destination.name])
             updated.append(destination)
-    except Abort:
+    except (Abort, bundlestore.DeadlinePassed):
         for destination in updated:
-            if latest and destination.name in latest["destinations"]:
-                bundlestore.put_bytes(destination, LIST_NAME, bundle_list(
-                    destination.base_url, latest["chain"]), "text/plain")
-            else:
-                bundlestore.delete(destination, [LIST_NAME])
+            try:
+                if latest and destination.name in latest["destinations"]:
+                    bundlestore.put_bytes(
+                        destination, LIST_NAME, bundle_list(
+                            destination.base_url, latest["chain"]),
+                        "text/plain", client=clients[destination.name])
+                else:
+                    bundlestore.delete_objects(
+                        destination, [LIST_NAME],
+                        client=clients[destination.name])
+            except Abort as err:
+                _stderr("warning: the list on %s names the new bundle: %s"
+                        % (destination.name, err))
         bundlestore.take_back(uploaded)
         _unlink(os.path.join(output, bundle["file"]))
         raise

@@ -53,7 +53,7 @@ def test_bundle_uri_clone_takes_the_bundles_then_fetches_what_is_newer(
     objectserver.make_bucket("git-bundles")
     for key, value in (
             ("bundlegen.output", tmp_path / "bundles"),
-            ("bundlegen.keep", "2"), ("bundlegen.incrementals", "1"),
+            ("bundlegen.keep", "1"), ("bundlegen.incrementals", "1"),
             ("bundlegen.usw2.url", "s3://git-bundles/repo"),
             ("bundlegen.usw2.region", objectstore.REGION),
             ("bundlegen.usw2.endpoint", objectserver.url.rstrip("/"))):
@@ -232,26 +232,31 @@ def test_refused_deletes_stay_in_the_record_for_the_next_run(
     client.put_object_legal_hold(Bucket="locked", Key="repo/" + old,
                                  LegalHold={"Status": "ON"})
     _commit(git, work, 1, "second")
+    # keep = 1: the list this run replaces keeps its bundle
+    assert json.loads(run("--json").stdout)["retired"] == []
+    _commit(git, work, 1, "third")
     proc = run("--json")
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     second = json.loads(proc.stdout)
     assert second["retired"] == [old] and second["refused"] == ["locked"]
-    assert re.search(r"^warning: deleting repo/%s from locked failed: .*; "
-                     r"1 retired bundles stay listed in bundles.json for "
-                     r"the next run to delete$" % re.escape(old),
+    assert re.search(r"^warning: locked refused to delete 1 retired bundles "
+                     r"\(%s: AccessDenied: .*\); bundles.json keeps them for "
+                     r"the next run$" % re.escape(old),
                      proc.stderr, re.M), proc.stderr
-    new = "repo/" + second["bundle"]["file"]
-    assert objectserver.keys("open") == sorted(["repo/bundle-list", new])
-    assert objectserver.keys("locked") == sorted(
-        ["repo/bundle-list", "repo/" + old, new])
+    kept = sorted(["repo/bundle-list"] + [
+        "repo/" + name for name in json.loads(
+            (output / "bundles.json").read_text())["generations"][1]["files"]
+        + second["chain"]])
+    assert objectserver.keys("open") == kept
+    assert objectserver.keys("locked") == sorted(kept + ["repo/" + old])
     record = json.loads((output / "bundles.json").read_text())
     assert record["undeleted"] == {"locked": [old]}
     assert not (output / old).exists()
 
     # Still held: the next run (nothing new) tries again, and keeps them.
     proc = run()
-    assert proc.returncode == 1 and "warning: deleting" in proc.stderr
+    assert proc.returncode == 1 and "warning: locked refused" in proc.stderr
     assert json.loads((output / "bundles.json").read_text())[
         "undeleted"] == {"locked": [old]}
     client.put_object_legal_hold(Bucket="locked", Key="repo/" + old,
@@ -259,9 +264,9 @@ def test_refused_deletes_stay_in_the_record_for_the_next_run(
     proc = run()
     assert proc.returncode == 0, proc.stderr
     assert "nothing to do" in proc.stdout and proc.stderr == ""
-    assert objectserver.keys("locked") == sorted(["repo/bundle-list", new])
-    assert json.loads((output / "bundles.json").read_text())[
-        "undeleted"] == {}
+    assert objectserver.keys("locked") == kept
+    assert not json.loads((output / "bundles.json").read_text()).get(
+        "undeleted")
 
 
 @pytest.mark.parametrize("url", ["not a url", "https://cdn.example.com/a b",
@@ -320,7 +325,7 @@ def test_the_documented_settings_parse_as_git_config(tmp_path, git):
     assert read["bundlegen.advertise"] == "true"
     assert read["bundlegen.destinations"] == "usw2 euc1"
     assert read["bundlegen.euc1.endpoint"] == "http://127.0.0.1:7070"
-    assert len(read) == 13
+    assert len(read) == 14
 
 
 def _git_version(binary):

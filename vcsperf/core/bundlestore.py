@@ -503,6 +503,11 @@ class Generations:
         except ValueError as err:
             raise Abort("%s is not valid JSON: %s" % (path, err),
                         hint="remove it: the next run rebuilds every bundle")
+        except OSError as err:  # a directory, no permission
+            raise Abort("cannot read %s: %s" % (path, err.strerror))
+        if not isinstance(self.record, dict):
+            raise Abort("%s is not a record of generations" % path,
+                        hint="remove it: the next run rebuilds every bundle")
         self.list = self.record.get("generations", [])
 
     @property
