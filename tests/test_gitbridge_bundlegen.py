@@ -6,17 +6,22 @@ the object server's access log) and then fetches only what is newer from
 to a normal clone."""
 
 import glob
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import threading
 
 import pytest
 
 from gitbridge import bundlegen
 from vcsperf.harness import history, objectstore, tools
 from vcsperf.harness.servers import FileServer, GitServer
+
+import campaign
 
 
 def _commit(git, work, count, tag):
@@ -466,3 +471,75 @@ def test_systemd_units_for_gitbridge_bundlegen(name, tmp_path):
                           proc.stdout)
         assert found, proc.stdout + proc.stderr
         assert float(found.group(1)) < 5
+
+
+def test_objects_deleted_from_the_bucket_are_uploaded_again(
+        origin, git, gitbridge, objectserver, tmp_path):
+    """Regression (issue 27, item 5, Git side): a bundle or the list
+    deleted by hand from the bucket was never published again ("nothing
+    to do" on every rerun) while clones lost the bundles."""
+    bare, _work = origin
+    objectserver.make_bucket("git-bundles")
+    _configure(git, bare, objectserver, tmp_path / "bundles",
+               usw2="git-bundles")
+    first = json.loads(gitbridge("bundlegen", "--repo", bare,
+                                 "--json").stdout)
+    published = objectserver.keys("git-bundles")
+    objectserver.client().delete_objects(Bucket="git-bundles", Delete={
+        "Objects": [{"Key": key} for key in published]})
+    proc = gitbridge("bundlegen", "--repo", bare)
+    assert "uploaded 1 missing bundles to usw2 again\n" in proc.stdout
+    assert "wrote the bundle list to usw2 again\n" in proc.stdout
+    assert "nothing to do: the bundles of these tips are published " \
+        "already" in proc.stdout
+    assert objectserver.keys("git-bundles") == published
+    got = objectserver.client().get_object(
+        Bucket="git-bundles", Key="repo/" + first["bundle"]["file"])
+    assert hashlib.sha256(got["Body"].read()).hexdigest() == \
+        first["bundle"]["sha256"]
+
+
+def test_a_stalled_object_server_ends_the_run_at_its_deadline(
+        origin, git, gitbridge, env, tmp_path):
+    """Regression (issue 27, item 8, Git side): a server that accepts and
+    never answers held the run (and its lock) for minutes; now
+    ``bundlegen.upload-timeout`` bounds each phase, and the run ends in
+    one abort line naming it, before building anything."""
+    bare, _work = origin
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                pass
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        for key, value in (
+                ("bundlegen.output", tmp_path / "bundles"),
+                ("bundlegen.upload-timeout", "2"),
+                ("bundlegen.stall.url", "s3://git-bundles/repo"),
+                ("bundlegen.stall.endpoint",
+                 "http://127.0.0.1:%d" % listener.getsockname()[1])):
+            git("-C", bare, "config", key, str(value))
+        env.update(AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
+                   AWS_EC2_METADATA_DISABLED="true")
+        proc = gitbridge("bundlegen", "--repo", bare, check=False)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "bundlegen.upload-timeout" in proc.stderr
+    assert held, "the run never reached the server"
+    assert not [n for n in os.listdir(tmp_path / "bundles")
+                if n.endswith(".bundle")]
