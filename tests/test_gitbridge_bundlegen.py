@@ -360,8 +360,9 @@ def test_the_git_server_advertises_the_bundle_list(
     bundle list, so every client had to be told its URL.  With
     ``bundlegen.advertise``, a plain ``git clone`` of the served
     repository by a client that sets ``transfer.bundleURI`` fetches the
-    list and its bundles (the file server's log, the client's trace2),
-    then only what is newer from the server."""
+    list and its bundles (the file server's log; the client's packet
+    trace shows the server's answer to ``command=bundle-uri``), then
+    fetches the rest from the server."""
     bare, work = origin
     output = tmp_path / "bundles"
     output.mkdir()
@@ -371,11 +372,11 @@ def test_the_git_server_advertises_the_bundle_list(
     client_env = dict(env, PATH=newer + os.pathsep + env["PATH"])
 
     def clone(name, *config):
-        trace = tmp_path / (name + ".trace2")
+        trace = tmp_path / (name + ".packets")
         proc = subprocess.run(
             [bundle_uri_git, *config, "clone", "--no-progress",
              server.url + "repo.git", str(tmp_path / name)],
-            env=dict(client_env, GIT_TRACE2_EVENT=str(trace)),
+            env=dict(client_env, GIT_TRACE_PACKET=str(trace)),
             capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         return trace.read_text()
@@ -391,12 +392,15 @@ def test_the_git_server_advertises_the_bundle_list(
         _commit(git, work, 2, "newer")
 
         # Not asked for: the client does not look for bundles.
-        clone("plain")
+        assert "clone> command=bundle-uri" not in clone("plain")
         assert files.log == []
         trace = clone("bundled", "-c", "transfer.bundleURI=true")
         assert [path for path, status in files.log if status == 200] == [
             "/bundle-list", "/" + result["bundle"]["file"]]
-        assert '"command=bundle-uri"' in trace or "bundle-uri" in trace
+        answer = re.findall(r"packet: +clone([<>]) (.*)", trace)
+        assert (">", "command=bundle-uri") in answer
+        assert ("<", "bundle.bundlegen.uri=%sbundle-list" % files.url) \
+            in answer
         assert len(server.fetches()) == 2
     clone_dir = tmp_path / "bundled"
     assert git("-C", clone_dir, "for-each-ref", "refs/bundles")
