@@ -451,11 +451,14 @@ def _check_record(generations, path):
 
 
 def _check_published(settings, latest, clients, say):
-    """Before saying the latest list is published already: every bundle
-    it names and the list itself are on every destination.  What is
+    """Before saying the latest list is published already: the list is in
+    the output directory (with a base-url), and every bundle it names and
+    the list itself are on every destination.  What is
     missing there (deleted by hand, a lifecycle rule) goes up again from
     its checked local copy; returns ``(kind, reason)`` of a new bundle
     when that cannot be done, else None."""
+    if _write_local_list(settings, latest["chain"]):
+        say("wrote %s again" % os.path.join(settings.output, LIST_NAME))
     for destination in settings.destinations:
         client = clients[destination.name]
         lacking = bundlestore.missing(destination, latest["chain"], client)
@@ -638,9 +641,25 @@ def _publish(settings, chain, bundle, latest, clients, say):
         bundlestore.take_back(uploaded)
         _unlink(os.path.join(output, bundle["file"]))
         raise
-    if settings.base_url:
-        temp = os.path.join(output, ".%s.tmp" % LIST_NAME)
-        with open(temp, "wb") as fh:
-            fh.write(bundle_list(settings.base_url, chain))
-        os.replace(temp, os.path.join(output, LIST_NAME))
+    _write_local_list(settings, chain)
     return sent
+
+
+def _write_local_list(settings, chain):
+    """Write the list of ``chain`` served from the output directory (with
+    a base-url), if it does not hold it already; True if it was written."""
+    if not settings.base_url:
+        return False
+    data = bundle_list(settings.base_url, chain)
+    path = os.path.join(settings.output, LIST_NAME)
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(len(data) + 1) == data:
+                return False
+    except OSError:
+        pass  # gone, or not a file we can read: written anew
+    temp = os.path.join(settings.output, ".%s.tmp" % LIST_NAME)
+    with open(temp, "wb") as fh:
+        fh.write(data)
+    os.replace(temp, path)
+    return True
