@@ -151,6 +151,7 @@ transaction is rolled back; a broken stream bundle still stops the clone,
 whose destination is then removed).
 """
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -202,7 +203,8 @@ configitem(b'bundlegen', b'jobs', default=os.cpu_count() or 1)
 configitem(b'bundlegen', b'expire-days', default=7)
 configitem(b'bundlegen', b'upload-command', default=None)
 configitem(b'bundlegen', b'delete-command', default=None)
-configitem(b'bundlegen', b'keep', default=2)
+configitem(b'bundlegen', b'keep', default=1)
+configitem(b'bundlegen', b'upload-timeout', default=3600)
 configitem(b'bundlegen', b'min-changesets', default=1)
 configitem(b'bundlegen', b'min-bytes', default=0)
 configitem(b'bundlegen', b'destinations', default=[])
@@ -220,6 +222,10 @@ MANIFEST = b'clonebundles.manifest'
 CONTENT_TYPE = 'application/x-mercurial-bundle'
 INDEX = b'bundles.json'
 _TEMP_PREFIX = b'.bundlegen-tmp-'
+_SNAPSHOT_PREFIX = b'bundlegen-snapshot-'
+# The place of pending deletions that is the output directory (and the
+# delete command): no destination's name is empty.
+_OUTPUT_PLACE = ''
 
 # What a base URL may be: http, https or file, then only characters a URL
 # holds as they are (RFC 3986's unreserved and reserved ones, but not the
@@ -262,6 +268,8 @@ class _Settings:
         self.jobs = _config_int(ui, b'jobs', 1, 4096)
         self.expire_days = _config_int(ui, b'expire-days', 0, 36500)
         self.keep = _config_int(ui, b'keep', 1, 1000)
+        self.upload_timeout = _config_int(ui, b'upload-timeout', 1,
+                                          7 * 86400)
         self.min_changesets = _config_int(ui, b'min-changesets', 0, 1 << 40)
         self.min_bytes = _config_int(ui, b'min-bytes', 0, 1 << 60)
         self.upload_command = ui.config(b'bundlegen', b'upload-command')
@@ -270,6 +278,10 @@ class _Settings:
     def bundle_args(self, fmt):
         """Arguments to ``hg bundle`` for format ``fmt``."""
         args = [b'-t', FORMATS[fmt]]
+        if fmt == b'stream':
+            # Without it ``hg bundle`` refuses a repository with markers;
+            # with it the bundle carries them, as a stream clone does.
+            args[1] += b';obsolescence=yes'
         if fmt == b'zstd-max':
             args += [b'--config', b'experimental.bundlecomplevel.zstd=%d'
                      % self.zstd_level,
@@ -367,6 +379,7 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     waits for, and then does nothing if that run published this tip.
     """
     settings = _Settings(ui, output, base_url)
+    _refuse_core_autogeneration(ui)
     outdir = _output_directory(settings.output)
     fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
     say = ui.status if fm.isplain() else _stderr(ui)
@@ -381,48 +394,68 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
                      reason or 'forced')
             return 0
         started = time.monotonic()
-        with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock', 3600, 0,
+        # One budget for every request of the run to object storage.
+        network = bundlestore.Deadline(settings.upload_timeout,
+                                       'bundlegen.upload-timeout')
+        with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock',
+                             ui.configint(b'ui', b'timeout'), 0,
                              desc=b'bundlegen') as held:
             generations = bundlestore.Generations(
                 os.path.join(outdir, INDEX).decode())
+            with _object_storage(network):
+                clients = bundlestore.check(settings.destinations)
             reason = _due(repo, settings, generations.latest)
             if reason is None and not opts.get('force'):
-                return _nothing_to_do(ui, fm, repo, generations.latest,
-                                      waited=getattr(held, 'delay', 0))
+                reason = _check_published(say, repo, settings, outdir,
+                                          generations, clients, network)
+            if reason is None and not opts.get('force'):
+                refused = _sweep(ui, settings, outdir, generations, clients,
+                                 network)
+                _nothing_to_do(ui, fm, repo, generations.latest,
+                               waited=getattr(held, 'delay', 0))
+                return 1 if refused else 0
             reason = reason or 'forced'
             say(_(b'bundlegen: building %s (%s)\n')
                 % (b', '.join(settings.formats), pycompat.bytestr(reason)))
             published = _read_manifest(repo)
-            _remove_leftovers(outdir)
+            _remove_leftovers(outdir, _TEMP_PREFIX)
+            _remove_leftovers(repo.sharedpath, _SNAPSHOT_PREFIX)
             rundir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=outdir)
+            # In the .hg holding the store: hardlinks, on any output
+            # filesystem, so the store lock is held for seconds.
+            snapshot = tempfile.mkdtemp(prefix=_SNAPSHOT_PREFIX,
+                                        dir=repo.sharedpath)
             try:
-                snapshot = os.path.join(rundir, b'snapshot')
                 tip = _take_snapshot(ui, repo, snapshot)
                 bundles = _build_all(ui, say, settings, snapshot, rundir,
                                      outdir, tip)
             finally:
                 shutil.rmtree(rundir, ignore_errors=True)
+                shutil.rmtree(snapshot, ignore_errors=True)
             lines = _manifest_lines(repo, settings, bundles)
             for bundle in bundles:
                 _upload(ui, settings, outdir, bundle, published)
-            _upload_to_destinations(ui, say, settings, outdir, bundles)
+            _upload_to_destinations(ui, say, settings.destinations, outdir,
+                                    bundles, clients, network)
             with repo.wlock():
-                replaced = _write_manifest(repo, lines)
+                replaced, written = _write_manifest(repo, lines)
             generations.add(dict(
                 settings.layout(), tip=tip.decode(),
                 generated=bundlestore.now(), changesets=len(repo),
                 store_bytes=_store_bytes(repo),
                 files=[bundle['file'] for bundle in bundles]))
-            retired = generations.retire(settings.keep)
+            retired = generations.retire(settings.keep, _places(settings))
+            # The deletions are recorded before any is done: a killed or
+            # refused one is done by a later run.
             generations.save(tip=tip.decode(),
                              generated=generations.latest['generated'],
-                             bundles=bundles)
+                             bundles=bundles, manifest_sha256=written)
             # Only now that the new manifest is out: what fell out of the
-            # last ``keep`` generations goes, everywhere.
-            _retire(ui, settings, outdir, retired)
+            # kept generations goes, everywhere.
+            refused = _sweep(ui, settings, outdir, generations, clients,
+                             network)
             keep = _file_names(replaced) | {
-                name.encode() for generation in generations.list
-                for name in generation['files']}
+                name.encode() for name in generations.held()}
             expired = _expire(outdir, settings.expire_days, keep)
         seconds = time.monotonic() - started
         for bundle in bundles:
@@ -449,7 +482,120 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     if b'clonebundles' not in dict(ui.configitems(b'extensions')):
         ui.warn(_(b'(the server offers the manifest to clients only with '
                   b'the clonebundles extension enabled)\n'))
-    return 0
+    return 1 if refused else 0
+
+
+def _refuse_core_autogeneration(ui):
+    """Core's clone-bundles auto-generation writes the same manifest: two
+    writers would replace each other's bundles."""
+    if ui.configlist(b'clone-bundles', b'auto-generate.formats'):
+        raise error.Abort(
+            _(b'bundlegen and clone-bundles.auto-generate both write '
+              b'.hg/clonebundles.manifest'),
+            hint=_(b'use one of them: remove clone-bundles.auto-generate.'
+                   b'formats from the configuration, or stop running hg '
+                   b'bundlegen for this repository'))
+
+
+@contextlib.contextmanager
+def _object_storage(network):
+    """Requests to object storage within the run's deadline; the core's
+    errors become Mercurial's."""
+    try:
+        with network:
+            yield
+    except errors.Abort as err:
+        raise error.Abort(pycompat.bytestr(str(err)),
+                          hint=err.hint and pycompat.bytestr(err.hint))
+
+
+def _places(settings):
+    """Where retired bundles are deleted: every destination, and the
+    output directory (with ``bundlegen.delete-command``)."""
+    return [d.name for d in settings.destinations] + [_OUTPUT_PLACE]
+
+
+def _check_published(say, repo, settings, outdir, generations, clients,
+                     network):
+    """Before saying the latest generation is published already: each of
+    its bundles is where clients are sent (HEAD on every destination; the
+    output directory when it is served), and the manifest is the one this
+    extension wrote.  A missing object is uploaded again from its checked
+    local copy, a manifest changed behind our back is written again;
+    returns why a new generation is due when neither can be done."""
+    bundles = generations.record.get('bundles') or []
+    local = {bundle['file'] for bundle in bundles
+             if _local_size(outdir, bundle['file']) == bundle['size']}
+    if settings.base_url and len(local) < len(bundles):
+        return 'published bundles are missing from the output directory'
+    for destination in settings.destinations:
+        with _object_storage(network):
+            lacking = bundlestore.missing(destination, bundles,
+                                          clients[destination.name])
+        if not lacking:
+            continue
+        resend = [bundle for bundle in bundles if bundle['file'] in lacking
+                  and bundle['file'] in local
+                  and bundlestore.sha256_file(os.path.join(
+                      outdir.decode(), bundle['file']))[0]
+                  == bundle['sha256']]
+        if len(resend) < len(lacking):
+            return ('published bundles are missing from destination %s'
+                    % destination.name)
+        _upload_to_destinations(repo.ui, say, [destination], outdir,
+                                resend, clients, network)
+        say(_(b'uploaded %d missing bundles to %s again\n')
+            % (len(resend), destination.name.encode()))
+    written = generations.record.get('manifest_sha256')
+    current = hashlib.sha256(repo.vfs.tryread(MANIFEST)).hexdigest()
+    if written and current != written:
+        lines = _manifest_lines(repo, settings, bundles)
+        with repo.wlock():
+            _replaced, written = _write_manifest(repo, lines)
+        generations.save(manifest_sha256=written)
+        say(_(b'%s was changed by something else; wrote the bundles of '
+              b'tip %s into it again\n')
+            % (MANIFEST, generations.latest['tip'][:12].encode()))
+    return None
+
+
+def _local_size(outdir, name):
+    try:
+        return os.stat(os.path.join(outdir, name.encode())).st_size
+    except OSError:
+        return None
+
+
+def _sweep(ui, settings, outdir, generations, clients, network):
+    """Delete the pending retired bundles; what is refused stays pending,
+    with a warning line per place.  True if anything was refused."""
+    if not generations.pending:
+        return False
+    deleters = {d.name: functools.partial(bundlestore.delete_objects, d,
+                                          client=clients.get(d.name))
+                for d in settings.destinations}
+    deleters[_OUTPUT_PLACE] = functools.partial(_delete_local, ui,
+                                                settings, outdir)
+    try:
+        with _object_storage(network):
+            results = generations.sweep(deleters)
+    except error.Abort as err:
+        ui.warn(_(b'retiring old bundles stopped: %s; the next run tries '
+                  b'again\n') % err.message)
+        return True
+    finally:
+        generations.save()
+    refused = False
+    for place, (_deleted, refusals) in sorted(results.items()):
+        if refusals:
+            refused = True
+            name = sorted(refusals)[0]
+            ui.warn(_(b'%s refused to delete %d retired bundles (%s: %s); '
+                      b'the next run tries again\n')
+                    % (place.encode() or b'the output directory',
+                       len(refusals), name.encode(),
+                       pycompat.bytestr(refusals[name])))
+    return refused
 
 
 def _stderr(ui):
@@ -579,14 +725,15 @@ def _file_names(entries):
     return names
 
 
-def _remove_leftovers(outdir):
-    """Remove what killed runs left behind; the bundlegen lock is held, so
-    no live run owns any of it.  A killed run's ``hg bundle`` may still be
-    writing in its own directory (see _child_setup): it is removed again
-    by the next run."""
-    for name in os.listdir(outdir):
-        if name.startswith(_TEMP_PREFIX):
-            path = os.path.join(outdir, name)
+def _remove_leftovers(folder, prefix):
+    """Remove what killed runs left behind in ``folder`` (their
+    directories in the output directory, their snapshots in .hg); the
+    bundlegen lock is held, so no live run owns any of it.  A killed run's
+    ``hg bundle`` may still be writing in its own directory (see
+    _child_setup): it is removed again by the next run."""
+    for name in os.listdir(folder):
+        if name.startswith(prefix):
+            path = os.path.join(folder, name)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -594,9 +741,10 @@ def _remove_leftovers(outdir):
 
 
 def _take_snapshot(ui, repo, path):
-    """Copy the store to ``path`` with hardlinks, under the store lock, and
-    return the snapshot's tip as hex.  Mercurial breaks a hardlink before
-    writing to a file, so later pushes cannot change the snapshot."""
+    """Copy the store to ``path`` (beside it, so with hardlinks) under the
+    store lock, and return the snapshot's tip as hex.  Mercurial breaks a
+    hardlink before writing to a file, so later pushes cannot change the
+    snapshot."""
     with repo.lock():
         localrepo.createrepository(
             ui, path,
@@ -775,16 +923,18 @@ def _upload(ui, settings, outdir, bundle, published):
                    b'bundlegen.upload-command and run hg bundlegen again'))
 
 
-def _upload_to_destinations(ui, say, settings, outdir, bundles):
-    """Upload every bundle to every destination; if one upload fails,
-    what this run uploaded is deleted and the run aborts, so every
-    manifest stays as it was."""
+def _upload_to_destinations(ui, say, destinations, outdir, bundles, clients,
+                            network):
+    """Upload every bundle to every destination, within the run's
+    deadline; if one upload fails, what this run uploaded is deleted and
+    the run aborts, so every manifest stays as it was."""
     def report(destination, size, seconds):
         say(_(b'uploaded %s to %s in %.1f s\n')
             % (util.bytecount(size), destination.name.encode(), seconds))
     try:
-        bundlestore.upload_all(settings.destinations, outdir.decode(),
-                               bundles, CONTENT_TYPE, report)
+        with network:
+            bundlestore.upload_all(destinations, outdir.decode(), bundles,
+                                   CONTENT_TYPE, report, clients)
     except errors.Abort as err:
         raise error.Abort(pycompat.bytestr(str(err)),
                           hint=_(b'no manifest was changed; fix the '
@@ -792,12 +942,11 @@ def _upload_to_destinations(ui, say, settings, outdir, bundles):
                                  b'again'))
 
 
-def _retire(ui, settings, outdir, names):
-    """Delete the files of retired generations from every destination,
-    through ``bundlegen.delete-command``, and from the output
-    directory."""
-    for destination in settings.destinations:
-        bundlestore.delete(destination, names)
+def _delete_local(ui, settings, outdir, names):
+    """Delete retired bundles through ``bundlegen.delete-command`` and
+    from the output directory; return the refused ones, name ->
+    reason."""
+    refused = {}
     for name in names:
         if settings.delete_command:
             environ = {b'HGCB_BUNDLE_URL': (settings.url(name.encode())
@@ -807,10 +956,14 @@ def _retire(ui, settings, outdir, names):
             code = ui.system(settings.delete_command, environ=environ,
                              blockedtag=b'bundlegen_delete')
             if code:
-                ui.warn(_(b'deleting %s failed (%s); the next run tries '
-                          b'again only if it is still listed\n')
-                        % (name.encode(), procutil.explainexit(code)))
-        util.tryunlink(os.path.join(outdir, name.encode()))
+                refused[name] = pycompat.sysstr(
+                    b'bundlegen.delete-command ' + procutil.explainexit(code))
+                continue
+        try:
+            util.tryunlink(os.path.join(outdir, name.encode()))
+        except OSError as err:
+            refused[name] = err.strerror
+    return refused
 
 
 def _manifest_lines(repo, settings, bundles):
@@ -857,16 +1010,18 @@ def manifest_line(repo, url, spec, digest, extra=()):
 
 
 def _write_manifest(repo, lines):
-    """Replace the manifest; return the entries of the one it replaced."""
+    """Replace the manifest; return the entries of the one it replaced,
+    and the sha256 of what was written (to see later whether something
+    else wrote it)."""
     replaced = _read_manifest(repo)
     old = repo.vfs.tryread(MANIFEST)
     if old:
         with repo.vfs(MANIFEST + b'.old', b'wb', atomictemp=True) as fh:
             fh.write(old)
+    data = b''.join(line + b'\n' for line in lines)
     with repo.vfs(MANIFEST, b'wb', atomictemp=True) as fh:
-        for line in lines:
-            fh.write(line + b'\n')
-    return replaced
+        fh.write(data)
+    return replaced, hashlib.sha256(data).hexdigest()
 
 
 def _expire(outdir, days, keep):
