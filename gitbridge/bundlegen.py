@@ -163,6 +163,9 @@ class Settings:
     """The ``bundlegen`` settings of a repository's Git config."""
 
     def __init__(self, repo, output=None, base_url=None):
+        if not os.path.isdir(repo) or not _is_repository(repo):
+            raise Abort("%s is not a Git repository" % repo,
+                        hint="--repo names the repository, as it is served")
         try:
             # -z: a value may hold a newline
             listed = git_output(repo, "config", "-z", "--get-regexp",
@@ -206,7 +209,6 @@ class Settings:
                             % (name, " of 1 or more" if least else "",
                                value))
             setattr(self, name.replace("-", "_"), int(value))
-
         self.advertise = self._advertised_list(options.get("advertise"))
 
     def _advertised_list(self, value):
@@ -232,6 +234,14 @@ class Settings:
     def layout(self):
         return {"base-url": self.base_url,
                 "destinations": [d.name for d in self.destinations]}
+
+
+def _is_repository(path):
+    try:
+        git_output(path, "rev-parse", "--git-dir")
+        return True
+    except Abort:
+        return False
 
 
 def _tips(repo):

@@ -300,6 +300,22 @@ def test_a_base_url_clients_cannot_fetch_from_is_refused(
         assert not output.exists()
 
 
+@pytest.mark.parametrize("where", ["missing", "plain"])
+def test_a_repository_that_is_not_there_is_refused(where, gitbridge,
+                                                   tmp_path):
+    """``--repo`` naming a missing path ended in a traceback; a plain
+    directory got the output directory made before the abort."""
+    repo = tmp_path / "repo"
+    if where == "plain":
+        repo.mkdir()
+    output = tmp_path / "bundles"
+    proc = gitbridge("bundlegen", "--repo", repo, "--output", output,
+                     "--base-url", "https://cdn.example.com/b", check=False)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "abort: %s is not a Git repository\n" % repo in proc.stderr
+    assert not output.exists()
+
+
 def test_the_bundle_list_reads_back_through_git_config(
         origin, git, gitbridge, tmp_path):
     """A base URL holding characters Git config gives a meaning to
