@@ -58,7 +58,9 @@ absolute bundle URIs, so each list names its own destination's).
 Bundles are ``<token>.<full|incremental>.<sha256 prefix>.bundle``; a name
 never stands for other bytes: a bundle of the list that is missing from
 ``output`` or holds other bytes than the record says starts a new full
-bundle, and the run says so.  Destinations are checked (boto3,
+bundle, and the run says so (with a ``base-url`` every run reads the
+served bundles for this; otherwise a run that extends the list).
+Destinations are checked (boto3,
 credentials, the bucket) before a bundle is built.  A failed upload to
 any destination leaves every bundle list as it was; bundles of older
 lists than those kept are deleted, everywhere, only after the new lists
@@ -283,7 +285,10 @@ def _plan(repo, settings, latest, force):
     chain = latest["chain"]
     if not all(_has_object(repo, sha) for sha in latest["tips"].values()):
         return "full", "history was rewritten past the last bundle"
-    lost = _lost_bundle(settings.output, chain, digests=False)
+    # with a base-url the output directory is what clients download: its
+    # bytes are checked on every run, else only when the list is extended
+    lost = _lost_bundle(settings.output, chain,
+                        digests=bool(settings.base_url))
     if lost:
         return "full", lost
     if tips == latest["tips"]:
@@ -338,10 +343,11 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
     """One run; returns what it did as a dict (``message`` says it in a
     line)."""
     settings = Settings(repo, output, base_url)
-    os.makedirs(settings.output, exist_ok=True)
     record_path = os.path.join(settings.output, RECORD)
     if dry_run:
-        latest = bundlestore.Generations(record_path).latest
+        generations = bundlestore.Generations(record_path)
+        _check_record(generations, record_path)
+        latest = generations.latest
         kind, reason = _plan(repo, settings, latest, force)
         message = ("nothing to do: %s" % reason if kind is None else
                    "would write %s bundle (%s) and publish it to %s"
@@ -356,6 +362,11 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
             % describe_owner(owner))
 
     started = time.monotonic()
+    try:
+        os.makedirs(settings.output, exist_ok=True)
+    except OSError as err:
+        raise Abort("cannot make the output directory %s: %s"
+                    % (settings.output, err.strerror))
     lock = PidLock(os.path.join(settings.output, ".bundlegen.lock"),
                    LockPolicy(), waiting)
     # One bound for each phase of requests to object storage, however a

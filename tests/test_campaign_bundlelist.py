@@ -224,8 +224,9 @@ def test_local_output_changed_behind_its_back(origin, git, env, tally,
     git("-C", bare, "config", "bundlegen.incrementals", "2")
     with FileServer(output) as files:
         base = files.url.rstrip("/")
-        run = lambda: _gitbridge(binary, env, "--repo", bare,  # noqa
-                                 "--output", output, "--base-url", base)
+        run = lambda *a: _gitbridge(binary, env, "--repo", bare,  # noqa
+                                    "--output", output, "--base-url", base,
+                                    *a)
         assert run().returncode == 0
         for step in range(campaign.size(8, 80)):
             what = _change(output, outside, tally.rng)
@@ -239,6 +240,7 @@ def test_local_output_changed_behind_its_back(origin, git, env, tally,
                                     "record-list")):
                     assert campaign.is_clean_abort(proc), proc.stderr
                     assert "remove it" in proc.stderr
+                    assert campaign.is_clean_abort(run("--dry-run"))
                     (output / "bundles.json").unlink()
                     proc = run()
                 assert proc.returncode == 0, proc.stderr

@@ -316,6 +316,25 @@ def test_a_repository_that_is_not_there_is_refused(where, gitbridge,
     assert not output.exists()
 
 
+def test_an_output_that_cannot_be_a_directory_is_refused(
+        origin, gitbridge, tmp_path):
+    """An output path that is a file: one abort line, not a traceback;
+    ``--dry-run`` makes nothing."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    dry = gitbridge("bundlegen", "--repo", bare, "--output", output,
+                    "--base-url", "https://cdn.example.com/b", "--dry-run")
+    assert "would write a full bundle (no bundles yet)" in dry.stdout
+    assert not output.exists()
+    output.write_text("a file\n")
+    proc = gitbridge("bundlegen", "--repo", bare, "--output", output,
+                     "--base-url", "https://cdn.example.com/b", check=False)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "abort: cannot make the output directory %s: File exists\n" \
+        % output in proc.stderr
+    assert output.read_text() == "a file\n"
+
+
 def test_the_bundle_list_reads_back_through_git_config(
         origin, git, gitbridge, tmp_path):
     """A base URL holding characters Git config gives a meaning to
