@@ -22,8 +22,9 @@ examples)::
 Object storage: ``bundlegen`` uploads the bundles itself to any number of
 S3-compatible destinations (AWS S3 in several regions, GCS's XML API,
 MinIO, versitygw...), each with manifest lines of its own.  Needs boto3
-(``pip install 'vcsperf[s3]'``); credentials come the way boto3 finds
-them (environment, ``~/.aws``, instance role; ``profile`` picks one)::
+(the ``s3`` extra of your vcsperf checkout: ``pip install
+'/path/to/vcsperf[s3]'``); credentials come the way boto3 finds them
+(environment, ``~/.aws``, instance role; ``profile`` picks one)::
 
   [bundlegen]
   output = /var/lib/hg-bundles/mozilla-central
@@ -53,7 +54,16 @@ URL), ``attributes`` (``KEY=VALUE`` pairs its manifest lines carry, for
 bundle's name never stands for other bytes).  Uploads go in 64 MiB parts
 with a SHA-256 checksum per part that the server checks, with retries, as
 ``application/x-mercurial-bundle``; an object already there under the
-same name and size is not sent again.
+same name, size and sha256 is not sent again.
+
+Every run first checks each destination (boto3 installed, credentials
+found, the bucket answering), before it builds anything.  All of a run's
+requests to object storage together (checks, uploads, deletes) take at
+most ``bundlegen.upload-timeout`` seconds (default 3600; raise it for
+bundles of many GiB on a slow link), however a server stalls or trickles;
+besides, each connect waits at most 20 s and each read 60 s, and a
+request is tried 5 times.  A run that passes the deadline aborts before
+the manifest is touched, and takes back what it uploaded.
 
 One run:
 
@@ -62,10 +72,20 @@ One run:
    ``bundlegen.min-bytes`` (default 0: off) bytes of store past the last
    published tip, or formats or destinations changed, or ``--force``;
    otherwise it says why it does nothing (a no-op takes well under a
-   second).  ``--dry-run`` says what a run would build and retire;
-2. takes a snapshot of the repository under its store lock (hardlinks,
-   seconds even for big repositories), so a push landing meanwhile cannot
-   tear the bundles apart, and all of them hold the same changesets;
+   second).  ``--dry-run`` says what a run would build and retire.
+   Before it says the bundles are published already, it checks that
+   they are: every object of the last generation on every destination
+   (one HEAD each), the files of the output directory when ``base-url``
+   serves it, and the manifest (the sha256 of what it last wrote, kept
+   in ``bundles.json``).  A missing object is uploaded again from its
+   local copy once the copy's sha256 is checked; without a good copy,
+   new bundles are built.  A manifest that something else rewrote is
+   written again;
+2. takes a snapshot of the repository under its store lock, in the
+   ``.hg`` directory that holds the store (``bundlegen-snapshot-*``), so
+   with hardlinks whatever filesystem the output directory is on: seconds
+   even for big repositories.  A push landing meanwhile cannot tear the
+   bundles apart, and all of them hold the same changesets;
 3. builds every format from the snapshot, in parallel up to
    ``bundlegen.jobs`` processes, in a directory of its own in the output
    directory (``.bundlegen-tmp-*``, removed by the next run if this one is
@@ -87,28 +107,47 @@ One run:
    ``BUNDLESPEC``, ``DIGEST=sha256:...`` (clients check it), for https
    URLs ``REQUIRESNI=true``, and the destination's attributes;
 7. records the generation in ``bundles.json`` next to the bundles
-   (formats, specs, sizes, digests, build times, and the last
-   ``bundlegen.keep`` generations, default 2), then deletes the bundles of
-   older generations from every destination, through
-   ``bundlegen.delete-command`` (with ``HGCB_BUNDLE_URL`` and
-   ``HGCB_BASENAME``, as core's) and from the output directory; and
-   deletes other bundles there older than ``bundlegen.expire-days`` that
-   neither the new manifest nor the one it replaced names.
+   (formats, specs, sizes, digests, build times), keeping the new
+   generation and the ``bundlegen.keep`` ones before it (default 1, at
+   least 1: the generation a run replaces is never deleted by that run,
+   so a client that read the manifest just before, or a CDN's cached
+   copy of it, still finds its bundle).  The bundles of older generations
+   are recorded as still to delete (``undeleted``), then deleted from
+   every destination, through ``bundlegen.delete-command`` (with
+   ``HGCB_BUNDLE_URL`` and ``HGCB_BASENAME``, as core's) and from the
+   output directory.  A deletion that is refused (an Object-Lock bucket,
+   a policy without delete, a server that is down, a failing delete
+   command) stays recorded and is tried again by every later run, even
+   one with nothing else to do; the run says so in one line per place,
+   goes on with the other places, and exits with status 1.  Last, it
+   deletes other bundles in the output directory older than
+   ``bundlegen.expire-days`` that neither the new manifest nor the one it
+   replaced names.
+
+Exit status: 0 when the bundles are published (or nothing was due), 1
+when they are but some retired bundles could not be deleted, 255 on an
+abort (the manifest is then unchanged).
 
 Service operation: progress lines and one line per format go to
 ``ui.status`` on a terminal or not (to stderr with ``-T json``, which
 prints one object per bundle, or one saying why nothing was done); a
 second run started meanwhile says whose lock it waits for, and does
-nothing if the first published the same tip; ``bundlegen`` events go to
-``ui.log`` (blackbox).
+nothing if the first published the same tip; it waits at most
+``ui.timeout`` seconds (core's lock setting, default 600), then aborts.
+``bundlegen`` events go to ``ui.log`` (blackbox).
+
+bundlegen owns ``.hg/clonebundles.manifest``.  Core's clone-bundles
+auto-generation writes the same file, so a run aborts when
+``clone-bundles.auto-generate.formats`` is set; use one or the other.  If
+something else rewrites the manifest (``hg admin::clone-bundles-refresh``
+run by hand, an editor), the next run notices and writes its own again.
 
 A bundle's name holds the start of its sha256, so a name never stands for
 other bytes, and no run changes a file that clients may be sent: a rerun
 at the same tip whose bundle differs (bundles also hold caches and
 obsolescence markers) publishes it under a new name.  The files of the
 manifest a run replaces stay at least until the next run, for clients
-that read it just before, and then until they are ``expire-days`` old.
-The upload command may write in place (a plain ``cp`` to a web server's
+that read it just before (see ``bundlegen.keep``).  The upload command may write in place (a plain ``cp`` to a web server's
 directory): what it writes is named by no manifest yet.  Use one output
 directory per repository.
 
@@ -139,7 +178,8 @@ Formats:
 ``stream``
   ``none-v2;stream=v2``: raw store files, the fastest to apply; clients
   use it when they clone with ``--stream`` and support the repository's
-  format.
+  format.  Built with ``obsolescence=yes``, so a repository with
+  obsolescence markers (a non-publishing server) is bundled with them.
 
 Clients that cannot fetch a bundle (a 404, a refused connection) fall
 back to a normal clone when they set ``ui.clonebundlefallback = true``.
@@ -402,6 +442,11 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
                              desc=b'bundlegen') as held:
             generations = bundlestore.Generations(
                 os.path.join(outdir, INDEX).decode())
+            # Written now, unchanged, so that a record that cannot be
+            # written stops the run before anything is built or published
+            # (a new one: the run's directory beside it is made first).
+            if generations.list:
+                generations.save()
             with _object_storage(network):
                 clients = bundlestore.check(settings.destinations)
             reason = _due(repo, settings, generations.latest)
