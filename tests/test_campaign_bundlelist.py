@@ -261,6 +261,7 @@ def _lists(objectserver, bucket):
         Bucket=bucket, Key="repo/bundle-list")["Body"].read().decode()
 
 
+@pytest.mark.slow
 def test_a_server_that_refuses_deletes_and_loses_objects(
         origin, git, gitbridge, objectserver, env, tally, tmp_path):
     """Seeded object-server behaviour between runs: Object Lock legal
