@@ -16,39 +16,85 @@ downloads the bundles first and then fetches only what is newer from the
 server.  A client that cannot download a bundle (missing, cut short) goes
 on with a normal clone.
 
-Settings, in the repository's Git config::
+Settings, in the repository's Git config (``git config -f`` reads this
+example as it is)::
 
   [bundlegen]
-      output = /var/lib/git-bundles/firefox    # local bundles and record
-      base-url = https://git.example.com/bundles/firefox  # optional: where
-                                               # output is served
-      destinations = usw2 euc1                 # default: every one below
-      keep = 2              # bundle lists whose bundles stay (default 2)
-      min-commits = 1       # new commits that make a run due (default 1)
-      incrementals = 6      # incremental bundles between full ones
+      output = /var/lib/git-bundles/firefox
+      base-url = https://git.example.com/bundles/firefox
+      destinations = usw2 euc1
+      keep = 1
+      upload-timeout = 3600
+      min-commits = 1
+      incrementals = 6
+      advertise = true
   [bundlegen "usw2"]
       url = s3://git-bundles/firefox
       region = us-west-2
-      endpoint = http://127.0.0.1:7070   # for servers other than AWS
-      base-url = https://usw2.cdn.example.com/firefox   # default: S3's URL
+      base-url = https://usw2.cdn.example.com/firefox
+  [bundlegen "euc1"]
+      url = s3://git-bundles-euc1/firefox
+      region = eu-central-1
+      endpoint = http://127.0.0.1:7070
+
+``output`` holds the local bundles, their list and the record
+(``bundles.json``).  ``base-url`` (optional) is where ``output`` is
+served: an absolute http, https or file URL without query or fragment,
+the rule ``hg bundlegen`` applies; a destination's ``base-url`` (default:
+its S3 URL) follows the same rule.  ``destinations`` gives their order
+(default: every one configured).  ``keep`` is how many bundle lists
+before the newest keep their bundles (default 1, at least 1: the list a
+run replaces keeps its bundles until a later run, for clients and CDNs
+that read it just before), ``min-commits`` how many new commits make a
+run due (default 1), ``incrementals`` how many incremental bundles come
+between full ones (default 6), ``upload-timeout`` the seconds each phase
+of requests to object storage (checks, uploads, deletes) may take in all
+before the run aborts (default 3600), however a server stalls.
 
 Every destination takes the same settings as ``hg bundlegen``'s
-(``vcsperf.core.bundlestore``) and gets its own ``bundle-list`` (Git 2.39
-and later resolve only absolute bundle URIs, so each list names its own
-destination's).  Bundles are ``<token>.<full|incremental>.<sha256
-prefix>.bundle``; a name never stands for other bytes.  A failed upload to
-any destination leaves every bundle list as it was; bundles of lists older
-than the last ``keep`` are deleted, everywhere, only after the new lists
-are out.  A run with nothing new (the same tips, or fewer than
-``min-commits`` new commits) says so and does nothing; ``--force`` writes
-a bundle anyway, ``--dry-run`` says what a run would do, ``--json``
-prints the result as JSON.  One run at a time per output directory; a
-second one says whose run it waits for.
+(``vcsperf.core.bundlestore``; ``endpoint`` for servers other than AWS)
+and gets its own ``bundle-list`` (Git 2.39 and later resolve only
+absolute bundle URIs, so each list names its own destination's).
+Bundles are ``<token>.<full|incremental>.<sha256 prefix>.bundle``; a name
+never stands for other bytes: a bundle of the list that is missing from
+``output`` or holds other bytes than the record says starts a new full
+bundle, and the run says so (with a ``base-url`` every run reads the
+served bundles for this; otherwise a run that extends the list).
+Destinations are checked (boto3,
+credentials, the bucket) before a bundle is built.  A failed upload to
+any destination leaves every bundle list as it was; bundles of older
+lists than those kept are deleted, everywhere, only after the new lists
+are out.  A run with nothing new checks that the bundles and the list
+are on every destination, and uploads again what was deleted there.  A
+destination that refuses the deletes (Object Lock, a bucket policy
+without deletes) gets a warning, keeps the names in the record
+(``undeleted``) for the next run to delete, and the others go on; such a
+run exits with status 1.
+
+``advertise`` makes the repository's own Git server name the list: it
+sets ``uploadpack.advertiseBundleURIs``, ``bundle.version``,
+``bundle.mode`` and one ``bundle.bundlegen.uri`` (the list's URL, updated
+in place by every run) in this repository's config, so that a Git 2.40
+or later that sets ``transfer.bundleURI`` takes the bundles on a plain
+``git clone`` without being told where they are.  ``true`` advertises the
+``base-url`` list, or without one the first destination's; a destination
+name picks that one's; ``false`` (the default) leaves the config alone
+(unset ``uploadpack.advertiseBundleURIs`` to stop).
+
+A run with nothing new (the same tips, or fewer than ``min-commits`` new
+commits) says so and does nothing but retry undeleted bundles;
+``--force`` writes a bundle anyway, ``--dry-run`` says what a run would
+do, ``--json`` prints the result as JSON.  One run at a time per output
+directory; a second one says whose run it waits for.
 """
 
 import argparse
+import functools
+import hashlib
 import json
 import os
+import re
+import stat
 import sys
 import time
 
@@ -61,7 +107,14 @@ from vcsperf.core.process import CommandError, git, git_output
 LIST_NAME = "bundle-list"
 RECORD = "bundles.json"
 CONTENT_TYPE = "application/x-git-bundle"
-DEFAULTS = {"keep": 2, "min-commits": 1, "incrementals": 6}
+#: The id of the one entry ``bundlegen.advertise`` writes in the served
+#: repository's ``bundle.*`` config.
+ADVERTISED_ID = "bundlegen"
+DEFAULTS = {"keep": 1, "min-commits": 1, "incrementals": 6,
+            "upload-timeout": 3600}
+#: The place name of the output directory in the record's pending
+#: deletions (destinations go by their names).
+OUTPUT_PLACE = ""
 
 
 def add_commands(subparsers):
@@ -96,7 +149,8 @@ def main(args):
         print(json.dumps(result, indent=2))
     else:
         print(result["message"])
-    return 0
+    # published, but something retired is still there: a partial failure
+    return 1 if result.get("refused") else 0
 
 
 def _stdout(message):
@@ -111,14 +165,18 @@ class Settings:
     """The ``bundlegen`` settings of a repository's Git config."""
 
     def __init__(self, repo, output=None, base_url=None):
+        if not os.path.isdir(repo) or not _is_repository(repo):
+            raise Abort("%s is not a Git repository" % repo,
+                        hint="--repo names the repository, as it is served")
         try:
-            listed = git_output(repo, "config", "--get-regexp",
+            # -z: a value may hold a newline
+            listed = git_output(repo, "config", "-z", "--get-regexp",
                                 r"^bundlegen\.")
         except Abort:
             listed = ""  # git config exits 1 when nothing matches
         options, table = {}, {}
-        for line in listed.splitlines():
-            key, _, value = line.partition(" ")
+        for entry in filter(None, listed.split("\0")):
+            key, _, value = entry.partition("\n")
             parts = key.split(".")
             if len(parts) == 2:
                 options[parts[1]] = value
@@ -129,26 +187,63 @@ class Settings:
         if not self.output:
             raise Abort("gitbridge bundlegen needs an output directory",
                         hint="git config bundlegen.output DIR, or --output")
-        self.base_url = (base_url or options.get("base-url") or "") \
-            .rstrip("/")
+        self.base_url = base_url or options.get("base-url") or ""
+        if self.base_url:
+            self.base_url = bundlestore.check_base_url(self.base_url)
         order = options.get("destinations", "").replace(",", " ").split()
         self.destinations = bundlestore.destinations(table,
                                                      order or list(table))
+        for destination in self.destinations:
+            # the same URLs as the base-url: the list is Git config
+            bundlestore.check_base_url(
+                destination.base_url,
+                "bundlegen.%s.base-url" % destination.name)
         if not self.base_url and not self.destinations:
             raise Abort("gitbridge bundlegen has nowhere to publish",
                         hint="git config bundlegen.base-url URL, or a "
                              "destination: bundlegen.NAME.url s3://...")
         for name, default in DEFAULTS.items():
-            value = options.get(name, str(default))
-            if not value.isdigit() or int(value) < (name == "keep"):
+            value = options.get(name, str(default)).strip()
+            least = 1 if name in ("keep", "upload-timeout") else 0
+            if not (value.isascii() and value.isdigit()) or len(value) > 9 \
+                    or int(value) < least:
                 raise Abort("bundlegen.%s must be a whole number%s, not %r"
-                            % (name, " of 1 or more" if name == "keep"
-                               else "", value))
+                            % (name, " of 1 or more" if least else "",
+                               value))
             setattr(self, name.replace("-", "_"), int(value))
+        self.advertise = self._advertised_list(options.get("advertise"))
+
+    def _advertised_list(self, value):
+        """The URL of the bundle list ``bundlegen.advertise`` names: the
+        base-url's, a destination's, or (``true``) the first of them."""
+        value = (value or "false").strip()
+        if value.lower() in ("false", "no", "off", "0"):
+            return None
+        lists = ([("base-url", "%s/%s" % (self.base_url, LIST_NAME))]
+                 if self.base_url else [])
+        lists += [(d.name, d.public_url(LIST_NAME))
+                  for d in self.destinations]
+        if value.lower() in ("true", "yes", "on", "1"):
+            return lists[0][1]
+        for name, url in lists:
+            if name == value:
+                return url
+        raise Abort("bundlegen.advertise must be true, false or where the "
+                    "list to advertise is published, not %r" % value,
+                    hint="one of: %s" % ", ".join(
+                        ["true", "false"] + [name for name, _ in lists]))
 
     def layout(self):
         return {"base-url": self.base_url,
                 "destinations": [d.name for d in self.destinations]}
+
+
+def _is_repository(path):
+    try:
+        git_output(path, "rev-parse", "--git-dir")
+        return True
+    except Abort:
+        return False
 
 
 def _tips(repo):
@@ -190,6 +285,12 @@ def _plan(repo, settings, latest, force):
     chain = latest["chain"]
     if not all(_has_object(repo, sha) for sha in latest["tips"].values()):
         return "full", "history was rewritten past the last bundle"
+    # with a base-url the output directory is what clients download: its
+    # bytes are checked on every run, else only when the list is extended
+    lost = _lost_bundle(settings.output, chain,
+                        digests=bool(settings.base_url))
+    if lost:
+        return "full", lost
     if tips == latest["tips"]:
         return (("full", "forced") if force else
                 (None, "the bundles of these tips are published already"))
@@ -205,7 +306,36 @@ def _plan(repo, settings, latest, force):
     if incrementals >= settings.incrementals:
         return "full", "%s; %d incremental bundles since the full one" % (
             reason or "forced", incrementals)
+    # the new list names the chain's bundles again: their bytes must be
+    # the ones their names and the record promise
+    lost = _lost_bundle(settings.output, chain, digests=True)
+    if lost:
+        return "full", lost
     return "incremental", reason or "forced"
+
+
+def _lost_bundle(output, chain, digests):
+    """Why the local copy of a bundle of ``chain`` is not the one the
+    record holds (gone, or other bytes: its size, or with ``digests`` its
+    SHA-256), or None when they all are."""
+    for bundle in chain:
+        path = os.path.join(output, bundle["file"])
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            return "%s of the list is missing from %s" % (bundle["file"],
+                                                          output)
+        try:
+            same = (stat.S_ISREG(found.st_mode)
+                    and found.st_size == bundle["size"]
+                    and (not digests or bundlestore.sha256_file(path)[0]
+                         == bundle["sha256"]))
+        except OSError:
+            same = False
+        if not same:
+            return "%s of the list was changed in %s" % (bundle["file"],
+                                                         output)
+    return None
 
 
 def generate(repo, output=None, base_url=None, force=False, dry_run=False,
@@ -213,10 +343,11 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
     """One run; returns what it did as a dict (``message`` says it in a
     line)."""
     settings = Settings(repo, output, base_url)
-    os.makedirs(settings.output, exist_ok=True)
     record_path = os.path.join(settings.output, RECORD)
     if dry_run:
-        latest = bundlestore.Generations(record_path).latest
+        generations = bundlestore.Generations(record_path)
+        _check_record(generations, record_path)
+        latest = generations.latest
         kind, reason = _plan(repo, settings, latest, force)
         message = ("nothing to do: %s" % reason if kind is None else
                    "would write %s bundle (%s) and publish it to %s"
@@ -231,14 +362,33 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
             % describe_owner(owner))
 
     started = time.monotonic()
+    try:
+        os.makedirs(settings.output, exist_ok=True)
+    except OSError as err:
+        raise Abort("cannot make the output directory %s: %s"
+                    % (settings.output, err.strerror))
     lock = PidLock(os.path.join(settings.output, ".bundlegen.lock"),
                    LockPolicy(), waiting)
+    # One bound for each phase of requests to object storage, however a
+    # server stalls or trickles.
+    network = bundlestore.Deadline(settings.upload_timeout,
+                                   "bundlegen.upload-timeout")
     with lock:
         generations = bundlestore.Generations(record_path)
+        _check_record(generations, record_path)
+        with network:
+            clients = bundlestore.check(settings.destinations)
         latest = generations.latest
         kind, reason = _plan(repo, settings, latest, force)
         if kind is None:
+            with network:
+                kind, reason = _check_published(settings, latest, clients,
+                                                say) or (None, reason)
+        if kind is None:
+            refused = _sweep(settings, generations, clients, network)
+            _advertise(repo, settings.advertise, say)
             return {"action": "skipped", "reason": reason,
+                    "refused": refused, "advertised": settings.advertise,
                     "message": "nothing to do: %s (--force writes a "
                                "bundle anyway)" % reason}
         say("writing %s bundle (%s)" % (_article(kind), reason))
@@ -247,26 +397,183 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
         bundle = _write_bundle(repo, settings.output, token, kind,
                                {} if kind == "full" else latest["tips"])
         chain = ([] if kind == "full" else latest["chain"]) + [bundle]
-        sent = _publish(settings, chain, bundle, latest, say)
+        with network:
+            sent = _publish(settings, chain, bundle, latest, clients, say)
         generations.add(dict(settings.layout(), tips=tips, token=token,
                              generated=bundlestore.now(), chain=chain,
                              files=[b["file"] for b in chain]))
-        retired = generations.retire(settings.keep)
+        _advertise(repo, settings.advertise, say)
+        retired = generations.retire(settings.keep, [
+            d.name for d in settings.destinations] + [OUTPUT_PLACE])
+        # The deletions are recorded before any is sent: a refused or
+        # killed one is done by a later run.
         generations.save()
-        for destination in settings.destinations:
-            bundlestore.delete(destination, retired)
-        for name in retired:
-            _unlink(os.path.join(settings.output, name))
+        refused = _sweep(settings, generations, clients, network)
     seconds = time.monotonic() - started
     return {"action": "published", "kind": kind, "reason": reason,
             "bundle": bundle, "chain": [b["file"] for b in chain],
-            "uploaded_bytes": sent, "retired": retired,
+            "uploaded_bytes": sent, "retired": retired, "refused": refused,
+            "advertised": settings.advertise,
             "seconds": round(seconds, 2),
             "message": "%s: %s bundle, %s, %d bundles in the list, "
-                       "uploaded %s in %.1f s; retired %d"
+                       "uploaded %s in %.1f s; retired %d%s"
                        % (bundle["file"], kind,
                           _size(bundle["size"]), len(chain), _size(sent),
-                          seconds, len(retired))}
+                          seconds, len(retired),
+                          " (not all deleted yet: see the warnings)"
+                          if refused else "")}
+
+
+_BUNDLE_NAME = re.compile(r"\d+\.(?:full|incremental)\.[0-9a-f]{16}\.bundle\Z")
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?\Z")
+
+
+def _check_record(generations, path):
+    """Abort unless the record is one this command wrote: a record
+    changed behind its back must not make it delete files it did not
+    create, nor end in a traceback."""
+    def names(value):
+        return isinstance(value, list) and all(
+            isinstance(name, str) and _BUNDLE_NAME.match(name)
+            for name in value)
+
+    def bundle(value):
+        return (isinstance(value, dict) and names([value.get("file")])
+                and isinstance(value.get("token"), int)
+                and value.get("kind") in ("full", "incremental")
+                and isinstance(value.get("sha256"), str)
+                and re.match(r"[0-9a-f]{64}\Z", value["sha256"])
+                and isinstance(value.get("size"), int))
+
+    record = generations.record
+    listed = generations.list
+    good = (isinstance(record, dict) and isinstance(listed, list)
+            and all(isinstance(g, dict) and names(g.get("files"))
+                    for g in listed)
+            and isinstance(record.get("undeleted", {}), dict)
+            and all(isinstance(place, str) and names(pending)
+                    for place, pending in
+                    record.get("undeleted", {}).items()))
+    if good and listed:
+        latest = listed[0]
+        tips = latest.get("tips")
+        chain = latest.get("chain")
+        good = (isinstance(tips, dict) and all(
+            isinstance(ref, str) and isinstance(sha, str)
+            and _OBJECT_ID.match(sha) for ref, sha in tips.items())
+            and isinstance(latest.get("token"), int)
+            and isinstance(chain, list) and chain
+            and all(bundle(b) for b in chain)
+            and isinstance(latest.get("base-url"), str)
+            and isinstance(latest.get("destinations"), list))
+    if not good:
+        raise Abort("%s is not a record gitbridge bundlegen wrote" % path,
+                    hint="remove it: the next run starts a new full bundle")
+
+
+def _check_published(settings, latest, clients, say):
+    """Before saying the latest list is published already: the list is in
+    the output directory (with a base-url), and every bundle it names and
+    the list itself are on every destination.  What is
+    missing there (deleted by hand, a lifecycle rule) goes up again from
+    its checked local copy; returns ``(kind, reason)`` of a new bundle
+    when that cannot be done, else None."""
+    if _write_local_list(settings, latest["chain"]):
+        say("wrote %s again" % os.path.join(settings.output, LIST_NAME))
+    for destination in settings.destinations:
+        client = clients[destination.name]
+        lacking = bundlestore.missing(destination, latest["chain"], client)
+        if lacking:
+            lost = _lost_bundle(settings.output, [
+                b for b in latest["chain"] if b["file"] in lacking], True)
+            if lost:
+                return "full", ("published bundles are missing from %s, "
+                                "and %s" % (destination.name, lost))
+            bundlestore.upload_all([destination], settings.output, [
+                b for b in latest["chain"] if b["file"] in lacking],
+                CONTENT_TYPE, lambda *args: None, clients)
+            say("uploaded %d missing bundles to %s again"
+                % (len(lacking), destination.name))
+        data = bundle_list(destination.base_url, latest["chain"])
+        if bundlestore.missing(destination, [{
+                "file": LIST_NAME, "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest()}], client):
+            bundlestore.put_bytes(destination, LIST_NAME, data,
+                                  "text/plain", client=client)
+            say("wrote the bundle list to %s again" % destination.name)
+    return None
+
+
+def _sweep(settings, generations, clients, network):
+    """Delete the retired bundles still pending (see
+    ``bundlestore.Generations.sweep``) from every destination and the
+    output directory.  What a place refuses (an Object Lock, a bucket
+    policy without deletes, a server that is down) stays in the record
+    for the next run, with a warning; the others go on.  Returns the
+    places that refused."""
+    if not generations.pending:
+        return []
+    deleters = {d.name: functools.partial(bundlestore.delete_objects, d,
+                                          client=clients.get(d.name))
+                for d in settings.destinations}
+    deleters[OUTPUT_PLACE] = functools.partial(_delete_local,
+                                               settings.output)
+    try:
+        with network:
+            results = generations.sweep(deleters)
+    except Abort as err:
+        _stderr("warning: retiring old bundles stopped: %s; the next run "
+                "tries again" % err)
+        return ["?"]
+    finally:
+        generations.save()
+    refused = []
+    for place, (_deleted, refusals) in sorted(results.items()):
+        if refusals:
+            name = sorted(refusals)[0]
+            _stderr("warning: %s refused to delete %d retired bundles (%s: "
+                    "%s); %s keeps them for the next run"
+                    % (place or "the output directory", len(refusals), name,
+                       refusals[name], RECORD))
+            refused.append(place or "output")
+    return refused
+
+
+def _delete_local(output, names):
+    """Delete retired bundles from the output directory; returns the
+    ones that could not be, name -> reason."""
+    refused = {}
+    for name in names:
+        try:
+            _unlink(os.path.join(output, name))
+        except OSError as err:
+            refused[name] = err.strerror
+    return refused
+
+
+def _advertise(repo, list_url, say):
+    """Have the repository's Git server (protocol v2's ``bundle-uri``
+    command, Git 2.40 and later) advertise the bundle list at
+    ``list_url`` to clients that set ``transfer.bundleURI``: one entry,
+    ``bundle.bundlegen.uri``, naming the list, which each run updates in
+    place, so the server's config never names a retired bundle.  Nothing
+    when ``list_url`` is None; settings already right are not rewritten."""
+    if list_url is None:
+        return
+    wanted = (("uploadpack.advertiseBundleURIs", "true"),
+              ("bundle.version", "1"), ("bundle.mode", "all"),
+              ("bundle.%s.uri" % ADVERTISED_ID, list_url))
+    changed = False
+    for key, value in wanted:
+        try:
+            current = git_output(repo, "config", "-z", "--get-all", key)
+        except Abort:
+            current = ""  # not set
+        if current != value + "\0":
+            git_output(repo, "config", "--replace-all", key, value)
+            changed = True
+    if changed:
+        say("the server of %s now advertises %s" % (repo, list_url))
 
 
 def _article(kind):
@@ -306,16 +613,17 @@ def bundle_list(base_url, chain):
     lines = ["[bundle]", "\tversion = 1", "\tmode = all",
              "\theuristic = creationToken"]
     for bundle in chain:
+        # quoted: a URL may hold ";", which starts a comment in Git config
         lines += ['[bundle "%s-%d"]' % (bundle["kind"], bundle["token"]),
-                  "\turi = %s/%s" % (base_url, bundle["file"]),
+                  '\turi = "%s/%s"' % (base_url, bundle["file"]),
                   "\tcreationToken = %d" % bundle["token"]]
     return ("\n".join(lines) + "\n").encode()
 
 
-def _publish(settings, chain, bundle, latest, say):
+def _publish(settings, chain, bundle, latest, clients, say):
     """Upload the new bundle to every destination, then each one's list,
-    then the local list; on a failure, take back what this run changed
-    and abort.  Returns the bytes uploaded."""
+    then the local list; on a failure (or when the deadline passes), take
+    back what this run changed and abort.  Returns the bytes uploaded."""
     output = settings.output
 
     def report(destination, size, seconds):
@@ -324,29 +632,55 @@ def _publish(settings, chain, bundle, latest, say):
     try:
         # after a layout change every bundle of the chain goes up
         sent, uploaded = bundlestore.upload_all(
-            settings.destinations, output, chain, CONTENT_TYPE, report)
-    except Abort:
+            settings.destinations, output, chain, CONTENT_TYPE, report,
+            clients)
+    except (Abort, bundlestore.DeadlinePassed):
         _unlink(os.path.join(output, bundle["file"]))
         raise
     updated = []
     try:
         for destination in settings.destinations:
             bundlestore.put_bytes(destination, LIST_NAME, bundle_list(
-                destination.base_url, chain), "text/plain")
+                destination.base_url, chain), "text/plain",
+                client=clients[destination.name])
             updated.append(destination)
-    except Abort:
+    except (Abort, bundlestore.DeadlinePassed):
         for destination in updated:
-            if latest and destination.name in latest["destinations"]:
-                bundlestore.put_bytes(destination, LIST_NAME, bundle_list(
-                    destination.base_url, latest["chain"]), "text/plain")
-            else:
-                bundlestore.delete(destination, [LIST_NAME])
+            try:
+                if latest and destination.name in latest["destinations"]:
+                    bundlestore.put_bytes(
+                        destination, LIST_NAME, bundle_list(
+                            destination.base_url, latest["chain"]),
+                        "text/plain", client=clients[destination.name])
+                else:
+                    bundlestore.delete_objects(
+                        destination, [LIST_NAME],
+                        client=clients[destination.name])
+            except Abort as err:
+                _stderr("warning: the list on %s names the new bundle: %s"
+                        % (destination.name, err))
         bundlestore.take_back(uploaded)
         _unlink(os.path.join(output, bundle["file"]))
         raise
-    if settings.base_url:
-        temp = os.path.join(output, ".%s.tmp" % LIST_NAME)
-        with open(temp, "wb") as fh:
-            fh.write(bundle_list(settings.base_url, chain))
-        os.replace(temp, os.path.join(output, LIST_NAME))
+    _write_local_list(settings, chain)
     return sent
+
+
+def _write_local_list(settings, chain):
+    """Write the list of ``chain`` served from the output directory (with
+    a base-url), if it does not hold it already; True if it was written."""
+    if not settings.base_url:
+        return False
+    data = bundle_list(settings.base_url, chain)
+    path = os.path.join(settings.output, LIST_NAME)
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(len(data) + 1) == data:
+                return False
+    except OSError:
+        pass  # gone, or not a file we can read: written anew
+    temp = os.path.join(settings.output, ".%s.tmp" % LIST_NAME)
+    with open(temp, "wb") as fh:
+        fh.write(data)
+    os.replace(temp, path)
+    return True

@@ -22,8 +22,9 @@ examples)::
 Object storage: ``bundlegen`` uploads the bundles itself to any number of
 S3-compatible destinations (AWS S3 in several regions, GCS's XML API,
 MinIO, versitygw...), each with manifest lines of its own.  Needs boto3
-(``pip install 'vcsperf[s3]'``); credentials come the way boto3 finds
-them (environment, ``~/.aws``, instance role; ``profile`` picks one)::
+(the ``s3`` extra of your vcsperf checkout: ``pip install
+'/path/to/vcsperf[s3]'``); credentials come the way boto3 finds them
+(environment, ``~/.aws``, instance role; ``profile`` picks one)::
 
   [bundlegen]
   output = /var/lib/hg-bundles/mozilla-central
@@ -53,7 +54,16 @@ URL), ``attributes`` (``KEY=VALUE`` pairs its manifest lines carry, for
 bundle's name never stands for other bytes).  Uploads go in 64 MiB parts
 with a SHA-256 checksum per part that the server checks, with retries, as
 ``application/x-mercurial-bundle``; an object already there under the
-same name and size is not sent again.
+same name, size and sha256 is not sent again.
+
+Every run first checks each destination (boto3 installed, credentials
+found, the bucket answering), before it builds anything.  All of a run's
+requests to object storage together (checks, uploads, deletes) take at
+most ``bundlegen.upload-timeout`` seconds (default 3600; raise it for
+bundles of many GiB on a slow link), however a server stalls or trickles;
+besides, each connect waits at most 20 s and each read 60 s, and a
+request is tried 5 times.  A run that passes the deadline aborts before
+the manifest is touched, and takes back what it uploaded.
 
 One run:
 
@@ -62,10 +72,20 @@ One run:
    ``bundlegen.min-bytes`` (default 0: off) bytes of store past the last
    published tip, or formats or destinations changed, or ``--force``;
    otherwise it says why it does nothing (a no-op takes well under a
-   second).  ``--dry-run`` says what a run would build and retire;
-2. takes a snapshot of the repository under its store lock (hardlinks,
-   seconds even for big repositories), so a push landing meanwhile cannot
-   tear the bundles apart, and all of them hold the same changesets;
+   second).  ``--dry-run`` says what a run would build and retire.
+   Before it says the bundles are published already, it checks that
+   they are: every object of the last generation on every destination
+   (one HEAD each), the files of the output directory when ``base-url``
+   serves it, and the manifest (the sha256 of what it last wrote, kept
+   in ``bundles.json``).  A missing object is uploaded again from its
+   local copy once the copy's sha256 is checked; without a good copy,
+   new bundles are built.  A manifest that something else rewrote is
+   written again;
+2. takes a snapshot of the repository under its store lock, in the
+   ``.hg`` directory that holds the store (``bundlegen-snapshot-*``), so
+   with hardlinks whatever filesystem the output directory is on: seconds
+   even for big repositories.  A push landing meanwhile cannot tear the
+   bundles apart, and all of them hold the same changesets;
 3. builds every format from the snapshot, in parallel up to
    ``bundlegen.jobs`` processes, in a directory of its own in the output
    directory (``.bundlegen-tmp-*``, removed by the next run if this one is
@@ -87,28 +107,47 @@ One run:
    ``BUNDLESPEC``, ``DIGEST=sha256:...`` (clients check it), for https
    URLs ``REQUIRESNI=true``, and the destination's attributes;
 7. records the generation in ``bundles.json`` next to the bundles
-   (formats, specs, sizes, digests, build times, and the last
-   ``bundlegen.keep`` generations, default 2), then deletes the bundles of
-   older generations from every destination, through
-   ``bundlegen.delete-command`` (with ``HGCB_BUNDLE_URL`` and
-   ``HGCB_BASENAME``, as core's) and from the output directory; and
-   deletes other bundles there older than ``bundlegen.expire-days`` that
-   neither the new manifest nor the one it replaced names.
+   (formats, specs, sizes, digests, build times), keeping the new
+   generation and the ``bundlegen.keep`` ones before it (default 1, at
+   least 1: the generation a run replaces is never deleted by that run,
+   so a client that read the manifest just before, or a CDN's cached
+   copy of it, still finds its bundle).  The bundles of older generations
+   are recorded as still to delete (``undeleted``), then deleted from
+   every destination, through ``bundlegen.delete-command`` (with
+   ``HGCB_BUNDLE_URL`` and ``HGCB_BASENAME``, as core's) and from the
+   output directory.  A deletion that is refused (an Object-Lock bucket,
+   a policy without delete, a server that is down, a failing delete
+   command) stays recorded and is tried again by every later run, even
+   one with nothing else to do; the run says so in one line per place,
+   goes on with the other places, and exits with status 1.  Last, it
+   deletes other bundles in the output directory older than
+   ``bundlegen.expire-days`` that neither the new manifest nor the one it
+   replaced names.
+
+Exit status: 0 when the bundles are published (or nothing was due), 1
+when they are but some retired bundles could not be deleted, 255 on an
+abort (the manifest is then unchanged).
 
 Service operation: progress lines and one line per format go to
 ``ui.status`` on a terminal or not (to stderr with ``-T json``, which
 prints one object per bundle, or one saying why nothing was done); a
 second run started meanwhile says whose lock it waits for, and does
-nothing if the first published the same tip; ``bundlegen`` events go to
-``ui.log`` (blackbox).
+nothing if the first published the same tip; it waits at most
+``ui.timeout`` seconds (core's lock setting, default 600), then aborts.
+``bundlegen`` events go to ``ui.log`` (blackbox).
+
+bundlegen owns ``.hg/clonebundles.manifest``.  Core's clone-bundles
+auto-generation writes the same file, so a run aborts when
+``clone-bundles.auto-generate.formats`` is set; use one or the other.  If
+something else rewrites the manifest (``hg admin::clone-bundles-refresh``
+run by hand, an editor), the next run notices and writes its own again.
 
 A bundle's name holds the start of its sha256, so a name never stands for
 other bytes, and no run changes a file that clients may be sent: a rerun
 at the same tip whose bundle differs (bundles also hold caches and
 obsolescence markers) publishes it under a new name.  The files of the
 manifest a run replaces stay at least until the next run, for clients
-that read it just before, and then until they are ``expire-days`` old.
-The upload command may write in place (a plain ``cp`` to a web server's
+that read it just before (see ``bundlegen.keep``).  The upload command may write in place (a plain ``cp`` to a web server's
 directory): what it writes is named by no manifest yet.  Use one output
 directory per repository.
 
@@ -139,7 +178,8 @@ Formats:
 ``stream``
   ``none-v2;stream=v2``: raw store files, the fastest to apply; clients
   use it when they clone with ``--stream`` and support the repository's
-  format.
+  format.  Built with ``obsolescence=yes``, so a repository with
+  obsolescence markers (a non-publishing server) is bundled with them.
 
 Clients that cannot fetch a bundle (a 404, a refused connection) fall
 back to a normal clone when they set ``ui.clonebundlefallback = true``.
@@ -151,6 +191,7 @@ transaction is rolled back; a broken stream bundle still stops the clone,
 whose destination is then removed).
 """
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -204,7 +245,8 @@ configitem(b'bundlegen', b'jobs', default=os.cpu_count() or 1)
 configitem(b'bundlegen', b'expire-days', default=7)
 configitem(b'bundlegen', b'upload-command', default=None)
 configitem(b'bundlegen', b'delete-command', default=None)
-configitem(b'bundlegen', b'keep', default=2)
+configitem(b'bundlegen', b'keep', default=1)
+configitem(b'bundlegen', b'upload-timeout', default=3600)
 configitem(b'bundlegen', b'min-changesets', default=1)
 configitem(b'bundlegen', b'min-bytes', default=0)
 configitem(b'bundlegen', b'destinations', default=[])
@@ -222,6 +264,10 @@ MANIFEST = b'clonebundles.manifest'
 CONTENT_TYPE = 'application/x-mercurial-bundle'
 INDEX = b'bundles.json'
 _TEMP_PREFIX = b'.bundlegen-tmp-'
+_SNAPSHOT_PREFIX = b'bundlegen-snapshot-'
+# The place of pending deletions that is the output directory (and the
+# delete command): no destination's name is empty.
+_OUTPUT_PLACE = ''
 
 # What a base URL may be: http, https or file, then only characters a URL
 # holds as they are (RFC 3986's unreserved and reserved ones, but not the
@@ -264,6 +310,8 @@ class _Settings:
         self.jobs = _config_int(ui, b'jobs', 1, 4096)
         self.expire_days = _config_int(ui, b'expire-days', 0, 36500)
         self.keep = _config_int(ui, b'keep', 1, 1000)
+        self.upload_timeout = _config_int(ui, b'upload-timeout', 1,
+                                          7 * 86400)
         self.min_changesets = _config_int(ui, b'min-changesets', 0, 1 << 40)
         self.min_bytes = _config_int(ui, b'min-bytes', 0, 1 << 60)
         self.upload_command = ui.config(b'bundlegen', b'upload-command')
@@ -272,6 +320,10 @@ class _Settings:
     def bundle_args(self, fmt):
         """Arguments to ``hg bundle`` for format ``fmt``."""
         args = [b'-t', FORMATS[fmt]]
+        if fmt == b'stream':
+            # Without it ``hg bundle`` refuses a repository with markers;
+            # with it the bundle carries them, as a stream clone does.
+            args[1] += b';obsolescence=yes'
         if fmt == b'zstd-max':
             args += [b'--config', b'experimental.bundlecomplevel.zstd=%d'
                      % self.zstd_level,
@@ -369,6 +421,7 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     waits for, and then does nothing if that run published this tip.
     """
     settings = _Settings(ui, output, base_url)
+    _refuse_core_autogeneration(ui)
     outdir = _output_directory(settings.output)
     fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
     say = ui.status if fm.isplain() else _stderr(ui)
@@ -383,48 +436,73 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
                      reason or 'forced')
             return 0
         started = time.monotonic()
-        with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock', 3600, 0,
+        # One budget for every request of the run to object storage.
+        network = bundlestore.Deadline(settings.upload_timeout,
+                                       'bundlegen.upload-timeout')
+        with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock',
+                             ui.configint(b'ui', b'timeout'), 0,
                              desc=b'bundlegen') as held:
             generations = bundlestore.Generations(
                 os.path.join(outdir, INDEX).decode())
+            # Written now, unchanged, so that a record that cannot be
+            # written stops the run before anything is built or published
+            # (a new one: the run's directory beside it is made first).
+            if generations.list:
+                generations.save()
+            with _object_storage(network):
+                clients = bundlestore.check(settings.destinations)
             reason = _due(repo, settings, generations.latest)
             if reason is None and not opts.get('force'):
-                return _nothing_to_do(ui, fm, repo, generations.latest,
-                                      waited=getattr(held, 'delay', 0))
+                reason = _check_published(say, repo, settings, outdir,
+                                          generations, clients, network)
+            if reason is None and not opts.get('force'):
+                refused = _sweep(ui, settings, outdir, generations, clients,
+                                 network)
+                _nothing_to_do(ui, fm, repo, generations.latest,
+                               waited=getattr(held, 'delay', 0))
+                return 1 if refused else 0
             reason = reason or 'forced'
             say(_(b'bundlegen: building %s (%s)\n')
                 % (b', '.join(settings.formats), pycompat.bytestr(reason)))
             published = _read_manifest(repo)
-            _remove_leftovers(outdir)
+            _remove_leftovers(outdir, _TEMP_PREFIX)
+            _remove_leftovers(repo.sharedpath, _SNAPSHOT_PREFIX)
             rundir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=outdir)
+            # In the .hg holding the store: hardlinks, on any output
+            # filesystem, so the store lock is held for seconds.
+            snapshot = tempfile.mkdtemp(prefix=_SNAPSHOT_PREFIX,
+                                        dir=repo.sharedpath)
             try:
-                snapshot = os.path.join(rundir, b'snapshot')
                 tip = _take_snapshot(ui, repo, snapshot)
                 bundles = _build_all(ui, say, settings, snapshot, rundir,
                                      outdir, tip)
             finally:
                 shutil.rmtree(rundir, ignore_errors=True)
+                shutil.rmtree(snapshot, ignore_errors=True)
             lines = _manifest_lines(repo, settings, bundles)
             for bundle in bundles:
                 _upload(ui, settings, outdir, bundle, published)
-            _upload_to_destinations(ui, say, settings, outdir, bundles)
+            _upload_to_destinations(ui, say, settings.destinations, outdir,
+                                    bundles, clients, network)
             with repo.wlock():
-                replaced = _write_manifest(repo, lines)
+                replaced, written = _write_manifest(repo, lines)
             generations.add(dict(
                 settings.layout(), tip=tip.decode(),
                 generated=bundlestore.now(), changesets=len(repo),
                 store_bytes=_store_bytes(repo),
                 files=[bundle['file'] for bundle in bundles]))
-            retired = generations.retire(settings.keep)
+            retired = generations.retire(settings.keep, _places(settings))
+            # The deletions are recorded before any is done: a killed or
+            # refused one is done by a later run.
             generations.save(tip=tip.decode(),
                              generated=generations.latest['generated'],
-                             bundles=bundles)
+                             bundles=bundles, manifest_sha256=written)
             # Only now that the new manifest is out: what fell out of the
-            # last ``keep`` generations goes, everywhere.
-            _retire(ui, settings, outdir, retired)
+            # kept generations goes, everywhere.
+            refused = _sweep(ui, settings, outdir, generations, clients,
+                             network)
             keep = _file_names(replaced) | {
-                name.encode() for generation in generations.list
-                for name in generation['files']}
+                name.encode() for name in generations.held()}
             expired = _expire(outdir, settings.expire_days, keep)
         seconds = time.monotonic() - started
         for bundle in bundles:
@@ -451,7 +529,120 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     if b'clonebundles' not in dict(ui.configitems(b'extensions')):
         ui.warn(_(b'(the server offers the manifest to clients only with '
                   b'the clonebundles extension enabled)\n'))
-    return 0
+    return 1 if refused else 0
+
+
+def _refuse_core_autogeneration(ui):
+    """Core's clone-bundles auto-generation writes the same manifest: two
+    writers would replace each other's bundles."""
+    if ui.configlist(b'clone-bundles', b'auto-generate.formats'):
+        raise error.Abort(
+            _(b'bundlegen and clone-bundles.auto-generate both write '
+              b'.hg/clonebundles.manifest'),
+            hint=_(b'use one of them: remove clone-bundles.auto-generate.'
+                   b'formats from the configuration, or stop running hg '
+                   b'bundlegen for this repository'))
+
+
+@contextlib.contextmanager
+def _object_storage(network):
+    """Requests to object storage within the run's deadline; the core's
+    errors become Mercurial's."""
+    try:
+        with network:
+            yield
+    except errors.Abort as err:
+        raise error.Abort(pycompat.bytestr(str(err)),
+                          hint=err.hint and pycompat.bytestr(err.hint))
+
+
+def _places(settings):
+    """Where retired bundles are deleted: every destination, and the
+    output directory (with ``bundlegen.delete-command``)."""
+    return [d.name for d in settings.destinations] + [_OUTPUT_PLACE]
+
+
+def _check_published(say, repo, settings, outdir, generations, clients,
+                     network):
+    """Before saying the latest generation is published already: each of
+    its bundles is where clients are sent (HEAD on every destination; the
+    output directory when it is served), and the manifest is the one this
+    extension wrote.  A missing object is uploaded again from its checked
+    local copy, a manifest changed behind our back is written again;
+    returns why a new generation is due when neither can be done."""
+    bundles = generations.record.get('bundles') or []
+    local = {bundle['file'] for bundle in bundles
+             if _local_size(outdir, bundle['file']) == bundle['size']}
+    if settings.base_url and len(local) < len(bundles):
+        return 'published bundles are missing from the output directory'
+    for destination in settings.destinations:
+        with _object_storage(network):
+            lacking = bundlestore.missing(destination, bundles,
+                                          clients[destination.name])
+        if not lacking:
+            continue
+        resend = [bundle for bundle in bundles if bundle['file'] in lacking
+                  and bundle['file'] in local
+                  and bundlestore.sha256_file(os.path.join(
+                      outdir.decode(), bundle['file']))[0]
+                  == bundle['sha256']]
+        if len(resend) < len(lacking):
+            return ('published bundles are missing from destination %s'
+                    % destination.name)
+        _upload_to_destinations(repo.ui, say, [destination], outdir,
+                                resend, clients, network)
+        say(_(b'uploaded %d missing bundles to %s again\n')
+            % (len(resend), destination.name.encode()))
+    written = generations.record.get('manifest_sha256')
+    current = hashlib.sha256(repo.vfs.tryread(MANIFEST)).hexdigest()
+    if written and current != written:
+        lines = _manifest_lines(repo, settings, bundles)
+        with repo.wlock():
+            _replaced, written = _write_manifest(repo, lines)
+        generations.save(manifest_sha256=written)
+        say(_(b'%s was changed by something else; wrote the bundles of '
+              b'tip %s into it again\n')
+            % (MANIFEST, generations.latest['tip'][:12].encode()))
+    return None
+
+
+def _local_size(outdir, name):
+    try:
+        return os.stat(os.path.join(outdir, name.encode())).st_size
+    except OSError:
+        return None
+
+
+def _sweep(ui, settings, outdir, generations, clients, network):
+    """Delete the pending retired bundles; what is refused stays pending,
+    with a warning line per place.  True if anything was refused."""
+    if not generations.pending:
+        return False
+    deleters = {d.name: functools.partial(bundlestore.delete_objects, d,
+                                          client=clients.get(d.name))
+                for d in settings.destinations}
+    deleters[_OUTPUT_PLACE] = functools.partial(_delete_local, ui,
+                                                settings, outdir)
+    try:
+        with _object_storage(network):
+            results = generations.sweep(deleters)
+    except error.Abort as err:
+        ui.warn(_(b'retiring old bundles stopped: %s; the next run tries '
+                  b'again\n') % err.message)
+        return True
+    finally:
+        generations.save()
+    refused = False
+    for place, (_deleted, refusals) in sorted(results.items()):
+        if refusals:
+            refused = True
+            name = sorted(refusals)[0]
+            ui.warn(_(b'%s refused to delete %d retired bundles (%s: %s); '
+                      b'the next run tries again\n')
+                    % (place.encode() or b'the output directory',
+                       len(refusals), name.encode(),
+                       pycompat.bytestr(refusals[name])))
+    return refused
 
 
 def _stderr(ui):
@@ -581,14 +772,15 @@ def _file_names(entries):
     return names
 
 
-def _remove_leftovers(outdir):
-    """Remove what killed runs left behind; the bundlegen lock is held, so
-    no live run owns any of it.  A killed run's ``hg bundle`` may still be
-    writing in its own directory (see _child_setup): it is removed again
-    by the next run."""
-    for name in os.listdir(outdir):
-        if name.startswith(_TEMP_PREFIX):
-            path = os.path.join(outdir, name)
+def _remove_leftovers(folder, prefix):
+    """Remove what killed runs left behind in ``folder`` (their
+    directories in the output directory, their snapshots in .hg); the
+    bundlegen lock is held, so no live run owns any of it.  A killed run's
+    ``hg bundle`` may still be writing in its own directory (see
+    _child_setup): it is removed again by the next run."""
+    for name in os.listdir(folder):
+        if name.startswith(prefix):
+            path = os.path.join(folder, name)
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -596,9 +788,10 @@ def _remove_leftovers(outdir):
 
 
 def _take_snapshot(ui, repo, path):
-    """Copy the store to ``path`` with hardlinks, under the store lock, and
-    return the snapshot's tip as hex.  Mercurial breaks a hardlink before
-    writing to a file, so later pushes cannot change the snapshot."""
+    """Copy the store to ``path`` (beside it, so with hardlinks) under the
+    store lock, and return the snapshot's tip as hex.  Mercurial breaks a
+    hardlink before writing to a file, so later pushes cannot change the
+    snapshot."""
     with repo.lock():
         localrepo.createrepository(
             ui, path,
@@ -777,16 +970,18 @@ def _upload(ui, settings, outdir, bundle, published):
                    b'bundlegen.upload-command and run hg bundlegen again'))
 
 
-def _upload_to_destinations(ui, say, settings, outdir, bundles):
-    """Upload every bundle to every destination; if one upload fails,
-    what this run uploaded is deleted and the run aborts, so every
-    manifest stays as it was."""
+def _upload_to_destinations(ui, say, destinations, outdir, bundles, clients,
+                            network):
+    """Upload every bundle to every destination, within the run's
+    deadline; if one upload fails, what this run uploaded is deleted and
+    the run aborts, so every manifest stays as it was."""
     def report(destination, size, seconds):
         say(_(b'uploaded %s to %s in %.1f s\n')
             % (util.bytecount(size), destination.name.encode(), seconds))
     try:
-        bundlestore.upload_all(settings.destinations, outdir.decode(),
-                               bundles, CONTENT_TYPE, report)
+        with network:
+            bundlestore.upload_all(destinations, outdir.decode(), bundles,
+                                   CONTENT_TYPE, report, clients)
     except errors.Abort as err:
         raise error.Abort(pycompat.bytestr(str(err)),
                           hint=_(b'no manifest was changed; fix the '
@@ -794,12 +989,11 @@ def _upload_to_destinations(ui, say, settings, outdir, bundles):
                                  b'again'))
 
 
-def _retire(ui, settings, outdir, names):
-    """Delete the files of retired generations from every destination,
-    through ``bundlegen.delete-command``, and from the output
-    directory."""
-    for destination in settings.destinations:
-        bundlestore.delete(destination, names)
+def _delete_local(ui, settings, outdir, names):
+    """Delete retired bundles through ``bundlegen.delete-command`` and
+    from the output directory; return the refused ones, name ->
+    reason."""
+    refused = {}
     for name in names:
         if settings.delete_command:
             environ = {b'HGCB_BUNDLE_URL': (settings.url(name.encode())
@@ -809,10 +1003,14 @@ def _retire(ui, settings, outdir, names):
             code = ui.system(settings.delete_command, environ=environ,
                              blockedtag=b'bundlegen_delete')
             if code:
-                ui.warn(_(b'deleting %s failed (%s); the next run tries '
-                          b'again only if it is still listed\n')
-                        % (name.encode(), procutil.explainexit(code)))
-        util.tryunlink(os.path.join(outdir, name.encode()))
+                refused[name] = pycompat.sysstr(
+                    b'bundlegen.delete-command ' + procutil.explainexit(code))
+                continue
+        try:
+            util.tryunlink(os.path.join(outdir, name.encode()))
+        except OSError as err:
+            refused[name] = err.strerror
+    return refused
 
 
 def _manifest_lines(repo, settings, bundles):
@@ -859,16 +1057,18 @@ def manifest_line(repo, url, spec, digest, extra=()):
 
 
 def _write_manifest(repo, lines):
-    """Replace the manifest; return the entries of the one it replaced."""
+    """Replace the manifest; return the entries of the one it replaced,
+    and the sha256 of what was written (to see later whether something
+    else wrote it)."""
     replaced = _read_manifest(repo)
     old = repo.vfs.tryread(MANIFEST)
     if old:
         with repo.vfs(MANIFEST + b'.old', b'wb', atomictemp=True) as fh:
             fh.write(old)
+    data = b''.join(line + b'\n' for line in lines)
     with repo.vfs(MANIFEST, b'wb', atomictemp=True) as fh:
-        for line in lines:
-            fh.write(line + b'\n')
-    return replaced
+        fh.write(data)
+    return replaced, hashlib.sha256(data).hexdigest()
 
 
 def _expire(outdir, days, keep):

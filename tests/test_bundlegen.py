@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -242,8 +243,7 @@ def test_cron_script_runs_every_repository_and_reports_failures(
                  % (fileserver.root, fileserver.url))
     unconfigured = tmp_path / "unconfigured"
     hg("init", unconfigured)
-    run_env = dict(env, PATH=os.path.dirname(hg.binary) + os.pathsep
-                   + env["PATH"])
+    run_env = dict(env, HG=hg.binary)
     proc = subprocess.run(["sh", script, str(unconfigured), str(real_hg_repo)],
                           env=run_env, capture_output=True, text=True)
     assert proc.returncode == 1
@@ -463,3 +463,159 @@ def test_systemd_unit_runs_the_virtualenv_hg_hardened_with_a_timeout(
                       proc.stdout)
     assert found, proc.stdout + proc.stderr
     assert float(found.group(1)) < 5
+
+
+# Issue 27 ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def evolved_repo(hg, hgrepo):
+    """A repository with obsolescence markers: a rewritten changeset."""
+    with open(hgrepo / ".hg" / "hgrc", "a") as fh:
+        fh.write("[experimental]\nevolution = all\n")
+    for number in range(3):
+        (hgrepo / ("f%d" % number)).write_text("line %d\n" % number * 50)
+        hg("-R", hgrepo, "commit", "-q", "-A", "-m", "change %d" % number)
+    hg("-R", hgrepo, "commit", "-q", "--amend", "-m", "change 2, reworded")
+    assert hg("-R", hgrepo, "debugobsolete").strip()
+    return hgrepo
+
+
+def test_default_formats_on_a_repository_with_obsolescence_markers(
+        evolved_repo, hg, hgserve, fileserver, tmp_path):
+    """Issue 27 item 9: the default formats build on a repository with
+    markers; a stock hg clones from the stream and the changegroup
+    bundles."""
+    repo = evolved_repo
+    _generate(hg, repo, fileserver)
+    check_published(repo, fileserver.root)
+    assert ".stream." in _manifest(repo)
+    server = hgserve(repo, *OFFER)
+    stock_stream_clone(hg, server, tmp_path / "stream")
+    assert _tip(hg, tmp_path / "stream") == _tip(hg, repo)
+    # the markers came along
+    assert hg("-R", tmp_path / "stream", "debugobsolete") == hg(
+        "-R", repo, "debugobsolete")
+    out = hg("clone", "-U", server.url, tmp_path / "bundle")
+    assert "applying clone bundle from" in out
+    hg("verify", "-q", "-R", tmp_path / "bundle")
+    assert _tip(hg, tmp_path / "bundle") == _tip(hg, repo)
+
+
+def test_core_clone_bundles_and_bundlegen_do_not_overwrite_each_other(
+        hgrepo, hg, fileserver):
+    """Issue 27 item 17: a run refuses beside core's auto-generation, and
+    a manifest core's clone-bundles (or anything else) rewrote is written
+    again, not left as 'published already'."""
+    repo = hgrepo
+    (repo / "a").write_text("a\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "a")
+    auto = ("--config", "clone-bundles.auto-generate.formats=gzip-v2")
+    proc = _generate(hg, repo, fileserver, *auto, check=False)
+    assert is_clean_abort(proc), proc.stderr
+    assert "clone-bundles.auto-generate" in proc.stderr
+    assert os.listdir(fileserver.root) == []
+
+    gzip = ("--config", "bundlegen.formats=gzip")
+    _generate(hg, repo, fileserver, *gzip)
+    ours = _manifest(repo)
+    # Core's clone-bundles, run by hand with its own formats.
+    hg("-R", repo, *OFFER, *auto, "--config",
+       "clone-bundles.url-template=http://127.0.0.1:1/{basename}",
+       "--config", "clone-bundles.upload-command=true",
+       "admin::clone-bundles-refresh")
+    assert _manifest(repo) != ours
+    out = _generate(hg, repo, fileserver, *gzip)
+    assert "clonebundles.manifest was changed by something else" in out
+    assert _manifest(repo) == ours
+    check_published(repo, fileserver.root)
+
+
+SNAPSHOT_PROBE = r'''
+import os, sys
+repo, log = sys.argv[1:]
+here = os.stat(os.path.join(".hg", "store", "00changelog.i"))
+there = os.stat(os.path.join(repo, ".hg", "store", "00changelog.i"))
+with open(log, "a") as fh:
+    fh.write("%s %s\n" % (os.getcwd(), here.st_ino == there.st_ino))
+'''
+
+
+def test_snapshot_is_linked_when_the_output_is_on_another_filesystem(
+        hgrepo, hg, hgrc, tmp_path):
+    """Issue 27 item 18: the snapshot is made beside the store (hardlinks,
+    seconds under the store lock), not copied into the output
+    directory's filesystem."""
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or os.stat(shm).st_dev == os.stat(
+            str(tmp_path)).st_dev:
+        pytest.skip("needs /dev/shm on another filesystem than the tests")
+    repo = hgrepo
+    (repo / "a").write_text("a\n" * 1000)
+    hg("-R", repo, "commit", "-q", "-A", "-m", "a")
+    probe = tmp_path / "probe.py"
+    probe.write_text(SNAPSHOT_PROBE)
+    log = tmp_path / "probe.log"
+    with open(hgrc, "a") as fh:
+        fh.write("[hooks]\npreoutgoing.probe = %s %s %s %s\n"
+                 % (sys.executable, probe, repo, log))
+    output = tempfile.mkdtemp(dir=shm, prefix="vcsperf-bundlegen-")
+    try:
+        hg("-R", repo, "bundlegen", *EXT, "--config",
+           "bundlegen.formats=gzip", "--output", output, "--base-url",
+           "http://127.0.0.1:1/b")
+        assert [name for name in os.listdir(output)
+                if name.endswith(".hg")]
+    finally:
+        shutil.rmtree(output)
+    [line] = log.read_text().splitlines()
+    where, linked = line.split()
+    assert linked == "True", where
+    assert where.startswith(str(repo / ".hg") + os.sep)
+    assert not [name for name in os.listdir(repo / ".hg")
+                if name.startswith("bundlegen-snapshot-")]
+
+
+def test_cron_script_runs_the_virtualenv_hg(hg, env, tmp_path):
+    """Issue 27 item 18: the cron script runs $HG (by default the
+    virtualenv's hg of contrib/bundlegen's layout), not whatever hg
+    cron's PATH finds."""
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
+                          "bundlegen", "bundlegen-cron.sh")
+    text = open(script).read()
+    assert 'HG="${HG:-/opt/vcsperf/venv/bin/hg}"' in text
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "hg").write_text("#!/bin/sh\necho wrong hg >&2\nexit 3\n")
+    (fake / "hg").chmod(0o755)
+    unconfigured = tmp_path / "unconfigured"
+    hg("init", unconfigured)
+    (unconfigured / ".hg" / "hgrc").write_text("[extensions]\nbundlegen =\n")
+    run_env = dict(env, HG=hg.binary, PATH=str(fake) + os.pathsep
+                   + env["PATH"])
+    proc = subprocess.run(["sh", script, str(unconfigured)], env=run_env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "wrong hg" not in proc.stderr
+    assert "abort: bundlegen needs an output directory" in proc.stderr
+
+
+def test_systemd_unit_may_write_every_documented_output():
+    """Issue 27 item 18: ReadWritePaths covers the output directories the
+    help, the README and contrib's hgrc give."""
+    here = os.path.dirname(__file__)
+    unit = open(os.path.join(here, os.pardir, "contrib", "bundlegen",
+                             "bundlegen@.service")).read()
+    [paths] = re.findall(r"\nReadWritePaths=(.*)\n", unit)
+    writable = [path.lstrip("-") for path in paths.split()]
+    documented = []
+    for name in ("hgext/bundlegen.py", "README.md",
+                 "contrib/bundlegen/hgrc.example",
+                 "contrib/bundlegen/README.md"):
+        with open(os.path.join(here, os.pardir, name)) as fh:
+            documented += re.findall(r"^\s*output = (\S+)$", fh.read(),
+                                     re.M)
+    assert documented
+    for output in documented:
+        assert any(output.startswith(path.rstrip("/") + "/")
+                   for path in writable), output

@@ -7,11 +7,15 @@ waits)."""
 
 import json
 import os
+import selectors
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
 
+from campaign import is_clean_abort
 from vcsperf.harness import objectstore
 
 EXT = ("--config", "extensions.bundlegen=",
@@ -19,19 +23,142 @@ EXT = ("--config", "extensions.bundlegen=",
 REGIONS = {"usw2": "us-west-2", "euc1": "eu-central-1"}
 
 
-def _configure(repo, server, formats="gzip, zstd", **extra):
+class S3Proxy:
+    """A relay on 127.0.0.1 in front of an S3 server that reads the head
+    of each request (one per connection: it asks for ``Connection:
+    close``) and passes it on untouched, Host header and all, so that
+    signatures still hold; or, for the first fault whose method and path
+    part match, misbehaves instead: ``status`` answers that HTTP status
+    (an S3 error body: AccessDenied for 403), ``stall`` holds the
+    connection without a word, ``trickle`` sends a response head one byte
+    every ``arg`` seconds, ``length`` passes the request on but announces
+    ``arg`` as the object's length (a lying HEAD).  ``log`` lists
+    ``(method, path, what)``."""
+
+    def __init__(self, upstream):
+        host, port = upstream.split("//")[1].strip("/").split(":")
+        self.upstream = (host, int(port))
+        self.faults = []
+        self.log = []
+        self.stopping = threading.Event()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = "http://127.0.0.1:%d/" % self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def fault(self, method, part, action, arg=None):
+        self.faults.append((method, part, action, arg))
+
+    def stop(self):
+        self.stopping.set()
+        self.sock.close()
+
+    def _accept(self):
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,),
+                             daemon=True).start()
+
+    def _serve(self, conn):
+        with conn:
+            conn.settimeout(60)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                head += data
+            method, path = head.split(b" ", 2)[:2]
+            method, path = method.decode(), path.decode()
+            action, arg = next(((a, g) for m, part, a, g in self.faults
+                                if m in (None, method) and part in path),
+                               ("pass", None))
+            self.log.append((method, path, action))
+            if action == "status":
+                body = (b"<Error><Code>%s</Code><Message>the test proxy "
+                        b"refuses</Message></Error>" % (
+                            b"AccessDenied" if arg == 403 else
+                            b"NoSuchKey" if arg == 404 else
+                            b"InternalError"))
+                conn.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/"
+                             b"xml\r\nContent-Length: %d\r\nConnection: "
+                             b"close\r\n\r\n%s" % (
+                                 arg, len(body),
+                                 b"" if method == "HEAD" else body))
+            elif action == "stall":
+                self.stopping.wait(600)
+            elif action == "trickle":
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10000:
+                    if self.stopping.wait(arg):
+                        return
+                    conn.sendall(bytes([byte]))
+            else:
+                self._relay(conn, head, arg if action == "length" else None)
+
+    def _relay(self, conn, head, length):
+        start, rest = head.split(b"\r\n\r\n", 1)
+        lines = [line for line in start.split(b"\r\n")
+                 if not line.lower().startswith(b"connection:")]
+        head = b"\r\n".join(lines + [b"Connection: close"]) + \
+            b"\r\n\r\n" + rest
+        with socket.create_connection(self.upstream, timeout=60) as up:
+            up.sendall(head)
+            selector = selectors.DefaultSelector()
+            selector.register(conn, selectors.EVENT_READ, up)
+            selector.register(up, selectors.EVENT_READ, conn)
+            answer = b""
+            open_ = 2
+            while open_ and selector.get_map():
+                events = selector.select(60)
+                if not events:
+                    return
+                for key, _ in events:
+                    data = key.fileobj.recv(65536)
+                    if not data:
+                        selector.unregister(key.fileobj)
+                        open_ -= 1
+                        if key.fileobj is up:
+                            return
+                        continue
+                    if key.fileobj is up and length is not None and \
+                            b"\r\n\r\n" not in answer:
+                        answer += data
+                        if b"\r\n\r\n" not in answer:
+                            continue
+                        data = b"\r\n".join(
+                            b"Content-Length: %d" % length
+                            if line.lower().startswith(b"content-length:")
+                            else line for line in answer.split(b"\r\n"))
+                    key.data.sendall(data)
+
+
+@pytest.fixture
+def s3proxy(objectserver):
+    proxy = S3Proxy(objectserver.url)
+    yield proxy
+    proxy.stop()
+
+
+def _configure(repo, server, formats="gzip, zstd", endpoints=None, **extra):
     """Two destinations (a bucket per region), kept two generations
-    deep."""
+    deep; ``endpoints``: where a destination's requests go instead of
+    the server (a proxy in front of it), by name."""
     lines = ["[bundlegen]", "output = %s" % (repo / ".hg" / "bundles"),
              "formats = " + formats, "destinations = usw2, euc1"]
-    lines += ["%s = %s" % item for item in extra.items()]
+    lines += ["%s = %s" % (key.replace("_", "-"), value)
+              for key, value in extra.items()]
     lines.append("[bundlegen-destinations]")
     for name, region in REGIONS.items():
         server.make_bucket("bundles-" + name)
+        endpoint = (endpoints or {}).get(name, server.url)
         lines += ["%s.url = s3://bundles-%s/hg/repo" % (name, name),
                   # the one region the test server signs for
                   "%s.region = %s" % (name, objectstore.REGION),
-                  "%s.endpoint = %s" % (name, server.url.rstrip("/")),
+                  "%s.endpoint = %s" % (name, endpoint.rstrip("/")),
                   "%s.attributes = ec2region=%s" % (name, region)]
     lines.append("usw2.cdn = true")
     with open(repo / ".hg" / "hgrc", "a") as fh:
@@ -141,18 +268,17 @@ def test_regions_retention_and_a_stock_clone_from_its_region(
 
 
 def test_a_failed_upload_leaves_every_manifest_and_bucket_as_it_was(
-        small_repo, hg, objectserver):
+        small_repo, hg, objectserver, s3proxy):
     repo = small_repo
-    _configure(repo, objectserver, formats="gzip")
+    _configure(repo, objectserver, formats="gzip",
+               endpoints={"euc1": s3proxy.url})
     hg("-R", repo, "bundlegen", *EXT)
     manifest = _manifest(repo)
     keys = objectserver.keys("bundles-usw2")
     hg("-R", repo, "commit", "--config", "ui.allowemptycommit=1", "-m", "1")
-    # The second destination's bucket is gone: the first got its upload,
+    # The second destination refuses the upload: the first got its own,
     # which the failed run takes back.
-    objectserver.client().delete_objects(Bucket="bundles-euc1", Delete={
-        "Objects": [{"Key": k} for k in objectserver.keys("bundles-euc1")]})
-    objectserver.client().delete_bucket(Bucket="bundles-euc1")
+    s3proxy.fault("PUT", "/bundles-euc1/", "status", 403)
     proc = hg.proc("-R", repo, "bundlegen", *EXT)
     assert proc.returncode == 255
     assert proc.stderr.startswith("abort: upload of ")
@@ -160,6 +286,178 @@ def test_a_failed_upload_leaves_every_manifest_and_bucket_as_it_was(
         proc.stderr
     assert _manifest(repo) == manifest
     assert objectserver.keys("bundles-usw2") == keys
+
+
+def _bundle_files(repo):
+    return sorted(name for name in os.listdir(repo / ".hg" / "bundles")
+                  if name.endswith(".hg"))
+
+
+def test_destinations_are_checked_before_any_bundle_is_built(
+        small_repo, hg, env, objectserver):
+    """Issue 27 item 18: a destination that cannot be used (no bucket, no
+    credentials) stops the run before it builds anything."""
+    repo = small_repo
+    _configure(repo, objectserver, formats="gzip")
+    objectserver.client().delete_bucket(Bucket="bundles-euc1")
+    proc = hg.proc("-R", repo, "bundlegen", *EXT)
+    assert is_clean_abort(proc), proc.stderr
+    assert "destination euc1 (s3://bundles-euc1) cannot be used" in \
+        proc.stderr and "(create the bucket" in proc.stderr
+    assert "built" not in proc.stdout + proc.stderr
+    assert not os.path.exists(repo / ".hg" / "bundles") or \
+        _bundle_files(repo) == []
+    objectserver.make_bucket("bundles-euc1")
+    nokeys = {key: value for key, value in env.items()
+              if not key.startswith("AWS_")}
+    nokeys.update(AWS_CONFIG_FILE=os.devnull,
+                  AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+                  AWS_EC2_METADATA_DISABLED="true")
+    proc = subprocess.run([hg.binary, "-R", str(repo), "bundlegen", *EXT],
+                          env=nokeys, capture_output=True, text=True,
+                          timeout=300)
+    assert is_clean_abort(proc), proc.stderr
+    assert "(give credentials the way boto3 finds them" in proc.stderr
+    assert "built" not in proc.stdout + proc.stderr
+    assert _bundle_files(repo) == []
+
+
+def test_keep_1_leaves_the_replaced_generation_until_the_next_run(
+        small_repo, hg, objectserver):
+    """Issue 27 item 4: keep = 1 keeps one generation besides the current
+    one; the generation a run replaces is never deleted by that run."""
+    repo = small_repo
+    _configure(repo, objectserver, formats="gzip", keep=1)
+    generations = []
+    for number in range(3):
+        hg("-R", repo, "commit", "--config", "ui.allowemptycommit=1",
+           "-m", "gen %d" % number)
+        hg("-R", repo, "bundlegen", *EXT)
+        generations.append(set(_bundle_files(repo)) - set().union(
+            *generations))
+    first, second, third = generations
+    for bucket in ("bundles-usw2", "bundles-euc1"):
+        names = {key.rsplit("/", 1)[1] for key in objectserver.keys(bucket)}
+        assert names == second | third
+    assert set(_bundle_files(repo)) == second | third
+    # The manifest names the newest; the one it replaced still downloads.
+    assert all(name.split(".")[0] == _tip(hg, repo) for name in third)
+
+
+def test_objects_deleted_behind_its_back_are_uploaded_again(
+        small_repo, hg, hgserve, objectserver, tmp_path):
+    """Issue 27 item 5: a rerun checks that every published object is
+    there (HEAD each) before saying it is published already, and uploads
+    what is missing from the checked local copy; with the local copy gone
+    too, it builds the bundles again."""
+    repo = small_repo
+    _configure(repo, objectserver, formats="gzip")
+    hg("-R", repo, "bundlegen", *EXT)
+    [key] = objectserver.keys("bundles-usw2")
+    objectserver.client().delete_object(Bucket="bundles-usw2", Key=key)
+    out = hg("-R", repo, "bundlegen", *EXT)
+    assert "uploaded 1 missing bundles to usw2 again" in out
+    assert "nothing to do" in out
+    assert objectserver.keys("bundles-usw2") == [key]
+    server = hgserve(repo, *EXT)
+    out = hg("clone", "-U", "--config",
+             "ui.clonebundleprefers=ec2region=us-west-2", server.url,
+             tmp_path / "clone")
+    assert "applying clone bundle from %sbundles-usw2/" % objectserver.url \
+        in out
+    hg("verify", "-q", "-R", tmp_path / "clone")
+
+    # Gone from a bucket and from the output directory: built again.
+    objectserver.client().delete_object(Bucket="bundles-euc1", Key=key)
+    os.unlink(repo / ".hg" / "bundles" / key.rsplit("/", 1)[1])
+    out = hg("-R", repo, "bundlegen", *EXT)
+    assert "published bundles are missing from destination euc1" in out
+    assert objectserver.keys("bundles-euc1") == [key]
+    out = hg("clone", "-U", "--config",
+             "ui.clonebundleprefers=ec2region=eu-central-1", server.url,
+             tmp_path / "clone2")
+    assert "applying clone bundle from %sbundles-euc1/" % objectserver.url \
+        in out
+
+
+def test_refused_deletes_stay_recorded_and_other_destinations_go_on(
+        small_repo, hg, objectserver, s3proxy):
+    """Issue 27 item 11: a destination that refuses deletes (an Object-Lock
+    bucket, a no-delete policy) gets one warning line and exit status 1;
+    the other destinations and the output directory are cleaned, and the
+    refused objects stay in bundles.json until a later run deletes them."""
+    repo = small_repo
+    _configure(repo, objectserver, formats="gzip",
+               endpoints={"usw2": s3proxy.url})
+    s3proxy.fault("POST", "?delete", "status", 403)
+    hg("-R", repo, "bundlegen", *EXT)
+    [name] = _bundle_files(repo)
+    first = "hg/repo/" + name
+    hg("-R", repo, "commit", "--config", "ui.allowemptycommit=1", "-m", "2")
+    hg("-R", repo, "bundlegen", *EXT)
+    hg("-R", repo, "commit", "--config", "ui.allowemptycommit=1", "-m", "3")
+    proc = hg.proc("-R", repo, "bundlegen", *EXT)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("usw2 refused to delete 1 retired bundles "
+                           "(%s: " % name)
+    assert "AccessDenied" in line and "the test proxy refuses" in line
+    assert line.endswith("; the next run tries again")
+    assert _tip(hg, repo) in _manifest(repo)
+    assert first not in objectserver.keys("bundles-euc1")
+    assert first in objectserver.keys("bundles-usw2")
+    assert name not in _bundle_files(repo)
+    record = json.loads((repo / ".hg" / "bundles" / "bundles.json")
+                        .read_text())
+    assert record["undeleted"] == {"usw2": [name]}
+    # Still refused: a run with nothing to do says so again.
+    proc = hg.proc("-R", repo, "bundlegen", *EXT)
+    assert proc.returncode == 1 and "nothing to do" in proc.stdout
+    s3proxy.faults.clear()
+    out = hg("-R", repo, "bundlegen", *EXT)
+    assert "nothing to do" in out
+    assert first not in objectserver.keys("bundles-usw2")
+    record = json.loads((repo / ".hg" / "bundles" / "bundles.json")
+                        .read_text())
+    assert record["undeleted"] == {}
+
+
+def test_a_stalled_server_ends_the_run_at_its_deadline(
+        small_repo, hg, env, objectserver, s3proxy):
+    """Issue 27 item 8: bundlegen.upload-timeout bounds all of a run's
+    requests to object storage, however a server stalls; a second run
+    waits for the lock no longer than ui.timeout."""
+    repo = small_repo
+    _configure(repo, objectserver, formats="gzip",
+               endpoints={"euc1": s3proxy.url}, upload_timeout=5)
+    hg("-R", repo, "bundlegen", *EXT)
+    manifest = _manifest(repo)
+    hg("-R", repo, "commit", "--config", "ui.allowemptycommit=1", "-m", "1")
+    s3proxy.fault("PUT", "/bundles-euc1/", "stall")
+    started = time.monotonic()
+    first = subprocess.Popen(
+        [hg.binary, "-R", str(repo), "bundlegen", *EXT], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = repo / ".hg" / "bundlegen.lock"
+    deadline = time.monotonic() + 60
+    while not os.path.lexists(lock) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = hg.proc("-R", repo, "bundlegen", *EXT, "--config",
+                     "ui.timeout=1")
+    assert is_clean_abort(second), second.stderr
+    assert "timed out waiting for lock held by" in second.stderr
+    try:
+        out, err = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 255 and "Traceback" not in err, err
+    assert err.startswith("abort: object storage took longer than 5 "
+                          "seconds (bundlegen.upload-timeout)\n"), err
+    # a bound, not a ratio: far below the per-read timeouts' minutes
+    assert time.monotonic() - started < 90
+    assert _manifest(repo) == manifest
+    assert len(objectserver.keys("bundles-usw2")) == 1
 
 
 @pytest.mark.slow

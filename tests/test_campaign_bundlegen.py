@@ -1,13 +1,17 @@
 """The adversarial campaign for ``hg bundlegen``: what it writes into
 ``clonebundles.manifest`` and what it reads (its configuration, the
-published manifest) under hypothesis, and runs killed with their whole
+published manifest) under hypothesis; runs killed with their whole
 process group at seeded moments on the real history, after which the
 published manifest still matches the files served, a stock client clones
-through it, and a rerun finishes."""
+through it, and a rerun finishes; and object storage that lies, stalls,
+trickles or refuses deletes, with buckets, output files, the record and
+the manifest changed behind the run's back, and a read-only output."""
 
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -326,4 +330,205 @@ def test_kill_bundlegen_at_seeded_moments(real_hg_repo, hg, env, hgserve,
         hg("verify", "-q", "-R", real_hg_repo)
     finally:
         files.stop()
+    tally.check()
+
+
+# Object storage (issue 27) --------------------------------------------------
+
+from test_bundlegen_s3 import S3Proxy  # noqa: E402
+
+# What the proxy in front of one destination does wrong: servers that lie
+# (an object said missing, or of another length), stall, trickle, fail or
+# refuse deletes.
+SERVER_FAULTS = [
+    ("HEAD", "/hg/", "status", 404),
+    ("HEAD", "/hg/", "length", 7),
+    ("HEAD", "", "status", 500),
+    ("HEAD", "", "stall", None),
+    ("PUT", "", "stall", None),
+    ("PUT", "", "trickle", 0.5),
+    ("HEAD", "/hg/", "trickle", 0.5),
+    ("PUT", "", "status", 403),
+    ("POST", "?delete", "status", 403),
+    ("POST", "?delete", "stall", None),
+]
+# What changes behind the run's back, between runs.
+BEHIND = ["delete object", "replace object", "delete local file",
+          "delete object and local file", "delete record",
+          "core clone-bundles refresh", "foreign manifest line"]
+DEADLINE = 4
+
+
+def _published_objects(repo, objectserver):
+    """Every manifest line names an object whose bytes have the line's
+    digest (read from the real server, not through the proxy)."""
+    client = objectserver.client()
+    manifest = (repo / ".hg" / "clonebundles.manifest").read_text()
+    for line in manifest.splitlines():
+        url, *attrs = line.split()
+        digest = dict(attr.split("=", 1) for attr in attrs)["DIGEST"]
+        bucket, key = url[len(objectserver.url):].split("/", 1)
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert "sha256:" + hashlib.sha256(body).hexdigest() == digest, url
+    return manifest
+
+
+def _behind_its_back(what, repo, hg, objectserver, rng):
+    client = objectserver.client()
+    output = repo / ".hg" / "bundles"
+    bucket = rng.choice(["bundles-usw2", "bundles-euc1"])
+    keys = objectserver.keys(bucket)
+    local = sorted(n for n in os.listdir(output) if n.endswith(".hg"))
+    if what in ("delete object", "delete object and local file") and keys:
+        key = rng.choice(keys)
+        client.delete_object(Bucket=bucket, Key=key)
+        if what == "delete object and local file":
+            name = key.rsplit("/", 1)[1]
+            if os.path.exists(output / name):
+                os.unlink(output / name)
+    elif what == "replace object" and keys:
+        client.put_object(Bucket=bucket, Key=rng.choice(keys),
+                          Body=b"not the bundle")
+    elif what == "delete local file" and local:
+        os.unlink(output / rng.choice(local))
+    elif what == "delete record":
+        os.unlink(output / "bundles.json")
+    elif what == "core clone-bundles refresh":
+        hg("-R", repo, "--config", "extensions.clonebundles=", "--config",
+           "clone-bundles.auto-generate.formats=gzip-v2", "--config",
+           "clone-bundles.url-template=http://127.0.0.1:1/{basename}",
+           "--config", "clone-bundles.upload-command=true",
+           "admin::clone-bundles-refresh")
+    elif what == "foreign manifest line":
+        with open(repo / ".hg" / "clonebundles.manifest", "a") as fh:
+            fh.write("http://127.0.0.1:1/x.hg BUNDLESPEC=gzip-v2\n")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(campaign.size(900, 3600))
+def test_object_storage_under_lying_stalling_servers_and_changes_behind(
+        hg, hgrepo, hgserve, objectserver, tmp_path, tally):
+    """Seeded rounds of ``hg bundlegen`` to two destinations, one behind
+    a proxy that lies, stalls, trickles, fails or refuses deletes, with
+    the buckets, the output directory, the record or the manifest changed
+    behind its back, and the tip moving or not.  Each faulty run ends in
+    exit 0, 1 (deletions refused, one line each) or one clean abort,
+    within its deadline; after it, every manifest line names an object
+    with its digest; a run without faults then publishes, leaves nothing
+    to delete, and a stock clone goes through the manifest."""
+    from test_bundlegen_s3 import _configure
+    repo = hgrepo
+    (repo / "a").write_text("a\n" * 200)
+    hg("-R", repo, "commit", "-q", "-A", "-m", "a")
+    proxy = S3Proxy(objectserver.url)
+    try:
+        _configure(repo, objectserver, formats="gzip",
+                   endpoints={"usw2": proxy.url},
+                   upload_timeout=DEADLINE)
+        with open(repo / ".hg" / "hgrc", "a") as fh:
+            # clients download from the server itself, not the proxy
+            fh.write("usw2.base-url = %sbundles-usw2/hg/repo\n"
+                     % objectserver.url)
+        hg("-R", repo, "bundlegen", *EXT, *OFFER)
+        server = hgserve(repo, *OFFER)
+        for number in range(campaign.size(6, 60)):
+            fault = tally.rng.choice(SERVER_FAULTS)
+            behind = tally.rng.choice(BEHIND + [None])
+            moved = tally.rng.random() < 0.5
+            what = "round %d: %s, %s, %s" % (
+                number, fault, behind, "moved" if moved else "same tip")
+            try:
+                if moved:
+                    hg("-R", repo, "commit", "-q", "--config",
+                       "ui.allowemptycommit=1", "-m", "r%d" % number)
+                if behind:
+                    _behind_its_back(behind, repo, hg, objectserver,
+                                     tally.rng)
+                proxy.faults[:] = [fault]
+                started = time.monotonic()
+                proc = campaign.run_bounded(
+                    [hg.binary, "-R", str(repo), "bundlegen", *EXT, *OFFER],
+                    env=hg.env, timeout=300)
+                took = time.monotonic() - started
+                proxy.faults[:] = []
+                assert "Traceback" not in proc.stderr, proc.stderr
+                assert (proc.returncode in (0, 1)
+                        or campaign.is_clean_abort(proc)), proc.stderr
+                if proc.returncode == 1:
+                    assert proc.stderr.strip() and all(
+                        "the next run tries again" in line
+                        for line in proc.stderr.splitlines()), proc.stderr
+                # the deadline, plus building and the cleanup's grace
+                assert took < DEADLINE + 60, took
+                # A run that aborted may leave what was done behind its
+                # back as it was; one that published must have repaired it.
+                if proc.returncode in (0, 1):
+                    _published_objects(repo, objectserver)
+                proc = campaign.run_bounded(
+                    [hg.binary, "-R", str(repo), "bundlegen", *EXT, *OFFER],
+                    env=hg.env, timeout=300)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+                _published_objects(repo, objectserver)
+                record = json.loads((repo / ".hg" / "bundles" /
+                                     "bundles.json").read_text())
+                assert not record.get("undeleted"), record
+                clone = tmp_path / ("clone%d" % number)
+                out = hg("clone", "-U", server.url, clone)
+                assert "applying clone bundle from" in out
+                assert _tip(hg, clone) == _tip(hg, repo)
+                shutil.rmtree(clone)
+            except Exception as err:  # botocore's too: the case failed
+                tally.case(False, "%s: %s" % (what, err))
+                proxy.faults[:] = []
+                # the next round starts from a published state again
+                hg.proc("-R", repo, "bundlegen", *EXT, *OFFER, "--force")
+            else:
+                tally.case(True, what)
+    finally:
+        proxy.stop()
+    tally.check()
+
+
+def _immutable(path, on):
+    """Make ``path`` unwritable even for root (chattr), or for others
+    (chmod); False if this system cannot."""
+    if os.geteuid() == 0:
+        return subprocess.run(["chattr", "+i" if on else "-i", str(path)],
+                              capture_output=True).returncode == 0
+    os.chmod(path, 0o555 if on else 0o755)
+    return True
+
+
+@pytest.mark.slow
+def test_read_only_output_and_record_stop_the_run_before_publishing(
+        hg, hgrepo, objectserver, tally):
+    """A read-only output directory, or a read-only record in it: one
+    clean abort, before anything is built or published (the manifest and
+    the buckets as they were), and a run once it is writable again
+    publishes."""
+    from test_bundlegen_s3 import _configure
+    repo = hgrepo
+    (repo / "a").write_text("a\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "a")
+    _configure(repo, objectserver, formats="gzip")
+    hg("-R", repo, "bundlegen", *EXT, *OFFER)
+    output = repo / ".hg" / "bundles"
+    for number, target in enumerate([output, output / "bundles.json"]):
+        hg("-R", repo, "commit", "-q", "--config", "ui.allowemptycommit=1",
+           "-m", "r%d" % number)
+        manifest = (repo / ".hg" / "clonebundles.manifest").read_text()
+        keys = objectserver.keys("bundles-euc1")
+        if not _immutable(target, True):
+            pytest.skip("cannot make a file read-only here")
+        try:
+            proc = hg.proc("-R", repo, "bundlegen", *EXT, *OFFER)
+        finally:
+            _immutable(target, False)
+        ok = (campaign.is_clean_abort(proc) and "built" not in proc.stdout
+              and (repo / ".hg" / "clonebundles.manifest").read_text()
+              == manifest and objectserver.keys("bundles-euc1") == keys)
+        tally.case(ok, "read-only %s: %s" % (target.name, proc.stderr))
+        proc = hg.proc("-R", repo, "bundlegen", *EXT, *OFFER)
+        tally.case(proc.returncode == 0, "after %s: %s" % (target.name,
+                                                           proc.stderr))
     tally.check()

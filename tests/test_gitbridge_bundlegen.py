@@ -5,14 +5,23 @@ the object server's access log) and then fetches only what is newer from
 ``git http-backend``; retention; a cut-short or missing bundle falls back
 to a normal clone."""
 
+import glob
+import hashlib
 import json
 import os
 import re
+import shutil
+import socket
+import subprocess
+import threading
 
 import pytest
 
-from vcsperf.harness import objectstore
+from gitbridge import bundlegen
+from vcsperf.harness import history, objectstore, tools
 from vcsperf.harness.servers import FileServer, GitServer
+
+import campaign
 
 
 def _commit(git, work, count, tag):
@@ -49,7 +58,7 @@ def test_bundle_uri_clone_takes_the_bundles_then_fetches_what_is_newer(
     objectserver.make_bucket("git-bundles")
     for key, value in (
             ("bundlegen.output", tmp_path / "bundles"),
-            ("bundlegen.keep", "2"), ("bundlegen.incrementals", "1"),
+            ("bundlegen.keep", "1"), ("bundlegen.incrementals", "1"),
             ("bundlegen.usw2.url", "s3://git-bundles/repo"),
             ("bundlegen.usw2.region", objectstore.REGION),
             ("bundlegen.usw2.endpoint", objectserver.url.rstrip("/"))):
@@ -144,3 +153,432 @@ def test_a_broken_bundle_falls_back_to_a_normal_clone(
     assert git("-C", tmp_path / "clone", "rev-parse", "HEAD") == git(
         "-C", bare, "rev-parse", "main")
     git("-C", tmp_path / "clone", "fsck", "--no-progress")
+
+
+def _configure(git, bare, objectserver, output, **destinations):
+    """Destinations NAME=BUCKET on the object server, in that order."""
+    for key, value in (("bundlegen.output", output),
+                       ("bundlegen.destinations", " ".join(destinations))):
+        git("-C", bare, "config", key, str(value))
+    for name, bucket in destinations.items():
+        for key, value in (("url", "s3://%s/repo" % bucket),
+                           ("region", objectstore.REGION),
+                           ("endpoint", objectserver.url.rstrip("/"))):
+            git("-C", bare, "config", "bundlegen.%s.%s" % (name, key), value)
+
+
+@pytest.mark.parametrize("change", ["deleted", "changed"])
+def test_a_bundle_gone_from_the_output_starts_a_new_full_one(
+        change, origin, git, gitbridge, objectserver, tmp_path):
+    """Regression (issue 27, item 11): a bundle of the list deleted from
+    the output directory made every later run end in a traceback; one
+    changed there was named again in the next list.  The run starts a new
+    full bundle instead, and says why in one line."""
+    bare, work = origin
+    objectserver.make_bucket("git-bundles")
+    output = tmp_path / "bundles"
+    _configure(git, bare, objectserver, output, usw2="git-bundles")
+    run = lambda *a: gitbridge("bundlegen", "--repo", bare, *a,  # noqa
+                               check=False)
+    first = json.loads(run("--json").stdout)
+    full = output / first["bundle"]["file"]
+    if change == "deleted":
+        full.unlink()
+    else:
+        data = bytearray(full.read_bytes())
+        data[-1] ^= 1
+        full.write_bytes(bytes(data))
+    _commit(git, work, 2, "second")
+    proc = run("--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    second = json.loads(proc.stdout)
+    assert second["kind"] == "full"
+    assert second["reason"] == "%s of the list %s %s" % (
+        first["bundle"]["file"], "is missing from" if change == "deleted"
+        else "was changed in", output)
+    assert "writing a full bundle (%s)\n" % second["reason"] in proc.stderr
+    assert second["chain"] == [second["bundle"]["file"]]
+    listed = objectserver.client().get_object(
+        Bucket="git-bundles", Key="repo/bundle-list")["Body"].read().decode()
+    assert first["bundle"]["file"] not in listed
+    assert second["bundle"]["file"] in listed
+    # A stock clone through the new list has the whole history.
+    proc = git.proc("clone", "-q", "--bundle-uri=" + objectserver.url
+                    + "git-bundles/repo/bundle-list", bare, tmp_path / "c")
+    assert proc.returncode == 0, proc.stderr
+    assert git("-C", tmp_path / "c", "for-each-ref", "refs/bundles")
+    assert git("-C", tmp_path / "c", "rev-parse", "HEAD") == git(
+        "-C", bare, "rev-parse", "main")
+
+
+def test_refused_deletes_stay_in_the_record_for_the_next_run(
+        origin, git, gitbridge, objectserver, tmp_path):
+    """Regression (issue 27, item 11): a destination that refuses to
+    delete retired bundles (here Object Lock's legal hold) got a
+    traceback after the new list was out, the retired names dropped out
+    of the record and were never deleted, and the other destinations were
+    not tried.  Now: a warning, the other destinations delete theirs, the
+    names stay in the record, exit status 1; the next run deletes them
+    once the server lets it."""
+    bare, work = origin
+    client = objectserver.client()
+    client.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
+    objectserver.make_bucket("open")
+    output = tmp_path / "bundles"
+    _configure(git, bare, objectserver, output, locked="locked",
+               open="open")
+    git("-C", bare, "config", "bundlegen.keep", "1")
+    git("-C", bare, "config", "bundlegen.incrementals", "0")
+    run = lambda *a: gitbridge("bundlegen", "--repo", bare, *a,  # noqa
+                               check=False)
+    first = json.loads(run("--json").stdout)
+    old = first["bundle"]["file"]
+    client.put_object_legal_hold(Bucket="locked", Key="repo/" + old,
+                                 LegalHold={"Status": "ON"})
+    _commit(git, work, 1, "second")
+    # keep = 1: the list this run replaces keeps its bundle
+    assert json.loads(run("--json").stdout)["retired"] == []
+    _commit(git, work, 1, "third")
+    proc = run("--json")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    second = json.loads(proc.stdout)
+    assert second["retired"] == [old] and second["refused"] == ["locked"]
+    assert re.search(r"^warning: locked refused to delete 1 retired bundles "
+                     r"\(%s: AccessDenied: .*\); bundles.json keeps them for "
+                     r"the next run$" % re.escape(old),
+                     proc.stderr, re.M), proc.stderr
+    kept = sorted(["repo/bundle-list"] + [
+        "repo/" + name for name in json.loads(
+            (output / "bundles.json").read_text())["generations"][1]["files"]
+        + second["chain"]])
+    assert objectserver.keys("open") == kept
+    assert objectserver.keys("locked") == sorted(kept + ["repo/" + old])
+    record = json.loads((output / "bundles.json").read_text())
+    assert record["undeleted"] == {"locked": [old]}
+    assert not (output / old).exists()
+
+    # Still held: the next run (nothing new) tries again, and keeps them.
+    proc = run()
+    assert proc.returncode == 1 and "warning: locked refused" in proc.stderr
+    assert json.loads((output / "bundles.json").read_text())[
+        "undeleted"] == {"locked": [old]}
+    client.put_object_legal_hold(Bucket="locked", Key="repo/" + old,
+                                 LegalHold={"Status": "OFF"})
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to do" in proc.stdout and proc.stderr == ""
+    assert objectserver.keys("locked") == kept
+    assert not json.loads((output / "bundles.json").read_text()).get(
+        "undeleted")
+
+
+@pytest.mark.parametrize("url", ["not a url", "https://cdn.example.com/a b",
+                                 "ftp://cdn.example.com/b",
+                                 "https://cdn.example.com/b?x=1",
+                                 "https://cdn.example.com/b\n[core]"])
+def test_a_base_url_clients_cannot_fetch_from_is_refused(
+        url, origin, git, gitbridge, tmp_path):
+    """Regression (issue 27, item 19): ``--base-url 'not a url'`` went
+    into the bundle list; now one abort line, as ``hg bundlegen`` says it,
+    and nothing is written."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    for proc in (gitbridge("bundlegen", "--repo", bare, "--output", output,
+                           "--base-url", url, check=False),
+                 # the same from the repository's config
+                 git.proc("-C", bare, "config", "bundlegen.base-url", url)
+                 and gitbridge("bundlegen", "--repo", bare, "--output",
+                               output, check=False)):
+        assert proc.returncode == 255
+        assert proc.stderr == (
+            "abort: bundlegen.base-url is not a URL clients can fetch "
+            "from: %s\n(give an absolute http, https or file URL without "
+            "query or fragment; percent-encode other characters (a space "
+            "as %%20))\n" % ascii(url))
+        assert not output.exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "plain"])
+def test_a_repository_that_is_not_there_is_refused(where, gitbridge,
+                                                   tmp_path):
+    """``--repo`` naming a missing path ended in a traceback; a plain
+    directory got the output directory made before the abort."""
+    repo = tmp_path / "repo"
+    if where == "plain":
+        repo.mkdir()
+    output = tmp_path / "bundles"
+    proc = gitbridge("bundlegen", "--repo", repo, "--output", output,
+                     "--base-url", "https://cdn.example.com/b", check=False)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "abort: %s is not a Git repository\n" % repo in proc.stderr
+    assert not output.exists()
+
+
+def test_an_output_that_cannot_be_a_directory_is_refused(
+        origin, gitbridge, tmp_path):
+    """An output path that is a file: one abort line, not a traceback;
+    ``--dry-run`` makes nothing."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    dry = gitbridge("bundlegen", "--repo", bare, "--output", output,
+                    "--base-url", "https://cdn.example.com/b", "--dry-run")
+    assert "would write a full bundle (no bundles yet)" in dry.stdout
+    assert not output.exists()
+    output.write_text("a file\n")
+    proc = gitbridge("bundlegen", "--repo", bare, "--output", output,
+                     "--base-url", "https://cdn.example.com/b", check=False)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "abort: cannot make the output directory %s: File exists\n" \
+        % output in proc.stderr
+    assert output.read_text() == "a file\n"
+
+
+def test_the_bundle_list_reads_back_through_git_config(
+        origin, git, gitbridge, tmp_path):
+    """A base URL holding characters Git config gives a meaning to
+    (``;`` starts a comment) is written quoted: Git reads back each
+    bundle's URL whole."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    base = "https://cdn.example.com/a;b/c'd=e[1]"
+    result = json.loads(gitbridge("bundlegen", "--repo", bare, "--output",
+                                  output, "--base-url", base,
+                                  "--json").stdout)
+    read = git("config", "-f", output / "bundle-list", "--get-regexp",
+               r"^bundle\..*\.uri$")
+    assert read.split() == ["bundle.full-%d.uri" % result["bundle"]["token"],
+                            "%s/%s" % (base, result["bundle"]["file"])]
+
+
+def test_the_documented_settings_parse_as_git_config(tmp_path, git):
+    """The settings example of ``gitbridge bundlegen --help`` is read by
+    Git's own parser as it is written, with the values it shows."""
+    doc = bundlegen.__doc__
+    start = doc.index("::\n\n  [bundlegen]\n") + 3
+    example = doc[start:doc.index("\n\n", start)]
+    path = tmp_path / "example.config"
+    path.write_text(example + "\n")
+    read = dict(line.split(" ", 1) for line in git(
+        "config", "-f", path, "--get-regexp", r"^bundlegen\.").splitlines())
+    assert read["bundlegen.advertise"] == "true"
+    assert read["bundlegen.destinations"] == "usw2 euc1"
+    assert read["bundlegen.euc1.endpoint"] == "http://127.0.0.1:7070"
+    assert len(read) == 14
+
+
+def _git_version(binary):
+    proc = subprocess.run([binary, "--version"], capture_output=True,
+                          text=True)
+    found = re.match(r"git version (\d+)\.(\d+)", proc.stdout)
+    return tuple(map(int, found.groups())) if found else (0, 0)
+
+
+@pytest.fixture
+def bundle_uri_git():
+    """A Git whose server and client speak protocol v2's ``bundle-uri``
+    command (2.40 or later): on PATH, or the one contrib/newer_git.sh
+    builds into the cache (CI runs it; Debian 12 has 2.39)."""
+    candidates = [shutil.which("git")] + sorted(glob.glob(os.path.join(
+        history.default_cache_dir(), "git-2.*", "bin", "git")))
+    for binary in filter(None, candidates):
+        if _git_version(binary) >= (2, 40):
+            return binary
+    pytest.skip("needs Git 2.40 or later: sh contrib/newer_git.sh builds "
+                "one")
+
+
+def test_the_git_server_advertises_the_bundle_list(
+        origin, git, gitbridge, bundle_uri_git, env, monkeypatch, tmp_path):
+    """Regression (issue 27, item 19): a Git server never advertised the
+    bundle list, so every client had to be told its URL.  With
+    ``bundlegen.advertise``, a plain ``git clone`` of the served
+    repository by a client that sets ``transfer.bundleURI`` fetches the
+    list and its bundles (the file server's log; the client's packet
+    trace shows the server's answer to ``command=bundle-uri``), then
+    fetches the rest from the server."""
+    bare, work = origin
+    output = tmp_path / "bundles"
+    output.mkdir()
+    newer = os.path.dirname(bundle_uri_git)
+    # the server's git http-backend is this Git too
+    monkeypatch.setenv("PATH", newer + os.pathsep + os.environ["PATH"])
+    client_env = dict(env, PATH=newer + os.pathsep + env["PATH"])
+
+    def clone(name, *config):
+        trace = tmp_path / (name + ".packets")
+        proc = subprocess.run(
+            [bundle_uri_git, *config, "clone", "--no-progress",
+             server.url + "repo.git", str(tmp_path / name)],
+            env=dict(client_env, GIT_TRACE_PACKET=str(trace)),
+            capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return trace.read_text()
+
+    with FileServer(output) as files, GitServer(bare.parent) as server:
+        git("-C", bare, "config", "bundlegen.advertise", "true")
+        result = json.loads(gitbridge(
+            "bundlegen", "--repo", bare, "--output", output, "--base-url",
+            files.url.rstrip("/"), "--json").stdout)
+        assert result["advertised"] == files.url + "bundle-list"
+        assert git("-C", bare, "config", "bundle.bundlegen.uri") == \
+            files.url + "bundle-list\n"
+        _commit(git, work, 2, "newer")
+
+        # Not asked for: the client does not look for bundles.
+        assert "clone> command=bundle-uri" not in clone("plain")
+        assert files.log == []
+        trace = clone("bundled", "-c", "transfer.bundleURI=true")
+        assert [path for path, status in files.log if status == 200] == [
+            "/bundle-list", "/" + result["bundle"]["file"]]
+        answer = re.findall(r"packet: +clone([<>]) (.*)", trace)
+        assert (">", "command=bundle-uri") in answer
+        assert ("<", "bundle.bundlegen.uri=%sbundle-list" % files.url) \
+            in answer
+        assert len(server.fetches()) == 2
+    clone_dir = tmp_path / "bundled"
+    assert git("-C", clone_dir, "for-each-ref", "refs/bundles")
+    assert git("-C", clone_dir, "rev-parse", "HEAD") == git(
+        "-C", bare, "rev-parse", "main")
+    git("-C", clone_dir, "fsck", "--no-progress")
+
+
+CONTRIB = os.path.join(os.path.dirname(__file__), os.pardir, "contrib",
+                       "bundlegen")
+
+
+def test_cron_script_runs_the_virtualenv_gitbridge_for_each_repository(
+        origin, git, env, tmp_path):
+    """Regression (issue 27, item 19): there was no cron example for
+    ``gitbridge bundlegen``.  It runs the virtualenv's gitbridge (not one
+    on cron's PATH), every repository, and says which failed."""
+    bare, _work = origin
+    output = tmp_path / "bundles"
+    git("-C", bare, "config", "bundlegen.output", output)
+    git("-C", bare, "config", "bundlegen.base-url", "https://cdn.example.com")
+    unconfigured = tmp_path / "unconfigured.git"
+    git("init", "-q", "--bare", unconfigured)
+    venv = os.path.dirname(os.path.dirname(tools.executable("gitbridge")))
+    proc = subprocess.run(
+        ["sh", os.path.join(CONTRIB, "gitbridge-bundlegen-cron.sh"),
+         str(unconfigured), str(bare)],
+        env=dict(env, VCSPERF_VENV=venv, PATH="/usr/bin:/bin"),
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "gitbridge bundlegen failed for %s" % unconfigured in proc.stderr
+    assert "abort: gitbridge bundlegen needs an output directory" \
+        in proc.stderr
+    assert ".full." in (output / "bundle-list").read_text()
+
+
+@pytest.mark.parametrize("name", ["gitbridge-bundlegen@.service",
+                                  "gitbridge-bundlegen@.timer"])
+def test_systemd_units_for_gitbridge_bundlegen(name, tmp_path):
+    """The unit runs the virtualenv's gitbridge with a timeout, hardened
+    as the hg one; both files are read by systemd's own parser."""
+    unit = os.path.join(CONTRIB, name)
+    text = open(unit).read()
+    if name.endswith(".service"):
+        assert "\nExecStart=/opt/vcsperf/venv/bin/gitbridge bundlegen " \
+            "--repo %f\n" in text
+        assert re.search(r"\nTimeoutStartSec=\d+h\n", text)
+        assert "\nReadWritePaths=%f /var/lib/git-bundles\n" in text
+    # systemd has no comments after a value: every "#" starts a line
+    assert all(line.startswith("#") or "#" not in line
+               for line in text.splitlines())
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    for each in ("gitbridge-bundlegen@.service",
+                 "gitbridge-bundlegen@.timer"):
+        shutil.copy(os.path.join(CONTRIB, each),
+                    tmp_path / each.replace("@.", "@srv-git-repo.git."))
+    instance = tmp_path / name.replace("@.", "@srv-git-repo.git.")
+    proc = subprocess.run([analyze, "verify", "--man=no", str(instance)],
+                          capture_output=True, text=True)
+    # the one complaint allowed: this machine has no /opt/vcsperf
+    complaints = [line for line in proc.stderr.splitlines()
+                  if line.strip() and "Command /opt/vcsperf/venv/bin/"
+                  "gitbridge is not executable" not in line]
+    assert complaints == [], proc.stderr
+    if name.endswith(".service"):
+        proc = subprocess.run([analyze, "security", "--offline=true",
+                               str(instance)], capture_output=True,
+                              text=True)
+        found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)",
+                          proc.stdout)
+        assert found, proc.stdout + proc.stderr
+        assert float(found.group(1)) < 5
+
+
+def test_objects_deleted_from_the_bucket_are_uploaded_again(
+        origin, git, gitbridge, objectserver, tmp_path):
+    """Regression (issue 27, item 5, Git side): a bundle or the list
+    deleted by hand from the bucket was never published again ("nothing
+    to do" on every rerun) while clones lost the bundles."""
+    bare, _work = origin
+    objectserver.make_bucket("git-bundles")
+    _configure(git, bare, objectserver, tmp_path / "bundles",
+               usw2="git-bundles")
+    first = json.loads(gitbridge("bundlegen", "--repo", bare,
+                                 "--json").stdout)
+    published = objectserver.keys("git-bundles")
+    objectserver.client().delete_objects(Bucket="git-bundles", Delete={
+        "Objects": [{"Key": key} for key in published]})
+    proc = gitbridge("bundlegen", "--repo", bare)
+    assert "uploaded 1 missing bundles to usw2 again\n" in proc.stdout
+    assert "wrote the bundle list to usw2 again\n" in proc.stdout
+    assert "nothing to do: the bundles of these tips are published " \
+        "already" in proc.stdout
+    assert objectserver.keys("git-bundles") == published
+    got = objectserver.client().get_object(
+        Bucket="git-bundles", Key="repo/" + first["bundle"]["file"])
+    assert hashlib.sha256(got["Body"].read()).hexdigest() == \
+        first["bundle"]["sha256"]
+
+
+def test_a_stalled_object_server_ends_the_run_at_its_deadline(
+        origin, git, gitbridge, env, tmp_path):
+    """Regression (issue 27, item 8, Git side): a server that accepts and
+    never answers held the run (and its lock) for minutes; now
+    ``bundlegen.upload-timeout`` bounds each phase, and the run ends in
+    one abort line naming it, before building anything."""
+    bare, _work = origin
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                pass
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        for key, value in (
+                ("bundlegen.output", tmp_path / "bundles"),
+                ("bundlegen.upload-timeout", "2"),
+                ("bundlegen.stall.url", "s3://git-bundles/repo"),
+                ("bundlegen.stall.endpoint",
+                 "http://127.0.0.1:%d" % listener.getsockname()[1])):
+            git("-C", bare, "config", key, str(value))
+        env.update(AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="y",
+                   AWS_EC2_METADATA_DISABLED="true")
+        proc = gitbridge("bundlegen", "--repo", bare, check=False)
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "bundlegen.upload-timeout" in proc.stderr
+    assert held, "the run never reached the server"
+    assert not [n for n in os.listdir(tmp_path / "bundles")
+                if n.endswith(".bundle")]

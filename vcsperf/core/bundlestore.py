@@ -1,7 +1,8 @@
 """Publishing pre-built bundles to S3-compatible object storage, and
 retiring old generations of them: what ``hg bundlegen`` and ``gitbridge
 bundlegen`` share.  Standard library and boto3 only (imported when an
-upload needs it; ``pip install vcsperf[s3]``).
+upload needs it: the ``s3`` extra of the checkout, ``pip install
+'/path/to/vcsperf[s3]'``).
 
 A *destination* is where one copy of every bundle goes: an ``s3://BUCKET/
 PREFIX`` URL with its region and (for a non-AWS server) endpoint, the
@@ -13,15 +14,29 @@ preference.
 
 A *generation* is what one run published: its tip, when, and the object
 keys and local files of its bundles.  ``Generations`` is the JSON record of
-them beside the local bundles; ``retire`` names what falls out of the last
-N, for deletion once the new manifest or bundle list is published.
+them beside the local bundles.  ``retire(keep)`` keeps the newest
+generation and the ``keep`` before it (at least one: the generation a run
+replaces is never deleted by that run, since clients may have just read
+the list naming it); the files only older ones hold become *pending
+deletions*, recorded per place (each destination, the adapter's own
+places) before anything is deleted.  ``sweep`` deletes them; what a place
+refuses (an Object-Lock bucket, a no-delete policy, a server that is
+down) stays pending for the next run, and the other places are still
+tried.
+
+Every request to a server is bounded: each read by a timeout, and a
+whole phase of a run (checks, uploads, deletes) by ``Deadline``, which
+interrupts a request that a stalled or trickling server holds.  Uploads
+therefore run in the calling thread, part after part.
 """
 
 import hashlib
 import json
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -34,8 +49,25 @@ DEFAULT_CACHE_CONTROL = "public, max-age=31536000, immutable"
 # Parts above this size go up in parts of this size, each with its own
 # checksum; S3 takes at most 10,000 parts.
 MULTIPART_CHUNK = 64 * 1024 * 1024
+# Each connect and each read of a request, and how often one is tried.
+CONNECT_TIMEOUT = 20
+READ_TIMEOUT = 60
+ATTEMPTS = 5
+# How long taking back what a failed run uploaded may take, after its
+# deadline passed.
+CLEANUP_SECONDS = 30
+INSTALL_HINT = ("install the s3 extra from your vcsperf checkout: "
+                "pip install '/path/to/vcsperf[s3]'")
 _S3_URL = re.compile(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(/.*)?\Z")
 _ATTRIBUTE = re.compile(r"[A-Za-z0-9_.\-]+=[^\s]+\Z")
+# What a base URL may be: http, https or file, then only characters a URL
+# holds as they are (RFC 3986's unreserved and reserved ones, but not the
+# ``?`` and ``#`` after which a bundle's name could not be appended) and
+# %XX escapes.  Clients open the URL as it is written: Mercurial splits a
+# manifest line at whitespace, Git reads a bundle list as Git config.
+_URL_CHAR = r"(?:[A-Za-z0-9\-._~:/@!$&'()*+,;=\[\]]|%[0-9A-Fa-f]{2})"
+_BASE_URL = re.compile(r"(?:(?i:https?)://(?!/)%s+|(?i:file):///%s+)\Z"
+                       % (_URL_CHAR, _URL_CHAR))
 
 
 class Destination:
@@ -103,15 +135,32 @@ class Destination:
             import boto3
             from botocore.config import Config
         except ImportError:
-            raise Abort("uploading to %s needs boto3" % self.name,
-                        hint="pip install 'vcsperf[s3]'")
-        session = boto3.session.Session(profile_name=self.profile)
-        return session.client(
-            "s3", region_name=self.region, endpoint_url=self.endpoint,
-            config=Config(retries={"max_attempts": 8, "mode": "standard"},
-                          connect_timeout=20, read_timeout=120,
-                          s3={"addressing_style": "path"}
-                          if self.endpoint else {}))
+            raise Abort("destination %s needs boto3, which is not installed"
+                        % self.name, hint=INSTALL_HINT)
+        try:
+            session = boto3.session.Session(profile_name=self.profile)
+            return session.client(
+                "s3", region_name=self.region, endpoint_url=self.endpoint,
+                config=Config(retries={"max_attempts": ATTEMPTS,
+                                       "mode": "standard"},
+                              connect_timeout=CONNECT_TIMEOUT,
+                              read_timeout=READ_TIMEOUT,
+                              s3={"addressing_style": "path"}
+                              if self.endpoint else {}))
+        except Exception as err:  # botocore: an unknown profile, a bad URL
+            raise Abort("destination %s: %s" % (self.name, _reason(err)))
+
+
+def check_base_url(url, setting="bundlegen.base-url"):
+    """``url`` without trailing slashes, if clients can fetch
+    ``<url>/<bundle name>`` from it; else abort naming ``setting``."""
+    if not _BASE_URL.match(url.rstrip("/")):
+        raise Abort("%s is not a URL clients can fetch from: %s"
+                    % (setting, ascii(url)),
+                    hint="give an absolute http, https or file URL without "
+                         "query or fragment; percent-encode other "
+                         "characters (a space as %20)")
+    return url.rstrip("/")
 
 
 def destinations(table, order):
@@ -127,52 +176,221 @@ def destinations(table, order):
     return [Destination(name, table[name]) for name in order]
 
 
-def upload(destination, path, name, content_type, sha256, client=None):
+class DeadlinePassed(BaseException):
+    """Raised into whatever request is waiting when a ``Deadline`` passes;
+    a BaseException, so that no retry loop of botocore takes it for a
+    network error and tries again."""
+
+
+class Deadline:
+    """``with Deadline(seconds, setting):`` bounds the requests of the
+    block by wall-clock time, however a server stalls or trickles: when
+    it passes, the request waiting then is interrupted (SIGALRM) and the
+    block ends in an Abort naming ``setting``.  In a thread other than
+    the main one (no signals there), only the per-read timeouts apply."""
+
+    def __init__(self, seconds, setting):
+        self.seconds = seconds
+        self.setting = setting
+        self._previous = None
+
+    def __enter__(self):
+        global _armed
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGALRM, _expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            _armed = True
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        global _armed
+        if _armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+            _armed = False
+        if kind is DeadlinePassed:
+            raise Abort("object storage took longer than %s seconds "
+                        "(%s)" % (self.seconds, self.setting),
+                        hint="a server stalled or is too slow; raise %s "
+                             "for very large bundles" % self.setting) \
+                from None
+        return False
+
+
+# Whether a Deadline's timer is set in this process.
+_armed = False
+
+
+def _expire(signum, frame):
+    raise DeadlinePassed()
+
+
+class _Grace:
+    """A short time of its own for cleaning up after a failure, even when
+    the deadline has passed (the cleanup then ends quietly at its own
+    limit); the deadline's timer goes on after it."""
+
+    def __enter__(self):
+        if _armed:
+            self._left = signal.getitimer(signal.ITIMER_REAL)[0]
+            self._started = time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, CLEANUP_SECONDS)
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if _armed:
+            left = self._left - (time.monotonic() - self._started)
+            # a deadline that passed already is being raised
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(left, 0.001) if self._left else 0)
+        return kind is DeadlinePassed
+
+
+def check(destinations):
+    """Before a run builds anything: each destination's client can be
+    made (boto3 installed, its profile known), and its bucket answers a
+    HEAD with its credentials; else one Abort naming the destination.
+    Returns a client per destination, by name."""
+    clients = {}
+    for destination in destinations:
+        client = destination.client()
+        try:
+            client.head_bucket(Bucket=destination.bucket)
+        except Exception as err:
+            raise Abort("destination %s (s3://%s) cannot be used: %s"
+                        % (destination.name, destination.bucket,
+                           _reason(err)),
+                        hint=_hint(err))
+        clients[destination.name] = client
+    return clients
+
+
+def _reason(err):
+    """One line saying why a request failed."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _hint(err):
+    name = type(err).__name__
+    if name in ("NoCredentialsError", "PartialCredentialsError"):
+        return ("give credentials the way boto3 finds them: "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws, an "
+                "instance role, or the destination's profile")
+    if _status(err) in (403, 401):
+        return "check the credentials and the bucket's policy"
+    if _status(err) == 404:
+        return "create the bucket, or fix the destination's url"
+    return "check the destination's endpoint and region, and the network"
+
+
+def _stored(head, size, sha256):
+    """Whether a HEAD answer describes the object we would upload: its
+    size, and its sha256 where it was uploaded with one (a name holds
+    only the start of the digest)."""
+    stored = (head.get("Metadata") or {}).get("sha256")
+    return head.get("ContentLength") == size and stored in (None, sha256)
+
+
+def missing(destination, bundles, client=None):
+    """The files of ``bundles`` (dicts with ``file``, ``size`` and
+    ``sha256``) that the destination lacks or holds other bytes under:
+    one HEAD each."""
+    client = client or destination.client()
+    lacking = []
+    for bundle in bundles:
+        key = destination.key(bundle["file"])
+        try:
+            head = client.head_object(Bucket=destination.bucket, Key=key)
+        except Exception as err:
+            if _status(err) != 404:
+                raise Abort("cannot check s3://%s/%s on %s: %s"
+                            % (destination.bucket, key, destination.name,
+                               _reason(err)), hint=_hint(err))
+            lacking.append(bundle["file"])
+            continue
+        if not _stored(head, bundle["size"], bundle["sha256"]):
+            lacking.append(bundle["file"])
+    return lacking
+
+
+def upload(destination, path, name, content_type, sha256, client=None,
+           chunk=MULTIPART_CHUNK):
     """Upload the file ``path`` as ``name`` under the destination's prefix
-    with its content type and cache headers, in checksummed parts (SHA-256
-    per part, checked by the server) and with retries.  An object of that
-    name and size is there already (names hold the digest): nothing is
-    sent.  Returns the bytes sent."""
+    with its content type and cache headers, in checksummed parts of
+    ``chunk`` bytes (SHA-256 per part, checked by the server).  An object
+    of that name, size and sha256 is there already: nothing is sent.
+    Returns the bytes sent."""
     client = client or destination.client()
     key = destination.key(name)
     size = os.path.getsize(path)
     try:
         head = client.head_object(Bucket=destination.bucket, Key=key)
-        if head["ContentLength"] == size:
+        if _stored(head, size, sha256):
             return 0
     except Exception as err:  # botocore's ClientError: 404 on a new key
         if _status(err) != 404:
             raise Abort("cannot reach %s (s3://%s/%s): %s"
-                        % (destination.name, destination.bucket, key, err))
-    from boto3.s3.transfer import TransferConfig
-    config = TransferConfig(multipart_threshold=MULTIPART_CHUNK,
-                            multipart_chunksize=MULTIPART_CHUNK,
-                            max_concurrency=4)
-    extra = {"ContentType": content_type,
+                        % (destination.name, destination.bucket, key,
+                           _reason(err)), hint=_hint(err))
+    extra = {"Bucket": destination.bucket, "Key": key,
+             "ContentType": content_type,
              "CacheControl": destination.cache_control,
-             "ChecksumAlgorithm": "SHA256",
-             "Metadata": {"sha256": sha256}}
+             "ChecksumAlgorithm": "SHA256", "Metadata": {"sha256": sha256}}
     try:
-        client.upload_file(path, destination.bucket, key,
-                           ExtraArgs=extra, Config=config)
+        with open(path, "rb") as fh:
+            if size <= chunk:
+                client.put_object(Body=fh.read(), **extra)
+            else:
+                _upload_parts(client, fh, extra, chunk)
     except Exception as err:
         raise Abort("upload of %s to %s failed: %s"
-                    % (name, destination.name, err))
+                    % (name, destination.name, _reason(err)),
+                    hint=_hint(err))
     return size
 
 
-def upload_all(destinations, folder, bundles, content_type, report):
+def _upload_parts(client, fh, extra, chunk):
+    """A multipart upload of ``fh``; on any failure, or when the deadline
+    passes, the parts sent are dropped (abort_multipart_upload)."""
+    upload_id = client.create_multipart_upload(**extra)["UploadId"]
+    where = {"Bucket": extra["Bucket"], "Key": extra["Key"],
+             "UploadId": upload_id}
+    try:
+        parts = []
+        for number in range(1, 10001):
+            data = fh.read(chunk)
+            if not data:
+                break
+            answer = client.upload_part(PartNumber=number, Body=data,
+                                        ChecksumAlgorithm="SHA256", **where)
+            parts.append({"PartNumber": number, "ETag": answer["ETag"],
+                          "ChecksumSHA256": answer["ChecksumSHA256"]})
+        client.complete_multipart_upload(MultipartUpload={"Parts": parts},
+                                         **where)
+    except BaseException:
+        with _Grace():
+            try:
+                client.abort_multipart_upload(**where)
+            except Exception:
+                pass  # a lifecycle rule removes incomplete uploads
+        raise
+
+
+def upload_all(destinations, folder, bundles, content_type, report,
+               clients=None):
     """Upload every bundle (a dict with ``file`` in ``folder`` and its
     ``sha256``) to every destination; ``report(destination, bytes,
     seconds)`` after each destination.  Returns the bytes sent and what
-    was uploaded, for ``take_back``.  If one upload fails, what this call
-    uploaded is deleted again (nothing names it yet) and the Abort goes
-    on."""
+    was uploaded, for ``take_back``.  If one upload fails (or the
+    deadline passes), what this call uploaded is deleted again (nothing
+    names it yet) and the error goes on.  ``clients``: those ``check``
+    made, by destination name."""
     sent = []
     total = 0
     try:
         for destination in destinations:
-            client = destination.client()
+            client = (clients or {}).get(destination.name) \
+                or destination.client()
             started = time.monotonic()
             size = 0
             for bundle in bundles:
@@ -185,8 +403,9 @@ def upload_all(destinations, folder, bundles, content_type, report):
                 size += count
             total += size
             report(destination, size, time.monotonic() - started)
-    except Abort:
-        take_back(sent)
+    except (Abort, DeadlinePassed):
+        with _Grace():
+            take_back(sent)
         raise
     return total, sent
 
@@ -195,10 +414,7 @@ def take_back(sent):
     """Delete what ``upload_all`` uploaded, as far as the servers let us:
     no manifest or list names it, so what stays is only storage."""
     for destination, client, name in sent:
-        try:
-            delete(destination, [name], client=client)
-        except Exception:
-            pass
+        delete_objects(destination, [name], client=client)
 
 
 def put_bytes(destination, name, data, content_type, cache_control=None,
@@ -213,25 +429,46 @@ def put_bytes(destination, name, data, content_type, cache_control=None,
             CacheControl=cache_control or "public, max-age=60")
     except Exception as err:
         raise Abort("upload of %s to %s failed: %s"
-                    % (name, destination.name, err))
+                    % (name, destination.name, _reason(err)))
+
+
+def delete_objects(destination, names, client=None):
+    """Delete the objects ``names`` (missing ones count as deleted);
+    return the ones the server refused, name -> reason (an Object-Lock
+    bucket, a policy, a server that is down)."""
+    refused = {}
+    names = list(names)
+    try:
+        client = client or destination.client()
+    except Abort as err:
+        return dict.fromkeys(names, str(err))
+    for start in range(0, len(names), 1000):
+        batch = names[start:start + 1000]
+        try:
+            result = client.delete_objects(
+                Bucket=destination.bucket,
+                Delete={"Objects": [{"Key": destination.key(name)}
+                                    for name in batch], "Quiet": True})
+        except Exception as err:
+            refused.update(dict.fromkeys(batch, _reason(err)))
+            continue
+        by_key = {destination.key(name): name for name in batch}
+        for error in result.get("Errors", ()):
+            if error.get("Code") != "NoSuchKey":
+                name = by_key.get(error.get("Key"), error.get("Key"))
+                refused[name] = "%s: %s" % (error.get("Code"),
+                                            error.get("Message"))
+    return refused
 
 
 def delete(destination, names, client=None):
-    """Delete the objects ``names`` (missing ones are no error)."""
-    client = client or destination.client()
-    names = list(names)
-    for start in range(0, len(names), 1000):
-        batch = names[start:start + 1000]
-        result = client.delete_objects(
-            Bucket=destination.bucket,
-            Delete={"Objects": [{"Key": destination.key(name)}
-                                for name in batch], "Quiet": True})
-        errors = [e for e in result.get("Errors", ())
-                  if e.get("Code") != "NoSuchKey"]
-        if errors:
-            raise Abort("deleting %s from %s failed: %s"
-                        % (errors[0]["Key"], destination.name,
-                           errors[0].get("Message")))
+    """Delete the objects ``names`` (missing ones are no error), or abort
+    naming the first one the server refused."""
+    refused = delete_objects(destination, names, client)
+    if refused:
+        name = sorted(refused)[0]
+        raise Abort("deleting %s from %s failed: %s"
+                    % (name, destination.name, refused[name]))
 
 
 def _status(err):
@@ -266,6 +503,11 @@ class Generations:
         except ValueError as err:
             raise Abort("%s is not valid JSON: %s" % (path, err),
                         hint="remove it: the next run rebuilds every bundle")
+        except OSError as err:  # a directory, no permission
+            raise Abort("cannot read %s: %s" % (path, err.strerror))
+        if not isinstance(self.record, dict):
+            raise Abort("%s is not a record of generations" % path,
+                        hint="remove it: the next run rebuilds every bundle")
         self.list = self.record.get("generations", [])
 
     @property
@@ -275,14 +517,55 @@ class Generations:
     def add(self, generation):
         self.list.insert(0, generation)
 
-    def retire(self, keep):
-        """Drop all but the newest ``keep`` generations from the record;
-        return the names of the files only dropped ones hold."""
-        kept, dropped = self.list[:keep], self.list[keep:]
+    @property
+    def pending(self):
+        """Deletions still to do: place -> names (see ``sweep``)."""
+        return self.record.setdefault("undeleted", {})
+
+    def held(self):
+        """The names the generations in the record hold."""
+        return {name for generation in self.list
+                for name in generation["files"]}
+
+    def retire(self, keep, places=()):
+        """Keep the newest generation and the ``keep`` (at least 1) before
+        it in the record; return the names of the files only dropped ones
+        hold, which become pending deletions in every one of ``places``.
+        A name a kept generation holds again is pending nowhere."""
+        kept = self.list[:max(keep, 1) + 1]
+        dropped = self.list[len(kept):]
         self.list = kept
-        held = {name for generation in kept for name in generation["files"]}
-        return sorted({name for generation in dropped
-                       for name in generation["files"]} - held)
+        held = self.held()
+        names = {name for generation in dropped
+                 for name in generation["files"]} - held
+        for place in places:
+            self.pending[place] = sorted(
+                set(self.pending.get(place, ())) | names)
+        for place, pending in list(self.pending.items()):
+            self.pending[place] = sorted(set(pending) - held)
+            if not self.pending[place]:
+                del self.pending[place]
+        return sorted(names)
+
+    def sweep(self, deleters):
+        """Do the pending deletions: ``deleters`` is place -> function
+        taking names and returning the refused ones (name -> reason).
+        Refused names stay pending, for the next run; a place without a
+        deleter (a destination no longer configured) keeps its own.
+        Returns place -> (names deleted, refused), for the places tried."""
+        results = {}
+        for place, delete in deleters.items():
+            names = self.pending.get(place)
+            if not names:
+                continue
+            refused = delete(names)
+            results[place] = ([n for n in names if n not in refused],
+                              refused)
+            if refused:
+                self.pending[place] = sorted(refused)
+            else:
+                del self.pending[place]
+        return results
 
     def save(self, **fields):
         """Write the record, with ``fields`` besides the generations."""
