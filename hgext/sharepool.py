@@ -93,8 +93,20 @@ plus a random jitter between ``sharepool.retry-jitter-min`` and ``-max``
 ``robustcheckout.retryjittermax``, in milliseconds, win when set).  A
 run makes at most ``--networkattempts`` (default
 ``sharepool.network-attempts``, 3) attempts.  ``http.timeout``
-defaults to 600 seconds here, so a stalled server counts as a failure
-instead of hanging the job.
+defaults to 600 seconds here, so a server that stops sending counts as
+a failure instead of hanging the job.
+
+A server that trickles (a byte every few seconds) never trips a timeout
+per read, so each network step -- the lookup of revision 0 or of the
+wanted revision, the clone of a store, a pull -- also has a deadline:
+``--networkdeadline SECONDS`` (default ``sharepool.network-deadline``,
+3600).  A step still running then is interrupted: the connections of
+the run are shut down, so the step fails where it reads, on Mercurial's
+own error path (a pull's transaction rolls back), and the failure counts
+as a network failure, retried as above.  The default is an hour, as
+``sharepool.lock-timeout``: a clone that takes longer makes every other
+checkout waiting for that store give up anyway.  Lower it to the longest
+clone your network should take, with room to spare.
 
 Locks.  Any number of processes may use one pool at once; exactly one of
 them clones a given store.  A lock found on DEST (its working directory
@@ -135,6 +147,7 @@ Example config::
   retry-jitter-min = 1.0
   retry-jitter-max = 5.0
   lock-timeout = 3600
+  network-deadline = 3600
   private-cache = true
   foreign-lock-grace = 600
   timings = true
