@@ -35,7 +35,15 @@ Where Git differs:
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
-  ``sharepool.timings``, ``sharepool.layout``.
+  ``sharepool.network-deadline``, ``sharepool.timings``,
+  ``sharepool.layout``.
+- ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
+  a byte a second for that long, a transfer fails); each network step
+  (``ls-remote``, the clone's fetch, a fetch) also has a deadline,
+  ``--networkdeadline`` or ``sharepool.network-deadline`` (3600 seconds),
+  past which git's whole process group (``git-remote-https`` and
+  ``index-pack`` too) gets SIGTERM, and SIGKILL a second later; the step
+  then counts as a network failure.
 
 Network and working-tree work runs the ``git`` binary: fetching and
 indexing packs, and writing thousands of files, are C in Git and Python

@@ -103,7 +103,8 @@ wanted revision, the clone of a store, a pull -- also has a deadline:
 3600).  A step still running then is interrupted: the connections of
 the run are shut down, so the step fails where it reads, on Mercurial's
 own error path (a pull's transaction rolls back), and the failure counts
-as a network failure, retried as above.  The default is an hour, as
+as a network failure, retried as above.  (The deadline reaches HTTP and
+HTTPS connections; an ``ssh://`` peer's pipes are not interrupted.)  The default is an hour, as
 ``sharepool.lock-timeout``: a clone that takes longer makes every other
 checkout waiting for that store give up anyway.  Lower it to the longest
 clone your network should take, with room to spare.
