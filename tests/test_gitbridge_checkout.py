@@ -268,3 +268,16 @@ def test_a_fetch_past_its_deadline_is_ended_with_its_children(
         gitbridge("checkout", "--sharebase", pool, "-r", tip, url, dest)
     assert head(git, dest) == tip
     git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
+
+
+def test_a_ref_name_that_is_not_utf8_is_no_traceback(git, gitbridge, served,
+                                                      tmp_path):
+    """Found by the campaign (a server that lies): ls-remote printing a
+    ref name in Latin-1 ended the checkout in a UnicodeDecodeError."""
+    first, _middle, tip = served.commits
+    subprocess.run([b"git", b"-C", bytes(served.repo), b"update-ref",
+                    b"refs/heads/caf\xe9", first.encode()], env=gitbridge.env,
+                   check=True)
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b", "main",
+              served.repo_url, tmp_path / "co")
+    assert head(git, tmp_path / "co") == tip

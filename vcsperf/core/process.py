@@ -36,7 +36,9 @@ class CommandError(subprocess.CalledProcessError):
 def completed(args, env, cwd=None, input=None, on_line=None,
               on_progress=None, deadline=None):
     """Run a command to its end, whatever its exit status: the
-    ``CompletedProcess``, with stdout and stderr as text.
+    ``CompletedProcess``, with stdout and stderr as text (UTF-8; bytes
+    that are not, such as a server's ref name in Latin-1, are replaced,
+    never a UnicodeDecodeError).
 
     ``input`` is text for its stdin.  ``on_line`` gets each line of
     stdout as it comes; ``on_progress`` each piece of stderr that ends in
@@ -52,7 +54,8 @@ def completed(args, env, cwd=None, input=None, on_line=None,
         return _completed_by(args, env, cwd, input, deadline)
     if on_line is None and on_progress is None:
         return subprocess.run(args, env=env, cwd=cwd, input=input,
-                              capture_output=True, text=True)
+                              capture_output=True, encoding="utf-8",
+                              errors="replace")
     if input is not None:
         raise TypeError("input goes with neither on_line nor on_progress")
     proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -89,7 +92,8 @@ def _completed_by(args, env, cwd, input, deadline):
     too, end with it: at the deadline the group gets SIGTERM (git then
     removes its lock files and temporary packs), at the deadline's later
     interrupts SIGKILL.  Leaving early (Ctrl-C) kills the group too."""
-    proc = subprocess.Popen(args, env=env, cwd=cwd, text=True,
+    proc = subprocess.Popen(args, env=env, cwd=cwd, encoding="utf-8",
+                            errors="replace",
                             stdin=subprocess.DEVNULL if input is None
                             else subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
