@@ -6,6 +6,7 @@ trickles, cuts its answers or lies.  After each, a rerun must finish:
 the requested revision, nothing modified, ``hg verify`` or ``git fsck``
 clean."""
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -468,5 +469,4 @@ def test_gitbridge_checkout_survives_a_server_that_stalls_trickles_cuts_or_lies(
 
 def _url_key(url):
     """gitbridge's name for a URL in the pool."""
-    import hashlib
     return hashlib.sha256(url.encode()).hexdigest()[:20]
