@@ -103,11 +103,12 @@ wanted revision, the clone of a store, a pull -- also has a deadline:
 3600).  A step still running then is interrupted: the connections of
 the run are shut down, so the step fails where it reads, on Mercurial's
 own error path (a pull's transaction rolls back), and the failure counts
-as a network failure, retried as above.  (The deadline reaches HTTP and
-HTTPS connections; an ``ssh://`` peer's pipes are not interrupted.)  The default is an hour, as
+as a network failure, retried as above.  The default is an hour, as
 ``sharepool.lock-timeout``: a clone that takes longer makes every other
 checkout waiting for that store give up anyway.  Lower it to the longest
-clone your network should take, with room to spare.
+clone your network should take, with room to spare.  (The deadline
+reaches HTTP and HTTPS connections; an ``ssh://`` peer's pipes are not
+interrupted.)
 
 Locks.  Any number of processes may use one pool at once; exactly one of
 them clones a given store.  A lock found on DEST (its working directory
@@ -494,21 +495,28 @@ class _Run(pooledcheckout.PooledCheckout):
     # network -------------------------------------------------------------
 
     def lookup(self, url, keys):
-        """The nodes ``keys`` name on ``url``, in one round trip."""
+        """The nodes ``keys`` name on ``url``, in one round trip; a
+        malformed answer is a ``ResponseError`` (a network failure)."""
         remote = self.connect(url)
-        with remote.commandexecutor() as executor:
-            futures = [executor.callcommand(b'lookup', {b'key': key})
-                       for key in keys]
         nodes = []
-        for key, future in zip(keys, futures):
-            try:
-                node = future.result()
-            except error.RepoError as inst:
-                raise _lookup_abort(url, key, pycompat.bytestr(inst))
-            if node == nullid:
-                raise _lookup_abort(url, key, _(b'it names the null '
-                                                 b'revision'))
-            nodes.append(node)
+        try:
+            with remote.commandexecutor() as executor:
+                futures = [executor.callcommand(b'lookup', {b'key': key})
+                           for key in keys]
+            for key, future in zip(keys, futures):
+                try:
+                    node = future.result()
+                except error.RepoError as inst:
+                    raise _lookup_abort(url, key, pycompat.bytestr(inst))
+                if node == nullid:
+                    raise _lookup_abort(url, key, _(b'it names the null '
+                                                     b'revision'))
+                nodes.append(node)
+        except ValueError as inst:
+            # Mercurial decodes the answer with int() and bin(): a garbled
+            # one (a lying proxy, a flipped bit) raises what they raise
+            raise error.ResponseError(_(b'malformed answer to lookup:'),
+                                      stringutil.forcebytestr(inst))
         return nodes
 
     def connect(self, url):

@@ -341,7 +341,7 @@ def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
                  os.path.join(".git", "index"))
 
 
-# A server that stalls, trickles, cuts or lies ----------------------------------
+# A server that stalls, trickles, cuts or lies ------------------------------
 
 #: The requests of each command that a fault may hit ("/": any).
 _REQUESTS = {
@@ -440,7 +440,7 @@ def test_robustcheckout_survives_a_server_that_stalls_trickles_cuts_or_lies(
 @pytest.mark.campaign
 @pytest.mark.slow
 @_TIMEOUT
-def test_gitbridge_checkout_survives_a_server_that_stalls_trickles_cuts_or_lies(
+def test_gitbridge_survives_a_server_that_stalls_trickles_cuts_or_lies(
         git, git_served, tmp_path, tally):
     """gitbridge checkout through a proxy of git http-backend that stalls,
     trickles, cuts or flips bytes of a seeded request, for a new pool or

@@ -413,3 +413,19 @@ def test_a_pull_interrupted_at_its_deadline_rolls_back(hg, hgserve, tmp_path):
     assert "(abandoned transaction found" not in again.stderr
     assert parent(hg, dest) == tip
     hg("verify", "-q", cwd=store)
+
+
+def test_a_garbled_lookup_answer_is_a_network_failure(hg, served, tmp_path):
+    """Found by the campaign (a server that lies): a lookup answer whose
+    node is not hex ended robustcheckout in a binascii.Error traceback.
+    It is a bad response now, retried like any network failure."""
+    with FlakyProxy(served.url) as proxy:
+        # byte 5 is in the node of "1 <node>\n"
+        proxy.add(Fault("cmd=lookup", flip=[5]))
+        proc = checkout(hg, proxy.url, tmp_path / "co", "-b", "default")
+    assert len(proxy.applied()) == 1
+    assert ("bad response from server: malformed answer to lookup: "
+            "Non-hexadecimal digit found") in proc.stderr
+    assert "(retrying after network failure on attempt 1 of 3)" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -57,9 +57,9 @@ class NetworkFailure(Exception):
 
 class PooledCheckout:
     """One checkout of ``request`` (url, wanted, dest, sharebase, purge,
-    noupdate, sparseprofile, network_deadline), sharing its network ``attempts``
-    (``pooling.NetworkAttempts``), ``lock_policy``, timer and what was
-    learnt."""
+    noupdate, sparseprofile, network_deadline), sharing its network
+    ``attempts`` (``pooling.NetworkAttempts``), ``lock_policy``, timer
+    and what was learnt."""
 
     #: Whether DEST becomes a share before the wanted revision is obtained
     #: (Mercurial pulls through the share, whose lock comes before the
@@ -115,7 +115,8 @@ class PooledCheckout:
     def interrupt_network(self):
         """Make the network I/O of the step running now fail at once: it
         has outlived its deadline.  Called from another thread, maybe
-        more than once (see ``pooling.StepDeadline``)."""
+        more than once (see ``pooling.StepDeadline``).  An adapter whose
+        steps run processes may instead hand them ``self.deadline``."""
 
     @property
     def shown_url(self):
