@@ -107,6 +107,9 @@ def test_bad_input_aborts_with_one_line(git, gitbridge, served, tmp_path):
         (["-b", "main", "--sparseprofile", "missing.sparse"],
          "abort: sparse profile missing.sparse does not exist at revision "
          + served.commits[-1]),
+        (["-b", "main", "--networkdeadline", "-5"],
+         "abort: the network deadline must be a positive number of "
+         "seconds"),
     ]
     for args, expected in cases:
         proc = gitbridge("checkout", "--sharebase", pool, *args,
