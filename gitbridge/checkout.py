@@ -35,7 +35,15 @@ Where Git differs:
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
-  ``sharepool.timings``, ``sharepool.layout``.
+  ``sharepool.network-deadline``, ``sharepool.timings``,
+  ``sharepool.layout``.
+- ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
+  a byte a second for that long, a transfer fails); each network step
+  (``ls-remote``, the clone's fetch, a fetch) also has a deadline,
+  ``--networkdeadline`` or ``sharepool.network-deadline`` (3600 seconds),
+  past which git's whole process group (``git-remote-https`` and
+  ``index-pack`` too) gets SIGTERM, and SIGKILL a second later; the step
+  then counts as a network failure.
 
 Network and working-tree work runs the ``git`` binary: fetching and
 indexing packs, and writing thousands of files, are C in Git and Python
@@ -104,6 +112,11 @@ def add_commands(subparsers):
     parser.add_argument("--networkattempts", type=int, help="network "
                         "attempts before giving up (default: "
                         "sharepool.network-attempts, 3)")
+    parser.add_argument("--networkdeadline", type=float, metavar="SECONDS",
+                        help="seconds each network step (ls-remote, "
+                        "clone or fetch) may take before it counts as a "
+                        "network failure (default: "
+                        "sharepool.network-deadline, 3600)")
     parser.add_argument("--sparseprofile", help="file in the repository "
                         "with sparse-checkout patterns")
     parser.add_argument("-U", "--noupdate", action="store_true",
@@ -176,6 +189,12 @@ class Request:
             "network-attempts", pooling.DEFAULT_ATTEMPTS))
         if self.attempts < 1:
             raise Abort("--networkattempts must be at least 1")
+        self.network_deadline = args.networkdeadline or number(
+            "network-deadline", pooling.DEFAULT_NETWORK_DEADLINE)
+        if not self.network_deadline > 0:
+            raise Abort("the network deadline must be a positive number "
+                        "of seconds", hint="check --networkdeadline and "
+                        "sharepool.network-deadline")
         self.backoff = number("retry-backoff", pooling.DEFAULT_BACKOFF)
         self.jitter = (number("retry-jitter-min", pooling.DEFAULT_JITTER[0]),
                        number("retry-jitter-max", pooling.DEFAULT_JITTER[1]))
@@ -261,7 +280,8 @@ class Run(pooledcheckout.PooledCheckout):
 
     def resolve(self):
         """The remote's refs; a branch becomes the commit it names now."""
-        refs = self.network(lambda: self.ls_remote(self.request.url))
+        refs = self.network("ls-remote",
+                            lambda: self.ls_remote(self.request.url))
         if self.request.branch:
             name = self.request.branch
             for ref in ("refs/heads/" + name, "refs/tags/%s^{}" % name,
@@ -285,7 +305,8 @@ class Run(pooledcheckout.PooledCheckout):
         return refs
 
     def ls_remote(self, url):
-        out = git("ls-remote", url, env=self.remote_env)
+        out = git("ls-remote", url, env=self.remote_env,
+                  deadline=self.deadline)
         refs = {}
         for line in out.splitlines():
             sha, _, name = line.partition("\t")
@@ -398,7 +419,11 @@ class Run(pooledcheckout.PooledCheckout):
         with self.timer.step("clone"):
             git("init", "-q", "--bare", partial)
             git("config", "gc.auto", "0", cwd=partial)
-            self.network(lambda: self.fetch(partial, source))
+            try:
+                self.network("clone", lambda: self.fetch(partial, source))
+            except BaseException:
+                pooling.discard(partial)
+                raise
         self.store_cloned()
 
     def fetch(self, store, url):
@@ -406,7 +431,7 @@ class Run(pooledcheckout.PooledCheckout):
         git("fetch", "--quiet", "--no-write-fetch-head", url,
             "+refs/heads/*:refs/pool/%s/heads/*" % key,
             "+refs/tags/*:refs/pool/%s/tags/*" % key,
-            cwd=store, env=self.remote_env)
+            cwd=store, env=self.remote_env, deadline=self.deadline)
 
     def repair_store(self, store):
         """Under the store's lock: remove what killed runs left (half
@@ -462,7 +487,8 @@ class Run(pooledcheckout.PooledCheckout):
         when that failed other than on the network, else None."""
         try:
             with self.pulling():
-                self.network(lambda: self.fetch(store, self.request.url))
+                self.network("fetch",
+                             lambda: self.fetch(store, self.request.url))
         except CommandError as failure:
             return failure.stderr.strip()
         return None

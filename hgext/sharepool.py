@@ -93,8 +93,22 @@ plus a random jitter between ``sharepool.retry-jitter-min`` and ``-max``
 ``robustcheckout.retryjittermax``, in milliseconds, win when set).  A
 run makes at most ``--networkattempts`` (default
 ``sharepool.network-attempts``, 3) attempts.  ``http.timeout``
-defaults to 600 seconds here, so a stalled server counts as a failure
-instead of hanging the job.
+defaults to 600 seconds here, so a server that stops sending counts as
+a failure instead of hanging the job.
+
+A server that trickles (a byte every few seconds) never trips a timeout
+per read, so each network step -- the lookup of revision 0 or of the
+wanted revision, the clone of a store, a pull -- also has a deadline:
+``--networkdeadline SECONDS`` (default ``sharepool.network-deadline``,
+3600).  A step still running then is interrupted: the connections of
+the run are shut down, so the step fails where it reads, on Mercurial's
+own error path (a pull's transaction rolls back), and the failure counts
+as a network failure, retried as above.  The default is an hour, as
+``sharepool.lock-timeout``: a clone that takes longer makes every other
+checkout waiting for that store give up anyway.  Lower it to the longest
+clone your network should take, with room to spare.  (The deadline
+reaches HTTP and HTTPS connections; an ``ssh://`` peer's pipes are not
+interrupted.)
 
 Locks.  Any number of processes may use one pool at once; exactly one of
 them clones a given store.  A lock found on DEST (its working directory
@@ -135,6 +149,7 @@ Example config::
   retry-jitter-min = 1.0
   retry-jitter-max = 5.0
   lock-timeout = 3600
+  network-deadline = 3600
   private-cache = true
   foreign-lock-grace = 600
   timings = true
@@ -145,6 +160,7 @@ import json
 import os
 import re
 import ssl
+import threading
 
 from mercurial.i18n import _
 from mercurial.node import hex, nullid
@@ -159,6 +175,7 @@ from mercurial import (
     pycompat,
     registrar,
     scmutil,
+    url as urlmod,
     util,
 )
 from mercurial.utils import stringutil, urlutil
@@ -187,6 +204,8 @@ configitem(b'sharepool', b'retry-backoff', default=pooling.DEFAULT_BACKOFF)
 configitem(b'sharepool', b'retry-jitter-min', default=pooling.DEFAULT_JITTER[0])
 configitem(b'sharepool', b'retry-jitter-max', default=pooling.DEFAULT_JITTER[1])
 configitem(b'sharepool', b'lock-timeout', default=3600)
+configitem(b'sharepool', b'network-deadline',
+           default=pooling.DEFAULT_NETWORK_DEADLINE)
 configitem(b'sharepool', b'private-cache',
            default=configitems.dynamicdefault)
 configitem(b'sharepool', b'foreign-lock-grace',
@@ -234,6 +253,13 @@ PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
                                        b'(default: '
                                        b'sharepool.network-attempts, 3)'),
          _(b'N')),
+        (b'', b'networkdeadline', 0, _(b'seconds each network step (a '
+                                       b'lookup, clone or pull) may take '
+                                       b'before it counts as a network '
+                                       b'failure (default: '
+                                       b'sharepool.network-deadline, '
+                                       b'3600)'),
+         _(b'SECONDS')),
         (b'', b'sparseprofile', b'', _(b'sparse profile to check out (a '
                                        b'path in the repository)'),
          _(b'PATH')),
@@ -319,6 +345,14 @@ class _Request:
                          or ui.configint(b'sharepool', b'network-attempts'))
         if self.attempts < 1:
             raise error.Abort(_(b'--networkattempts must be at least 1'))
+        self.network_deadline = (
+            opts['networkdeadline']
+            or ui.configwith(float, b'sharepool', b'network-deadline'))
+        if not self.network_deadline > 0:
+            raise error.Abort(_(b'the network deadline must be a positive '
+                                b'number of seconds'),
+                              hint=_(b'check --networkdeadline and '
+                                     b'sharepool.network-deadline'))
 
     @property
     def wanted(self):
@@ -394,6 +428,30 @@ class _Run(pooledcheckout.PooledCheckout):
         self.ui = ui
         self.remote = self.remote_url = None
         self.root = self.repo = None
+        #: Every HTTP(S) connection Mercurial opened during the run (the
+        #: peers', the clone's, a clone bundle's), for the deadline.
+        self.connections = []
+        self.connections_lock = threading.Lock()
+
+    def run(self):
+        with _recording_connections(self.record_connection):
+            super().run()
+
+    def record_connection(self, connection):
+        with self.connections_lock:
+            self.connections.append(connection)
+
+    def interrupt_network(self):
+        """Shut down the sockets of the run's connections: Mercurial's
+        HTTP client runs in this process, and a blocked read then ends
+        as a cut stream, which Mercurial handles as it does any (a pull's
+        transaction rolls back)."""
+        with self.connections_lock:
+            connections = list(self.connections)
+        for connection in connections:
+            sock = connection.sock
+            if sock is not None:
+                pooling.shut_down(sock)
 
     # voice ---------------------------------------------------------------
 
@@ -440,21 +498,28 @@ class _Run(pooledcheckout.PooledCheckout):
     # network -------------------------------------------------------------
 
     def lookup(self, url, keys):
-        """The nodes ``keys`` name on ``url``, in one round trip."""
+        """The nodes ``keys`` name on ``url``, in one round trip; a
+        malformed answer is a ``ResponseError`` (a network failure)."""
         remote = self.connect(url)
-        with remote.commandexecutor() as executor:
-            futures = [executor.callcommand(b'lookup', {b'key': key})
-                       for key in keys]
         nodes = []
-        for key, future in zip(keys, futures):
-            try:
-                node = future.result()
-            except error.RepoError as inst:
-                raise _lookup_abort(url, key, pycompat.bytestr(inst))
-            if node == nullid:
-                raise _lookup_abort(url, key, _(b'it names the null '
-                                                 b'revision'))
-            nodes.append(node)
+        try:
+            with remote.commandexecutor() as executor:
+                futures = [executor.callcommand(b'lookup', {b'key': key})
+                           for key in keys]
+            for key, future in zip(keys, futures):
+                try:
+                    node = future.result()
+                except error.RepoError as inst:
+                    raise _lookup_abort(url, key, pycompat.bytestr(inst))
+                if node == nullid:
+                    raise _lookup_abort(url, key, _(b'it names the null '
+                                                     b'revision'))
+                nodes.append(node)
+        except ValueError as inst:
+            # Mercurial decodes the answer with int() and bin(): a garbled
+            # one (a lying proxy, a flipped bit) raises what they raise
+            raise error.ResponseError(_(b'malformed answer to lookup:'),
+                                      stringutil.forcebytestr(inst))
         return nodes
 
     def connect(self, url):
@@ -535,7 +600,7 @@ class _Run(pooledcheckout.PooledCheckout):
         when it is locked by a process that is gone or lacks
         requirements; a missing one is cloned in ``create_share``."""
         request = self.request
-        (self.root,) = self.network(lambda: self.lookup(
+        (self.root,) = self.network('lookup', lambda: self.lookup(
             request.upstream or request.url, [b'0']))
         storepath = os.path.join(request.sharebase, hex(self.root))
         if not os.path.exists(storepath):
@@ -580,7 +645,8 @@ class _Run(pooledcheckout.PooledCheckout):
             else:
                 self.ui.status(_(b'(sharing from new pooled repository '
                                  b'%s)\n') % name)
-                self.network(lambda: self.clone(storepath, source))
+                self.network('clone', lambda: self.clone(storepath,
+                                                         source))
         store = repofactory.repository(self.ui, storepath)
         repo = cloneimpl.share(self.ui, store, dest=request.dest,
                                update=False, bookmarks=False,
@@ -625,8 +691,8 @@ class _Run(pooledcheckout.PooledCheckout):
             if node is not None:
                 return hex(node)
         self.ui.write(_(b'(pulling to obtain %s)\n') % request.wanted)
-        (node,) = self.network(lambda: self.lookup(request.url,
-                                                   [request.wanted]))
+        (node,) = self.network('lookup', lambda: self.lookup(
+            request.url, [request.wanted]))
         if request.branch:
             self.ui.warn(_(b'(remote resolved %s to %s; result is not '
                            b'deterministic)\n') % (request.branch, hex(node)))
@@ -649,7 +715,7 @@ class _Run(pooledcheckout.PooledCheckout):
         damage found on the way is repaired and restarts the run."""
         try:
             with self.reading_store(storepath):
-                return self.network(lambda: exchange.pull(
+                return self.network('pull', lambda: exchange.pull(
                     repo, self.connect(url), heads=heads))
         except error.Abort as inst:
             if inst.message != _(b'repository is unrelated'):
@@ -789,6 +855,27 @@ class _Run(pooledcheckout.PooledCheckout):
             (st.removed, b'removed'), (st.deleted, b'missing'),
             (st.unknown, b'unknown'), (st.ignored, b'ignored')) if files]
         return hex(repo.dirstate.p1()), b', '.join(counts) or None
+
+
+@contextlib.contextmanager
+def _recording_connections(record):
+    """Hand ``record`` every HTTP(S) connection Mercurial makes in the
+    block, as it starts to connect (so that an interrupt reaches a TLS
+    handshake too)."""
+    def connect(orig, connection):
+        record(connection)
+        return orig(connection)
+
+    classes = [urlmod.httpconnection]
+    if urlmod.has_https:
+        classes.append(urlmod.httpsconnection)
+    for cls in classes:
+        extensions.wrapfunction(cls, 'connect', connect)
+    try:
+        yield
+    finally:
+        for cls in classes:
+            extensions.unwrapfunction(cls, 'connect', connect)
 
 
 class _outside_sparse_too:

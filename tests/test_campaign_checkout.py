@@ -1,12 +1,15 @@
 """The adversarial campaign for pooled checkouts (tests/campaign.py): any
 bytes in a lock file, ``hg robustcheckout`` and ``gitbridge checkout``
-killed with SIGKILL at seeded random moments, and bytes flipped in the
-pool's indexes and the checkout's dirstate.  After each, a rerun must
-finish: the requested revision, nothing modified, ``hg verify`` or ``git
-fsck`` clean."""
+killed with SIGKILL at seeded random moments, bytes flipped in the
+pool's indexes and the checkout's dirstate, and a server that stalls,
+trickles, cuts its answers or lies.  After each, a rerun must finish:
+the requested revision, nothing modified, ``hg verify`` or ``git fsck``
+clean."""
 
+import hashlib
 import os
 import shutil
+import subprocess
 import threading
 import time
 
@@ -16,8 +19,10 @@ from mercurial import store as hgstore
 
 import campaign
 from checkout_drivers import GitDriver, HgDriver
-from checkout_drivers import hgrc  # noqa: F401 (a fixture)
+from checkout_drivers import (  # noqa: F401 (fixtures)
+    git_served, hg_served, hg_source, hgrc, module_hgserve)
 from vcsperf.core import pooling
+from vcsperf.harness.proxies import Fault, FlakyProxy
 from vcsperf.harness.servers import GitServer
 
 KINDS = ("clone", "pull", "update")
@@ -334,3 +339,134 @@ def test_gitbridge_checkout_recovers_from_flipped_bytes(git_pool, tally):
 
     _flip_rounds(pool, tally, pool.revisions, damage_store,
                  os.path.join(".git", "index"))
+
+
+# A server that stalls, trickles, cuts or lies ------------------------------
+
+#: The requests of each command that a fault may hit ("/": any).
+_REQUESTS = {
+    "hg": ["cmd=capabilities", "cmd=batch", "cmd=getbundle", "/"],
+    "git": ["info/refs", "command=ls-refs", "command=fetch", "/"],
+}
+#: The deadline of each network step in these rounds (seconds).
+_DEADLINE = 3
+
+
+def _server_fault(rng, vcs):
+    """A seeded fault of one of the four classes, on a seeded request."""
+    match = rng.choice(_REQUESTS[vcs])
+    times = rng.choice([1, 2, None])
+    kind = rng.choice(["stall", "trickle", "cut", "lie"])
+    # where in the answer it starts: the first byte, anywhere, or its end
+    where = rng.choice([None, rng.randrange(2000), -rng.randrange(1, 400)])
+    if kind == "stall":
+        return Fault(match, cut=where, stall=rng.uniform(0.5, 2 * _DEADLINE),
+                     times=times)
+    if kind == "trickle":
+        return Fault(match, cut=where, trickle=rng.uniform(0.2, 0.6),
+                     times=times)
+    if kind == "cut":
+        return Fault(match, cut=where or 0, times=times)
+    return Fault(match, flip=[rng.randrange(1 << 20)
+                              for _ in range(rng.randint(1, 4))],
+                 times=times)
+
+
+def _server_fault_rounds(pool, proxy, tally, prepare):
+    """Checkouts through ``proxy`` of revisions the pool lacks, from the
+    state ``prepare(kind)`` makes (a new pool, or a store that lacks the
+    revision), each with a seeded server fault: the checkout finishes
+    right or ends in one ``abort:`` line, within the deadline's bound;
+    then a rerun against the healed server must leave no
+    ``pool.problems``."""
+    rng = tally.rng
+    pool.url = pool.url_via(proxy)
+    pool.configure("sharepool.network-deadline", str(_DEADLINE))
+    rounds = campaign.size(4, 24)
+    for round_ in range(rounds):
+        kind = rng.choice(["clone", "pull"])
+        revision = prepare(kind)
+        fault = _server_fault(rng, pool.vcs)
+        proxy.faults.clear()
+        proxy.add(fault)
+        what = "round %d: %s, %r" % (round_, kind, fault)
+        try:
+            # the bound: 2 attempts, each within the deadline, and a
+            # wait, with room for a slow machine
+            faulted = subprocess.run(
+                pool.command("--purge", "-r", revision, "--networkattempts",
+                             "2"), env=pool.env, capture_output=True,
+                text=True, timeout=20 * _DEADLINE)
+        except subprocess.TimeoutExpired:
+            tally.case(False, "%s: still running after %d s"
+                       % (what, 20 * _DEADLINE))
+            continue
+        if faulted.returncode == 0:
+            wrong = pool.problems(faulted, revision, files=True)
+        elif campaign.is_clean_abort(faulted):
+            wrong = []
+        else:
+            wrong = ["exit %d: %s" % (faulted.returncode,
+                                      faulted.stderr.strip()[-300:])]
+        proxy.faults.clear()
+        wrong += pool.problems(pool.run(revision), revision, files=True)
+        tally.case(not wrong, "%s: %s" % (what, wrong))
+    print("%d rounds of server faults" % rounds)
+    tally.check()
+
+
+@pytest.mark.campaign
+@pytest.mark.slow
+@_TIMEOUT
+def test_robustcheckout_survives_a_server_that_stalls_trickles_cuts_or_lies(
+        hg, hg_source, hg_served, tmp_path, tally):
+    """hg robustcheckout through a proxy of hg serve that stalls (before
+    answering or midway), trickles, cuts or flips bytes of a seeded
+    request, for a new pool or a store that lacks the revision."""
+    pool = HgDriver(hg, hg_source, hg_served.url, tmp_path)
+
+    def prepare(kind):
+        pooling.discard(pool.pool)
+        pooling.discard(pool.dest)
+        if kind == "pull":
+            hg("clone", "-q", "-U", "-r", pool.revisions[0], pool.repo,
+               pool.store)
+        return tally.rng.choice(pool.revisions[1:])
+
+    with FlakyProxy(hg_served.url) as proxy:
+        _server_fault_rounds(pool, proxy, tally, prepare)
+
+
+@pytest.mark.campaign
+@pytest.mark.slow
+@_TIMEOUT
+def test_gitbridge_survives_a_server_that_stalls_trickles_cuts_or_lies(
+        git, git_served, tmp_path, tally):
+    """gitbridge checkout through a proxy of git http-backend that stalls,
+    trickles, cuts or flips bytes of a seeded request, for a new pool or
+    a store that lacks the commit."""
+    pool = GitDriver(git, git_served.repo, git_served, tmp_path)
+    old_store = tmp_path / "old-store.git"
+
+    with FlakyProxy(git_served.url) as proxy:
+        # the first checkout through the proxy records the URL's root
+        pool.url = pool.url_via(proxy)
+        pool.checkout("-r", pool.revisions[0])
+        key = pool.url_key = _url_key(pool.url)
+        git("init", "-q", "--bare", old_store)
+        git("-C", old_store, "fetch", "-q", pool.repo,
+            "%s:refs/pool/%s/heads/main" % (pool.revisions[0], key))
+
+        def prepare(kind):
+            pooling.discard(pool.store)
+            pooling.discard(pool.dest)
+            if kind == "pull":
+                shutil.copytree(old_store, pool.store, symlinks=True)
+            return tally.rng.choice(pool.revisions[1:])
+
+        _server_fault_rounds(pool, proxy, tally, prepare)
+
+
+def _url_key(url):
+    """gitbridge's name for a URL in the pool."""
+    return hashlib.sha256(url.encode()).hexdigest()[:20]

@@ -437,6 +437,73 @@ def test_gives_up_after_the_network_attempts(driver):
         if not name.endswith(".lock") and name != "checkouts"]
 
 
+def _store_lacking_the_tip(d, url):
+    """A pooled store that lacks the newest revision, which the checkout
+    of ``url`` then pulls (hg: a store of the first release alone; git:
+    the store of a checkout of ``url``, before a new commit)."""
+    if d.vcs == "hg":
+        d.tool("clone", "-q", "-U", "-r", d.revisions[0], d.repo, d.store)
+    else:
+        _first_checkout(d, url=url)
+        d.commit({"late.txt": "late\n"}, "late")
+
+
+#: What a trickling server spoils, and the step that then outlives its
+#: deadline, by case: its first answer, from the first byte (the lookup
+#: of revision 0, git's ls-remote); the history of a pull into an
+#: existing store, all but its last bytes at once (so a transaction is
+#: open, and git's index-pack runs, when the deadline passes).
+TRICKLES = {
+    "first request": ({"hg": "/", "git": "/"}, None, None,
+                      {"hg": "lookup", "git": "ls-remote"}),
+    "pull": ({"hg": "cmd=getbundle", "git": "command=fetch"},
+             _store_lacking_the_tip, -40, {"hg": "pull", "git": "fetch"}),
+}
+
+
+@by_vcs({vcs: list(TRICKLES) for vcs in ("hg", "git")},
+        slow=lambda vcs, case: vcs == "hg")  # 10 to 15 s
+def test_a_trickling_server_fails_each_step_at_its_deadline(driver, case):
+    """issue 27: a server that sends a byte every half second, well
+    within the timeout of each read, held a checkout in its first request
+    for ever.  Each network step now has a deadline: past it, the step
+    is interrupted and counts as a network failure (retried, then
+    ``abort:``), the pool is left sound, and a rerun against a healthy
+    server finishes."""
+    matches, prepare, cut, step = TRICKLES[case]
+    with FlakyProxy(driver.server_url) as proxy:
+        url = driver.url_via(proxy)
+        if prepare:
+            prepare(driver, url)
+        driver.configure("sharepool.network-deadline", "2")
+        tip = driver.revisions[-1]
+        proxy.add(Fault(matches[driver.vcs], cut=cut, trickle=0.5,
+                        times=None))
+        # a bound for the test only: before the deadline, the command
+        # ran for as long as the server trickled (hours)
+        proc = subprocess.run(
+            driver.command("-r", tip, "--networkattempts", "2", "--timings",
+                           url=url),
+            env=driver.env, capture_output=True, text=True, timeout=60)
+    abort = abort_line(proc)
+    assert abort.startswith("abort: reached maximum number of network "
+                            "attempts; giving up"), proc.stderr
+    said = ("%s exceeded the network deadline of 2 seconds "
+            "(sharepool.network-deadline); interrupted" % step[driver.vcs])
+    assert proc.stderr.splitlines().count(said) == 2, proc.stderr
+    assert "(retrying after network failure on attempt 1 of 2)" \
+        in proc.stderr
+    assert driver.timings(proc)["network_failures"] == 2
+    assert "Traceback" not in proc.stderr
+    if prepare:
+        assert driver.store_problems() == []
+        assert not driver.locks_left()
+    driver.checkout("-r", tip)
+    assert driver.parent() == tip
+    assert driver.changes() == ""
+    assert driver.store_problems() == []
+
+
 # Many processes, one pool: the real history --------------------------------------
 
 @pytest.fixture(params=["hg", "git"])

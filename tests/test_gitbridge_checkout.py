@@ -6,7 +6,9 @@ locks, a misbehaving proxy, concurrent checkouts) are the contract suite,
 test_checkout_contract.py."""
 
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +16,7 @@ import checkout_drivers
 from checkout_drivers import GITCONFIG, abort_line, git_commit
 from checkout_drivers import git_served  # noqa: F401 (a fixture)
 from vcsperf.harness import tools
+from vcsperf.harness.proxies import Fault, FlakyProxy
 
 
 @pytest.fixture
@@ -31,6 +34,7 @@ def gitbridge(env, home):
         return proc
 
     run.binary = binary
+    run.env = env
     return run
 
 
@@ -103,6 +107,9 @@ def test_bad_input_aborts_with_one_line(git, gitbridge, served, tmp_path):
         (["-b", "main", "--sparseprofile", "missing.sparse"],
          "abort: sparse profile missing.sparse does not exist at revision "
          + served.commits[-1]),
+        (["-b", "main", "--networkdeadline", "-5"],
+         "abort: the network deadline must be a positive number of "
+         "seconds"),
     ]
     for args, expected in cases:
         proc = gitbridge("checkout", "--sharebase", pool, *args,
@@ -201,3 +208,79 @@ def test_purge_recovers_from_a_damaged_index(git, gitbridge, served,
     assert git("-C", dest, "ls-files").split() == git(
         "-C", served.work, "ls-tree", "-r", "--name-only", tip).split()
     git("-C", dest, "fsck", "--no-progress")  # checks the index's checksum
+
+
+def _processes_naming(text):
+    """The pids of this machine's processes whose command line holds
+    ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as fh:
+                if text.encode() in fh.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+#: A ``git`` that ignores SIGTERM and does not pass it on to the real git
+#: it runs, which holds the pipes: what a parent that outlives its
+#: children's deadline looks like.
+DEAF_GIT = """#!%s
+import signal, subprocess, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sys.exit(subprocess.call(
+    [%r] + sys.argv[1:],
+    preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)))
+"""
+
+
+def test_a_fetch_past_its_deadline_is_ended_with_its_children(
+        git, gitbridge, served, tmp_path):
+    """issue 27: git fetch runs children (git-remote-http, fetch-pack,
+    index-pack) that hold its pipes; at the step's deadline the whole
+    process group is ended (here under a ``git`` that ignores SIGTERM
+    and keeps the real one running), so nothing of the fetch outlives
+    the command, and the next run finishes."""
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    deaf = tmp_path / "deaf" / "git"
+    deaf.parent.mkdir()
+    deaf.write_text(DEAF_GIT % (sys.executable, shutil.which("git")))
+    deaf.chmod(0o755)
+    env = dict(gitbridge.env, PATH="%s:%s" % (deaf.parent,
+                                              gitbridge.env["PATH"]))
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + "project.git"
+        gitbridge("checkout", "--sharebase", pool, "-b", "main", url, dest)
+        tip = git_commit(git, served.work, {"late.txt": "late\n"}, "late")
+        proxy.add(Fault("command=fetch", cut=-200, trickle=0.5, times=None))
+        # a bound for the test only: before the deadline, the fetch took
+        # as long as the server trickled
+        proc = subprocess.run(
+            [gitbridge.binary, "checkout", "--sharebase", pool,
+             "--networkdeadline", "2", "--networkattempts", "1", "-r", tip,
+             url, dest], env=env, capture_output=True, text=True,
+            timeout=60)
+        assert abort_line(proc) == (
+            "abort: reached maximum number of network attempts; giving up "
+            "(1 attempts; last failure: fetch exceeded the network deadline "
+            "of 2 seconds (sharepool.network-deadline); interrupted)")
+        assert _processes_naming(url) == []
+        proxy.faults.clear()
+        gitbridge("checkout", "--sharebase", pool, "-r", tip, url, dest)
+    assert head(git, dest) == tip
+    git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
+
+
+def test_a_ref_name_that_is_not_utf8_is_no_traceback(git, gitbridge, served,
+                                                      tmp_path):
+    """Found by the campaign (a server that lies): ls-remote printing a
+    ref name in Latin-1 ended the checkout in a UnicodeDecodeError."""
+    first, _middle, tip = served.commits
+    subprocess.run([b"git", b"-C", bytes(served.repo), b"update-ref",
+                    b"refs/heads/caf\xe9", first.encode()], env=gitbridge.env,
+                   check=True)
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b", "main",
+              served.repo_url, tmp_path / "co")
+    assert head(git, tmp_path / "co") == tip

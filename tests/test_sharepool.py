@@ -23,6 +23,7 @@ from checkout_drivers import (
 from checkout_drivers import (  # noqa: F401 (fixtures)
     hg_served, hg_source, hgrc, module_hgserve)
 from vcsperf.core import pooling
+from vcsperf.harness.proxies import Fault, FlakyProxy
 
 @pytest.fixture
 def source(hg_source):
@@ -118,6 +119,7 @@ def test_help_lists_behaviours_and_settings(hg):
                  "abandoned transaction", "--purge", "--timings",
                  "sharepool.network-attempts", "sharepool.retry-backoff",
                  "sharepool.retry-jitter-min", "sharepool.lock-timeout",
+                 "sharepool.network-deadline", "network-deadline = 3600",
                  "private-cache = true", "foreign-lock-grace = 600",
                  "robustcheckout.retryjittermin", "PERFHERDER_DATA",
                  "hg status"):
@@ -125,7 +127,7 @@ def test_help_lists_behaviours_and_settings(hg):
     options = hg("help", "robustcheckout")
     for option in ("--upstream", "--revision", "--branch", "--purge",
                    "--sharebase", "--networkattempts", "--sparseprofile",
-                   "--noupdate", "--timings"):
+                   "--noupdate", "--timings", "--networkdeadline"):
         assert option in options, option
 
 
@@ -235,6 +237,10 @@ def test_share_is_loaded_and_perfherder_line(hg, source, served, tmp_path):
     (["-b", "default", "--sparseprofile", "missing.sparse"],
      r"abort: sparse profile missing\.sparse does not exist at revision "
      r"[0-9a-f]{40}$"),
+    (["-b", "default", "--networkdeadline", "-5"],
+     r"abort: the network deadline must be a positive number of seconds$"),
+    (["-b", "default", "--config", "sharepool.network-deadline=0"],
+     r"abort: the network deadline must be a positive number of seconds$"),
 ])
 def test_bad_input_aborts_with_one_line(hg, served, tmp_path, args,
                                         expected):
@@ -362,3 +368,64 @@ def test_real_history_recovers_from_a_damaged_index_or_dirstate(
     again = checkout(hg, server.url, dest, "-r", nodes[-1])
     assert "(repo corruption" not in again.stderr
     assert "Traceback" not in again.stderr
+
+
+# The network step deadline ------------------------------------------------
+
+@pytest.mark.slow  # 20 s: a megabyte of history, served and proxied
+def test_a_pull_interrupted_at_its_deadline_rolls_back(hg, hgserve, tmp_path):
+    """issue 27: the deadline interrupts Mercurial's HTTP client, which
+    runs in this process, while a pull's transaction is open (a megabyte
+    of history arrived, its last bytes trickle): the transaction rolls
+    back, the store passes hg verify and keeps no journal, and a rerun
+    against the healthy server pulls."""
+    source = tmp_path / "source"
+    hg("init", source)
+    first = hg_commit(hg, source, {"readme.txt": "first\n"}, "first")
+    rng = random.Random(27)
+    for n in range(16):  # incompressible: the stream arrives as it goes
+        (source / ("blob%d.bin" % n)).write_bytes(rng.randbytes(65536))
+    tip = hg_commit(hg, source, {"readme.txt": "tip\n"}, "a megabyte")
+    server = hgserve(source)
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    store = pool / first
+    hg("clone", "-q", "-U", "-r", first, source, store)
+    with FlakyProxy(server.url) as proxy:
+        proxy.add(Fault("cmd=getbundle", cut=-2000, trickle=0.5, times=None))
+        # a bound for the test only: before the deadline, the pull took
+        # as long as the server trickled (17 minutes)
+        proc = subprocess.run(
+            [hg.binary, "robustcheckout", "--sharebase", pool,
+             "--networkdeadline", "2", "--networkattempts", "1", "-r", tip,
+             proxy.url, dest],
+            env=hg.env, capture_output=True, text=True, timeout=60)
+    assert abort_line(proc) == ("abort: reached maximum number of network "
+                                "attempts; giving up"), proc.stderr
+    assert ("pull exceeded the network deadline of 2 seconds "
+            "(sharepool.network-deadline); interrupted") in proc.stderr
+    assert "transaction abort!" in proc.stderr
+    assert "rollback completed" in proc.stderr
+    assert not (store / ".hg" / "store" / "journal").exists()
+    assert not os.path.lexists(store / ".hg" / "store" / "lock")
+    hg("verify", "-q", cwd=store)
+    assert hg("log", "-T", "{node}\n", cwd=store).split() == [first]
+    again = checkout(hg, server.url, dest, "-r", tip)
+    assert "(abandoned transaction found" not in again.stderr
+    assert parent(hg, dest) == tip
+    hg("verify", "-q", cwd=store)
+
+
+def test_a_garbled_lookup_answer_is_a_network_failure(hg, served, tmp_path):
+    """Found by the campaign (a server that lies): a lookup answer whose
+    node is not hex ended robustcheckout in a binascii.Error traceback.
+    It is a bad response now, retried like any network failure."""
+    with FlakyProxy(served.url) as proxy:
+        # byte 5 is in the node of "1 <node>\n"
+        proxy.add(Fault("cmd=lookup", flip=[5]))
+        proc = checkout(hg, proxy.url, tmp_path / "co", "-b", "default")
+    assert len(proxy.applied()) == 1
+    assert ("bad response from server: malformed answer to lookup: "
+            "Non-hexadecimal digit found") in proc.stderr
+    assert "(retrying after network failure on attempt 1 of 3)" \
+        in proc.stderr
+    assert "Traceback" not in proc.stderr

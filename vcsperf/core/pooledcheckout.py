@@ -14,7 +14,9 @@ engine holds what a checkout is:
   ``MAX_RESTARTS`` times;
 - network failures that a retry may cure (``network``) restart the run
   after a wait with backoff and jitter, as robustcheckout does, until the
-  request's attempts are spent;
+  request's attempts are spent; so does a network step that outlives the
+  request's ``network_deadline`` (``pooling.StepDeadline``), which the
+  adapter interrupts (``interrupt_network``);
 - locks: waited for while a live process holds them, taken over from dead
   owners (``vcsperf.core.pooling.LockPolicy``), and said so;
 - the timings and facts of the JSON timings line, and the texts of all it
@@ -55,9 +57,9 @@ class NetworkFailure(Exception):
 
 class PooledCheckout:
     """One checkout of ``request`` (url, wanted, dest, sharebase, purge,
-    noupdate, sparseprofile), sharing its network ``attempts``
-    (``pooling.NetworkAttempts``), ``lock_policy``, timer and what was
-    learnt."""
+    noupdate, sparseprofile, network_deadline), sharing its network
+    ``attempts`` (``pooling.NetworkAttempts``), ``lock_policy``, timer
+    and what was learnt."""
 
     #: Whether DEST becomes a share before the wanted revision is obtained
     #: (Mercurial pulls through the share, whose lock comes before the
@@ -77,6 +79,8 @@ class PooledCheckout:
         self.behaviors = set()
         #: The pooled store of the current attempt.
         self.store = None
+        #: The ``pooling.StepDeadline`` of the network step running now.
+        self.deadline = None
 
     # The adapter's voice -------------------------------------------------
 
@@ -107,6 +111,12 @@ class PooledCheckout:
 
     def disconnect(self):
         """Drop connections to servers (before a retry, and at the end)."""
+
+    def interrupt_network(self):
+        """Make the network I/O of the step running now fail at once: it
+        has outlived its deadline.  Called from another thread, maybe
+        more than once (see ``pooling.StepDeadline``).  An adapter whose
+        steps run processes may instead hand them ``self.deadline``."""
 
     @property
     def shown_url(self):
@@ -316,16 +326,31 @@ class PooledCheckout:
 
     # Helpers of the steps --------------------------------------------------
 
-    def network(self, operation):
-        """``operation()``; a failure a retry may cure restarts the run
-        (``NetworkFailure``), after a wait."""
-        try:
-            return operation()
-        except Exception as exc:
-            reason = self.transient(exc)
-            if reason is None:
-                raise
-            raise NetworkFailure(reason) from exc
+    def network(self, what, operation):
+        """``operation()``, the network step ``what`` ("pull", "clone"...),
+        within the request's ``network_deadline``: a failure a retry may
+        cure, or the step outliving its deadline (it is then interrupted,
+        ``interrupt_network``, and fails on its own error path, so its
+        transaction rolls back), restarts the run (``NetworkFailure``),
+        after a wait."""
+        seconds = self.request.network_deadline
+        with pooling.StepDeadline(seconds) as deadline, \
+                deadline.watching(self.interrupt_network):
+            self.deadline = deadline
+            try:
+                return operation()
+            except Exception as exc:
+                if deadline.expired:
+                    raise NetworkFailure(
+                        "%s exceeded the network deadline of %g seconds "
+                        "(sharepool.network-deadline); interrupted"
+                        % (what, seconds)) from exc
+                reason = self.transient(exc)
+                if reason is None:
+                    raise
+                raise NetworkFailure(reason) from exc
+            finally:
+                self.deadline = None
 
     @contextlib.contextmanager
     def pulling(self):

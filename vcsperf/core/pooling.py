@@ -11,6 +11,7 @@ import random
 import re
 import shutil
 import socket
+import threading
 import time
 
 #: robustcheckout's figures: the n-th retry waits (2^n - 1) * 1.5 s plus a
@@ -18,6 +19,16 @@ import time
 DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF = 1.5
 DEFAULT_JITTER = (1.0, 5.0)
+#: How long one network step (a lookup, a clone, a pull or a fetch) may
+#: take in all.  A server that trickles a byte every few seconds never
+#: trips a timeout per read; this deadline ends such a step as a network
+#: failure.  An hour, as ``sharepool.lock-timeout``: a clone that takes
+#: longer already makes every checkout waiting for its store give up.
+DEFAULT_NETWORK_DEADLINE = 3600.0
+#: Once a step is past its deadline, it is interrupted again this often
+#: (seconds) until it ends: a connection or process the step opens after
+#: the first interrupt (a client resending its request) is cut too.
+INTERRUPT_REPEAT = 1.0
 
 
 class GaveUp(Exception):
@@ -91,6 +102,100 @@ def transient_socket_error(exc):
             errno.ENETUNREACH):
         return "socket error: %s" % exc
     return None
+
+
+class StepDeadline:
+    """The deadline of one network step, as a context::
+
+        with StepDeadline(600) as deadline, deadline.watching(cut):
+            step()
+
+    Once the step has run ``seconds``, a watchdog thread sets ``expired``
+    and calls every interrupt registered with ``watching`` -- each must
+    make the step's blocked I/O fail (shut its sockets down, kill its
+    processes) and may be called again, every ``INTERRUPT_REPEAT``
+    seconds, until the block ends.  The step then fails where it does
+    network I/O, through its own error handling (a transaction rolls
+    back); the caller reads ``expired`` to say why."""
+
+    def __init__(self, seconds, repeat=INTERRUPT_REPEAT):
+        if not seconds > 0:
+            raise ValueError("a step deadline must be a positive number "
+                             "of seconds")
+        self.seconds = seconds
+        self.repeat = repeat
+        self.expired = False
+        self._interrupts = []
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, daemon=True,
+                                          name="step deadline")
+
+    def __enter__(self):
+        self._watchdog.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._ended.set()
+        self._watchdog.join()
+
+    def watching(self, interrupt):
+        """A context during which ``interrupt()`` is called at the
+        deadline (at once on entry when it has passed)."""
+        return _Watching(self, interrupt)
+
+    def _watch(self):
+        if self._ended.wait(self.seconds):
+            return
+        with self._lock:
+            self.expired = True
+        while True:
+            self._interrupt()
+            if self._ended.wait(self.repeat):
+                return
+
+    def _interrupt(self):
+        with self._lock:
+            interrupts = list(self._interrupts)
+        for interrupt in interrupts:
+            interrupt()
+
+
+class _Watching:
+    def __init__(self, deadline, interrupt):
+        self.deadline = deadline
+        self.interrupt = interrupt
+
+    def __enter__(self):
+        deadline = self.deadline
+        with deadline._lock:
+            deadline._interrupts.append(self.interrupt)
+            expired = deadline.expired
+        if expired:
+            self.interrupt()
+        return self
+
+    def __exit__(self, *exc):
+        with self.deadline._lock:
+            self.deadline._interrupts.remove(self.interrupt)
+
+
+def shut_down(sock):
+    """Shut down the connection of ``sock`` for both directions, from any
+    thread: a read blocked on it returns at once, as at the end of the
+    stream.  The socket stays open for its owner to close.  The shutdown
+    goes through a duplicate of its descriptor, so that an SSL socket's
+    state, which its owner's thread is using, is left alone."""
+    try:
+        duplicate = socket.socket(fileno=os.dup(sock.fileno()))
+    except (OSError, ValueError):  # closed already
+        return
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:  # not connected any more
+        pass
+    finally:
+        duplicate.close()
 
 
 # Locks -------------------------------------------------------------------

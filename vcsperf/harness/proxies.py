@@ -3,8 +3,9 @@ serve``, ``git http-backend``), for the tests:
 
 - ``FlakyProxy`` misbehaves on purpose: for the requests a test names, it
   cuts the response after a number of body bytes, answers with an HTTP
-  error instead, or stalls without answering.  Every other request passes
-  through unchanged.  ``log`` records each request and what was done to
+  error instead, stalls (before answering or midway), trickles the body a
+  byte at a time, or lies (flips bytes of the body).  Every other request
+  passes through unchanged.  ``log`` records each request and what was done to
   it.
 - ``RecordingProxy`` records every response as ``(path, status, body)``
   and can cut the responses to requests whose path holds a given part.
@@ -25,23 +26,41 @@ _HOP_HEADERS = {"connection", "keep-alive", "host", "proxy-connection",
 class Fault:
     """What to do to the next request that contains ``match`` in its
     method, path or body (``"cmd=getbundle"``, ``"command=fetch"``):
-    ``cut`` sends the status, the headers and that many body bytes, then
-    drops the connection; ``status`` answers with that HTTP code;
-    ``stall`` waits that many seconds, then drops the connection.
-    ``times`` is how many matching requests it applies to (None: all)."""
+    ``cut`` sends the status, the headers and that many body bytes
+    (negative: all but that many), then drops the connection; ``status`` answers with that HTTP code;
+    ``stall`` waits that many seconds, then drops the connection (after
+    the ``cut`` bytes, if given, else before answering); ``trickle``
+    sends the body (after the ``cut`` bytes, if given, at once) one byte
+    every ``trickle`` seconds, as long as the client reads; ``flip``
+    lists offsets of body bytes to invert (modulo its length), the whole
+    body then sent as if it were right.  ``times`` is how many matching
+    requests it applies to (None: all)."""
 
-    def __init__(self, match, cut=None, status=None, stall=None, times=1):
+    def __init__(self, match, cut=None, status=None, stall=None,
+                 trickle=None, flip=(), times=1):
         self.match = match
         self.cut = cut
         self.status = status
         self.stall = stall
+        self.trickle = trickle
+        self.flip = flip
         self.times = times
 
     def __repr__(self):
-        kind = ("cut=%d" % self.cut if self.cut is not None else
-                "status=%d" % self.status if self.status else
-                "stall=%gs" % self.stall)
-        return "<%s on %s>" % (kind, self.match)
+        kinds = [text % value for text, value in (
+            ("cut=%d", self.cut), ("status=%d", self.status),
+            ("stall=%gs", self.stall), ("trickle=%gs", self.trickle),
+            ("flip=%r", list(self.flip) or None)) if value is not None]
+        return "<%s on %s>" % (" ".join(kinds), self.match)
+
+    def lie(self, payload):
+        """``payload`` with the ``flip`` bytes inverted."""
+        if not payload or not self.flip:
+            return payload
+        data = bytearray(payload)
+        for offset in self.flip:
+            data[offset % len(data)] ^= 0xFF
+        return bytes(data)
 
 
 class FlakyProxy(LocalServer):
@@ -109,7 +128,8 @@ class _Handler(QuietHandler):
         body = self.rfile.read(length) if length else None
         fault = self.server_owner.fault_for("%s %s\n%s" % (
             self.command, self.path, (body or b"").decode("latin-1")))
-        if fault is not None and fault.stall is not None:
+        if fault is not None and fault.stall is not None \
+                and fault.cut is None:
             self.server_owner.record(self.command, self.path, repr(fault))
             time.sleep(fault.stall)
             self._drop()
@@ -125,15 +145,36 @@ class _Handler(QuietHandler):
             return
         _, payload = _forward(self, body)
         self.end_headers()
-        if fault is not None and fault.cut is not None:
-            self.server_owner.record(self.command, self.path, repr(fault))
+        if fault is None:
+            self.server_owner.record(self.command, self.path, "passed")
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            return
+        self.server_owner.record(self.command, self.path, repr(fault))
+        payload = fault.lie(payload)
+        if fault.cut is not None:
             self.wfile.write(payload[:fault.cut])
             self.wfile.flush()
-            self._drop()
-            return
-        self.server_owner.record(self.command, self.path, "passed")
-        if self.command != "HEAD":
+            payload = payload[fault.cut:] if fault.trickle else b""
+        if fault.trickle:
+            self._trickle(payload, fault.trickle)
+        elif fault.cut is None:
             self.wfile.write(payload)
+            return
+        if fault.stall:
+            time.sleep(fault.stall)
+        self._drop()
+
+    def _trickle(self, payload, interval):
+        """Send ``payload`` a byte every ``interval`` seconds, until the
+        client goes away."""
+        for offset in range(len(payload)):
+            time.sleep(interval)
+            try:
+                self.wfile.write(payload[offset:offset + 1])
+                self.wfile.flush()
+            except OSError:
+                return
 
     def _drop(self):
         self.close_connection = True
