@@ -734,3 +734,24 @@ def test_symlink_to_a_special_file(env, hg, tmp_path, target):
     assert importer["status"] == "passed", importer
     assert importer["facts"]["symlinks left out"] == 1
     assert importer["facts"]["python files compiled"] == 2
+
+
+def test_demo_workdir_keeps_the_files_there(tmp_path, monkeypatch):
+    """``vcsperf demo --workdir DIR`` removed DIR at the end, whatever it
+    held: it builds in a directory of its own in DIR, and removes only
+    that."""
+    from vcsperf.check import demo
+    from vcsperf.harness import history
+    sources = history.installed_sources
+    monkeypatch.setattr(history, "installed_sources", lambda: list(
+        sources(distributions=("pycparser",)))[:3])
+    for name in FEATURE_FUNCTIONS + ["git_checkouts"]:
+        monkeypatch.setattr(runner, name, lambda check, work: "skipped")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert demo.run_demo(str(mine)) == 0
+    assert os.listdir(mine) == ["notes.txt"]
+    assert demo.run_demo(str(mine), json_path=str(
+        tmp_path / "nowhere" / "x.json")) == 255
+    assert os.listdir(mine) == ["notes.txt"]

@@ -15,8 +15,8 @@ def main(argv=None):
     demo_parser = commands.add_parser(
         "demo", help="build a repository from real content offline, run "
         "vcsperf check on it: every feature beside core Mercurial")
-    demo_parser.add_argument("--workdir", help="build here instead of a "
-                             "temporary directory")
+    demo_parser.add_argument("--workdir", help="build in a new directory "
+                             "here instead of in the temporary directory")
     demo_parser.add_argument("--keep", action="store_true",
                              help="keep the scratch directory")
     demo_parser.add_argument("--json", help="also write the report to "
