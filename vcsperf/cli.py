@@ -37,9 +37,10 @@ def main(argv=None):
                               "(default: twice the square root of the "
                               "history, at least 200)")
     check_parser.add_argument("--resume", metavar="DIR",
-                              help="keep the run's scratch and state in DIR, "
-                              "and continue the run DIR holds, if any, from "
-                              "its last completed feature")
+                              help="keep the run's scratch and state in "
+                              "DIR/vcsperf-check (the only part of DIR it "
+                              "removes), and continue the run DIR holds, if "
+                              "any, from its last completed feature")
     check_parser.add_argument("--json", help="also write the report to "
                               "this file")
     check_parser.add_argument("--scratch", help="where the copies go "

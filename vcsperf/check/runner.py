@@ -21,10 +21,11 @@ length; without it, on the copy, in time linear in the store.  The
 features, each on its own directory, removed when it is done:
 
 dictionaries
-  train dictionaries on a clone, convert it to ``zstd-dict`` (zstdstore)
-  with them in one rewrite, run ``hg verify``, and compare the full text
-  of every revision of every revlog with the copy as it was; sizes and
-  full-text read speed beside the engine the repository uses.
+  train dictionaries on a hardlinked copy, convert it to ``zstd-dict``
+  (zstdstore) with them in one rewrite, run ``hg verify``, and compare
+  the full text of every revision of every revlog with the copy as it
+  was; sizes and full-text read speed beside the engine the repository
+  uses.
 wire
   pulls by core zstd and by wirezstd (the whole history and the last 100
   changesets): bytes received and server CPU.
@@ -64,12 +65,24 @@ and the report says how far off both were.  Every step shows its progress
 on stderr, with an ETA: a live line on a terminal, a line every 30 seconds
 elsewhere.
 
-With ``--resume DIR`` the scratch directory is DIR, with the run's state
-in it, written after each completed feature: a run killed or interrupted
-keeps DIR, and the same command continues it from its last completed
-feature; the finished report is the one an uninterrupted run gives (its
-timings aside).  ``vcsperf demo`` runs the same checks on the repository
-it builds.
+With ``--resume DIR`` the scratch directory is ``DIR/vcsperf-check``,
+which the run makes, marks as its own with a file in it, and keeps its
+state in, written after each completed feature: a run killed or
+interrupted keeps it, and the same command continues it from its last
+completed feature; the finished report is the one an uninterrupted run
+gives (its timings aside).  At the end the run removes that directory
+only (and DIR, if it made DIR and DIR is empty): nothing else of DIR is
+touched, a ``vcsperf-check`` it did not mark is refused, and so is a DIR
+that holds the repository under test (or ``--git``'s), or a DIR or
+``--scratch`` inside one's ``.hg``.  ``--json FILE`` is checked before
+anything runs and written by write-then-rename.
+
+The features work on the visible changesets (hidden ones are neither
+pulled nor cloned; the dictionaries compare the copy with its converted
+copy, hidden changesets and all), leave out changesets with
+subrepositories where they would check them out or rebase them, take
+file names as hg stores them (any byte), and read only regular files.
+``vcsperf demo`` runs the same checks on the repository it builds.
 """
 
 import contextlib
