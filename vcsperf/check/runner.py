@@ -1046,7 +1046,12 @@ class Check:
             return state
         before = _fingerprint(self.source)
         info = self._inspect()
-        os.makedirs(self.scratch_root, exist_ok=True)
+        try:
+            os.makedirs(self.scratch_root, exist_ok=True)
+        except OSError as err:
+            raise Abort("cannot make %s: %s" % (self.scratch_root,
+                                                err.strerror),
+                        hint="give --scratch a directory you can write to")
         disk = self.estimate_disk(info)
         need = self.disk_needed(disk)
         free = pooling.free_space(self.scratch_root)
@@ -1118,8 +1123,14 @@ class Check:
         if self.resume:
             self.scratch = self._run_dir()
         else:
-            self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
-                                            dir=self.scratch_root)
+            try:
+                self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
+                                                dir=self.scratch_root)
+            except OSError as err:
+                raise Abort("cannot write in %s: %s" % (self.scratch_root,
+                                                        err.strerror),
+                            hint="give --scratch a directory you can write "
+                            "to")
         self.features = state["features"]
         self.steps = state["steps"]
         self._peak_step = state["memory"]
@@ -1151,7 +1162,15 @@ class Check:
                                  _duration(total), pooling.format_bytes(need),
                                  pooling.format_bytes(state["free"]),
                                  self.scratch))
-            self._run_features()
+            try:
+                self._run_features()
+            except OSError as err:
+                # The features report their own; this is the scratch
+                # directory itself failing (removed, full, read-only).
+                raise Abort("the run cannot go on in %s: %s"
+                            % (self.scratch, err),
+                            hint="check the directory, then run the "
+                            "command again")
             completed = True
         finally:
             signal.signal(signal.SIGTERM, previous)
