@@ -590,8 +590,10 @@ def _made_by_check(run_dir):
 
 
 def _state_digest(state):
+    """What tells the state as the run wrote it from one damaged or
+    edited since (JSON is ASCII: ``ensure_ascii``)."""
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode(
-        "utf-8", "surrogatepass")).hexdigest()
+        "ascii")).hexdigest()
 
 
 def _write_replacing(path, text):
@@ -600,8 +602,7 @@ def _write_replacing(path, text):
     fd, temporary = tempfile.mkstemp(prefix=".%s-" % os.path.basename(path),
                                      dir=os.path.dirname(path) or ".")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8",
-                       errors="surrogateescape") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -941,9 +942,17 @@ class Check:
             raise Abort("cannot make %s: %s" % (run_dir, err.strerror),
                         hint="give --resume a directory you can write to")
         else:
-            with open(os.path.join(run_dir, MARKER_FILE), "w") as fh:
-                json.dump({"made_by": "vcsperf check",
-                           "made_parent": made_parent}, fh)
+            try:
+                with open(os.path.join(run_dir, MARKER_FILE), "w") as fh:
+                    json.dump({"made_by": "vcsperf check",
+                               "made_parent": made_parent}, fh)
+            except OSError as err:
+                # just made, and not yet known as the run's by another
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise Abort("cannot write in %s: %s" % (run_dir,
+                                                        err.strerror),
+                            hint="give --resume a directory you can write "
+                            "to")
         path = os.path.join(run_dir, LOCK_FILE)
         try:
             lock = open(path, "a")
