@@ -614,6 +614,7 @@ def test_json_written_by_rename(hg, tmp_path, monkeypatch):
             if b == str(out / "report.json")] == [str(out)]
 
 
+@pytest.mark.slow
 def test_repository_that_has_commit_ids(hg, tmp_path, monkeypatch):
     """issue 27: every changeset had an ID already, ``commitid-add``
     exits 1 (nothing to add): the feature passes."""
