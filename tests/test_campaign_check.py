@@ -102,7 +102,8 @@ def _hostile_name(rng, index):
         stem = rng.choice([b"glob:x", b"re:.*", b"path:", b"listfile:f",
                            b"set:all()", b"-r tip", b"--config=x"])
     elif kind == 4:
-        stem = b"n" * rng.randint(200, 252)
+        # the longest a name may be: 255 bytes with "hNN-" and ".py"
+        stem = b"n" * rng.randint(200, 247)
     else:
         depth = rng.randint(5, 12)
         stem = b"/".join([b"d" * rng.randint(100, 200)] * depth)
