@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -14,6 +15,8 @@ import pytest
 
 from vcsperf.check import runner
 from vcsperf.harness import tools
+
+import campaign
 
 FEATURES = ["dictionaries", "wire", "bundles", "checkouts", "commit IDs",
             "importer"]
@@ -69,17 +72,18 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                               env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL,
                               start_new_session=True)
-    state = resume / runner.STATE_FILE
+    state = resume / runner.RUN_DIR / runner.STATE_FILE
     try:
         deadline = time.monotonic() + 300
         while not (state.exists() and json.loads(state.read_text())[
-                "features"]):
+                "state"]["features"]):
             assert killed.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
     finally:
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
-    done = [f["name"] for f in json.loads(state.read_text())["features"]]
+    done = [f["name"] for f in json.loads(state.read_text())["state"][
+        "features"]]
     # the first two run side by side
     assert done[0] in ("dictionaries", "commit IDs")
     assert not report_path.exists()
@@ -414,11 +418,12 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     _only_the_copy(monkeypatch, feature)
     with pytest.raises(KeyboardInterrupt):
         runner.Check(str(real_hg_repo), resume=str(resume)).run()
-    state = json.loads((resume / runner.STATE_FILE).read_text())
+    state = json.loads((resume / runner.RUN_DIR / runner.STATE_FILE
+                        ).read_text())["state"]
     assert sorted(calls[:2]) == ["commit-IDs", "dictionaries"]
     assert [f["name"] for f in state["features"]] == ["dictionaries",
                                                       "commit IDs"]
-    assert (resume / "copy" / ".hg" / "store").is_dir()
+    assert (resume / runner.RUN_DIR / "copy" / ".hg" / "store").is_dir()
     with pytest.raises(runner.Abort, match="other options"):
         runner.Check(str(real_hg_repo), quick=True, resume=str(resume)).run()
     report = runner.Check(str(real_hg_repo), resume=str(resume)).run()
@@ -490,3 +495,264 @@ def test_interrupt_stops_the_feature_beside(real_hg_repo, tmp_path,
     # every command of commit IDs ran with its directory still there
     assert all(commands)
     assert os.listdir(scratch) == []
+
+
+# issue 27: what the check removes, and the repositories it must work on --
+
+def _small_repo(hg, path, commits=6, config=()):
+    """A repository of ``commits`` linear changesets, each changing a
+    Python file and a text file."""
+    hg("init", path)
+    for i in range(commits):
+        (path / ("a%d.py" % i)).write_text("x = %d\n" % i)
+        with open(path / "b.txt", "a") as fh:
+            fh.write("%d\n" % i)
+        hg(*config, "commit", "-q", "-A", "-m", "change %d" % i, cwd=path)
+    return path
+
+
+def _run_only(monkeypatch, features, repo, **options):
+    """Run the check with only ``features`` (FEATURE_FUNCTIONS names), the
+    others skipped; the report."""
+    for name in FEATURE_FUNCTIONS:
+        if name not in features:
+            monkeypatch.setattr(runner, name,
+                                lambda check, work: "not in this test")
+    return runner.Check(str(repo), **options).run()
+
+
+def _statuses(report):
+    return {f["name"]: (f["status"], f["error"]) for f in report["features"]
+            if f["error"] != "not in this test"}
+
+
+def test_resume_dot_keeps_the_files_there(hg, tmp_path, monkeypatch):
+    """issue 27: ``--resume .`` removed the whole current directory at
+    the end.  The run removes only the directory it made in it."""
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    here = tmp_path / "work"
+    (here / "notes").mkdir(parents=True)
+    (here / "notes" / "todo.txt").write_text("mine\n")
+    (here / "report.txt").write_text("mine too\n")
+    monkeypatch.chdir(here)
+    report = _run_only(monkeypatch, [], repo, resume=".")
+    assert report["passed"]
+    assert sorted(os.listdir(here)) == ["notes", "report.txt"]
+    assert (here / "notes" / "todo.txt").read_text() == "mine\n"
+    assert (here / "report.txt").read_text() == "mine too\n"
+
+
+@pytest.mark.parametrize("where", ["repository", "parent", "inside .hg"])
+def test_resume_holding_the_repository_is_refused(hg, tmp_path,
+                                                  monkeypatch, where):
+    """issue 27: ``--resume DIR`` with the repository in DIR removed the
+    repository at the end; DIR is refused before anything is written."""
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    resume = {"repository": repo, "parent": tmp_path,
+              "inside .hg": repo / ".hg" / "run"}[where]
+    before = _digest_tree(tmp_path)
+    with pytest.raises(runner.Abort, match="holds the repository|inside"):
+        _run_only(monkeypatch, [], repo, resume=str(resume))
+    assert _digest_tree(tmp_path) == before
+    hg("verify", "-q", cwd=repo)
+
+
+def test_resume_keeps_what_it_did_not_make(hg, tmp_path, monkeypatch):
+    """A directory named as the run's but without its marker is not
+    taken (nor removed); files put in DIR during the run stay; DIR made
+    by the run goes at the end when it is empty, not otherwise."""
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    foreign = tmp_path / "foreign"
+    (foreign / runner.RUN_DIR).mkdir(parents=True)
+    (foreign / runner.RUN_DIR / "data").write_text("not the check's\n")
+    with pytest.raises(runner.Abort, match="not made by vcsperf check"):
+        _run_only(monkeypatch, [], repo, resume=str(foreign))
+    assert (foreign / runner.RUN_DIR / "data").read_text() == \
+        "not the check's\n"
+    made = tmp_path / "made"
+
+    def drop_a_file(check, work):
+        (made / "added-meanwhile").write_text("user\n")
+
+    _run_only(monkeypatch, [], repo, resume=str(made))
+    assert not made.exists()
+    monkeypatch.setattr(runner, "importer", drop_a_file)
+    assert runner.Check(str(repo), resume=str(made)).run()["passed"]
+    assert os.listdir(made) == ["added-meanwhile"]
+
+
+def test_json_path_checked_before_the_run(env, hg, tmp_path):
+    """issue 27: ``--json /nonexistent/x.json`` ran the whole check, then
+    ended in a traceback; it is refused first, in one line."""
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    for path in (tmp_path / "nonexistent" / "x.json", tmp_path):
+        proc = subprocess.run(
+            [tools.executable("vcsperf"), "check", "--repo", str(repo),
+             "--json", str(path)], env=env, capture_output=True, text=True,
+            timeout=30)
+        assert proc.returncode == 255, proc.stderr
+        assert proc.stderr.startswith("abort: cannot write the report to "
+                                      "%s" % path)
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_json_written_by_rename(hg, tmp_path, monkeypatch):
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in FEATURE_FUNCTIONS:
+        monkeypatch.setattr(runner, name, lambda check, work: "skipped")
+    renames = []
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (
+        renames.append((a, b)), replace(a, b)))
+    check = runner.Check(str(repo), scratch=str(tmp_path))
+    assert runner.report_run(check, str(out / "report.json")) == 0
+    assert os.listdir(out) == ["report.json"]
+    assert json.loads((out / "report.json").read_text())["passed"]
+    assert [os.path.dirname(a) for a, b in renames
+            if b == str(out / "report.json")] == [str(out)]
+
+
+@pytest.mark.slow
+def test_repository_that_has_commit_ids(hg, tmp_path, monkeypatch):
+    """issue 27: every changeset had an ID already, ``commitid-add``
+    exits 1 (nothing to add): the feature passes."""
+    repo = _small_repo(hg, tmp_path / "repo", 6,
+                       ["--config", "extensions.commitid="])
+    assert "MozReview-Commit-ID:" in hg("log", "-r", "tip", "-T", "{desc}",
+                                        cwd=repo)
+    report = _run_only(monkeypatch, ["commit_ids"], repo,
+                       scratch=str(tmp_path))
+    assert _statuses(report) == {"commit IDs": ("passed", None)}
+
+
+def _with_hidden_changeset(hg, path):
+    """A repository whose revision 3 was amended: revision 3 is hidden,
+    revisions 4 and 5 were rebased onto its successor."""
+    repo = _small_repo(hg, path, 6)
+    evolve = ["--config", "experimental.evolution=all"]
+    hg("update", "-q", "-r", "3", cwd=repo)
+    (repo / "a3.py").write_text("x = 33\n")
+    hg(*evolve, "commit", "-q", "--amend", "-m", "change 3, amended",
+       cwd=repo)
+    hg(*evolve, "--config", "extensions.rebase=", "rebase", "-q", "-r",
+       "4::5", "-d", ".", cwd=repo)
+    hidden = hg(*evolve, "log", "--hidden", "-r", "hidden()", "-T", "{rev}\n",
+                cwd=repo).split()
+    assert hidden == ["3", "4", "5"]
+    return repo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("feature", ["dictionaries", "checkouts",
+                                     "commit_ids", "wire"])
+def test_repository_with_obsolescence_markers(hg, tmp_path, monkeypatch,
+                                              feature):
+    """issue 27: with hidden changesets the dictionaries compared a clone
+    (without them) with the copy (with them), the wire expected them in
+    the pull, and checkouts and commit IDs picked them or their revision
+    numbers.  (The bundles feature needs bundlegen to carry the markers,
+    another part of issue 27.)"""
+    repo = _with_hidden_changeset(hg, tmp_path / "repo")
+    report = _run_only(monkeypatch, [feature], repo, scratch=str(tmp_path))
+    statuses = _statuses(report)
+    assert [status for status, _ in statuses.values()] == ["passed"], \
+        statuses
+    assert report["changesets"] == 6
+
+
+@pytest.mark.slow
+def test_repository_with_subrepos(hg, tmp_path, monkeypatch):
+    """issue 27: the commit IDs feature rebased changesets whose tree held
+    a subrepository, which hg looked for beside the copy; it now takes a
+    run of history without one.  Checkouts skip them as before."""
+    repo = _small_repo(hg, tmp_path / "repo", 6)
+    _small_repo(hg, repo / "sub", 1)
+    (repo / ".hgsub").write_text("sub = sub\n")
+    hg("add", "-q", ".hgsub", cwd=repo)
+    hg("commit", "-q", "-m", "a subrepository", cwd=repo)
+    for i in range(3):
+        (repo / "b.txt").write_text("%d\n" % i)
+        hg("commit", "-q", "-m", "after %d" % i, cwd=repo)
+    report = _run_only(monkeypatch, ["commit_ids", "checkouts"], repo,
+                       scratch=str(tmp_path), quick=True)
+    assert _statuses(report) == {"checkouts": ("passed", None),
+                                 "commit IDs": ("passed", None)}
+
+
+def _commit_file(hg, repo, name, content=b"x = 1\n"):
+    path = os.path.join(os.fsencode(str(repo)), name)
+    with open(path, "wb") as fh:
+        fh.write(content)
+    hg("add", "-q", os.fsdecode(path), cwd=repo)
+    hg("commit", "-q", "-m", "add a file", cwd=repo)
+
+
+@pytest.mark.parametrize("name", [b"form\x0cfeed.py", b"caf\xe9.py",
+                                  b"test[1].py", b"star*.py"])
+def test_file_names_the_importer_takes(hg, tmp_path, monkeypatch, name):
+    """issue 27: a form feed in a name cut the file list (``splitlines``),
+    a byte that is not UTF-8 stopped it (strict decoding): the check could
+    not start; ``test[1].py`` was a glob of ``listfile:``, so the
+    importer's archive left it out."""
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    _commit_file(hg, repo, name)
+    report = _run_only(monkeypatch, ["importer"], repo,
+                       scratch=str(tmp_path))
+    assert _statuses(report) == {"importer": ("passed", None)}
+    facts = report["features"][-1]["facts"]
+    assert facts["python files"] == facts["compile after the rewrite"] == 3
+    assert report["files_at_tip"] == 4
+
+
+_IMPORTER_ONLY = """
+import json, sys
+from vcsperf.check import runner
+for name in ("dictionaries", "bundles", "wire", "checkouts", "commit_ids"):
+    setattr(runner, name, lambda check, work: "not in this test")
+report = runner.Check(sys.argv[1], scratch=sys.argv[2]).run()
+print(json.dumps(report["features"]))
+"""
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_symlink_to_a_special_file(env, hg, tmp_path, target):
+    """issue 27: a tracked ``x.py -> /dev/zero`` made the importer read
+    until memory ran out, one to a FIFO made it wait forever: symlinks are
+    not compiled, and only regular files are read."""
+    repo = _small_repo(hg, tmp_path / "repo", 2)
+    if target == "fifo":
+        target = str(tmp_path / "fifo")
+        os.mkfifo(target)
+    os.symlink(target, repo / "x.py")
+    hg("commit", "-q", "-A", "-m", "a symlink", cwd=repo)
+    proc = campaign.run_bounded(
+        [sys.executable, "-c", _IMPORTER_ONLY, str(repo), str(tmp_path)],
+        env=env, address_space=1 << 30, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    importer = json.loads(proc.stdout.splitlines()[-1])[-1]
+    assert importer["status"] == "passed", importer
+    assert importer["facts"]["symlinks left out"] == 1
+    assert importer["facts"]["python files compiled"] == 2
+
+
+def test_demo_workdir_keeps_the_files_there(tmp_path, monkeypatch):
+    """``vcsperf demo --workdir DIR`` removed DIR at the end, whatever it
+    held: it builds in a directory of its own in DIR, and removes only
+    that."""
+    from vcsperf.check import demo
+    from vcsperf.harness import history
+    sources = history.installed_sources
+    monkeypatch.setattr(history, "installed_sources", lambda: list(
+        sources(distributions=("pycparser",)))[:3])
+    for name in FEATURE_FUNCTIONS + ["git_checkouts"]:
+        monkeypatch.setattr(runner, name, lambda check, work: "skipped")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert demo.run_demo(str(mine)) == 0
+    assert os.listdir(mine) == ["notes.txt"]
+    assert demo.run_demo(str(mine), json_path=str(
+        tmp_path / "nowhere" / "x.json")) == 255
+    assert os.listdir(mine) == ["notes.txt"]

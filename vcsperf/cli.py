@@ -17,8 +17,8 @@ def main(argv=None):
     demo_parser = commands.add_parser(
         "demo", help="build a repository from real content offline, run "
         "vcsperf check on it: every feature beside core Mercurial")
-    demo_parser.add_argument("--workdir", help="build here instead of a "
-                             "temporary directory")
+    demo_parser.add_argument("--workdir", help="build in a new directory "
+                             "here instead of in the temporary directory")
     demo_parser.add_argument("--keep", action="store_true",
                              help="keep the scratch directory")
     demo_parser.add_argument("--json", help="also write the report to "
@@ -39,9 +39,10 @@ def main(argv=None):
                               "(default: twice the square root of the "
                               "history, at least 200)")
     check_parser.add_argument("--resume", metavar="DIR",
-                              help="keep the run's scratch and state in DIR, "
-                              "and continue the run DIR holds, if any, from "
-                              "its last completed feature")
+                              help="keep the run's scratch and state in "
+                              "DIR/vcsperf-check (the only part of DIR it "
+                              "removes), and continue the run DIR holds, if "
+                              "any, from its last completed feature")
     check_parser.add_argument("--json", help="also write the report to "
                               "this file")
     check_parser.add_argument("--scratch", help="where the copies go "

@@ -10,30 +10,46 @@ from vcsperf.core import pooling
 from vcsperf.harness import history, servers, tools
 
 
-def _without_subrepos(check, env, rev):
-    """Whether revision ``rev`` of the copy has no subrepositories, whose
-    checkout would reach for their servers (a converted Git submodule
-    aborts: git subrepos are not allowed by default)."""
-    return not check.hg(["files", "-R", check.base, "-r", rev,
-                         "-I", "path:.hgsub"], env, check=False).strip()
+def _usable_node(check, env, rev):
+    """The node of revision ``rev`` of the copy when a stock clone can
+    check it out: visible (a hidden changeset is not served) and without
+    subrepositories, whose checkout would reach for their servers (a
+    converted Git submodule aborts: git subrepos are not allowed by
+    default); else None."""
+    return check.hg(["log", "-R", check.base, "-r",
+                     "%d and not contains('path:.hgsub')" % rev,
+                     "-T", "{node}"], env, check=False).strip() or None
+
+
+#: Both clients take obsolescence markers, as a user's of a repository
+#: that has them does: robustcheckout stream-clones its pool, which a
+#: server with markers refuses to a client that cannot take them.
+CLIENT_CONFIG = "[experimental]\nevolution = all\n"
 
 
 def checkouts(check, work):
     core = check.hg_env()
-    ours = check.hg_env(["sharepool", "share"])
-    total = check.base_changesets
-    revs = history.spread(range(total - 1, -1, -1), check.checkouts_count(),
-                          usable=lambda rev: _without_subrepos(check, core,
-                                                               rev))
+    plain = check.hg_env(config=CLIENT_CONFIG)
+    ours = check.hg_env(["sharepool", "share"], CLIENT_CONFIG)
+    # Revision numbers count hidden changesets too.
+    tip = int(check.hg(["log", "-R", check.base, "-r", "tip", "-T",
+                        "{rev}"], core))
+    nodes = {}
+
+    def usable(rev):
+        nodes[rev] = _usable_node(check, core, rev)
+        return nodes[rev] is not None
+
+    revs = history.spread(range(tip, -1, -1), check.checkouts_count(),
+                          usable=usable)
     if len(revs) < 2:
-        return "fewer than 2 revisions without subrepositories"
-    nodes = [check.hg(["log", "-R", check.base, "-r", rev, "-T", "{node}"],
-                      core) for rev in revs]
+        return "fewer than 2 visible revisions without subrepositories"
+    nodes = [nodes[rev] for rev in revs]
     with servers.HgServer(core, check.base) as server:
         _pooled_checkouts(
             check, work, nodes, "hg clone",
             lambda node, dest: check.hg(["clone", "-q", "-u", node,
-                                         server.url, dest], core),
+                                         server.url, dest], plain),
             "robustcheckout",
             lambda node, dest, pool: check.hg([
                 "robustcheckout", "--sharebase", pool, "-r", node,

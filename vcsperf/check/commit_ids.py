@@ -8,6 +8,7 @@ import time
 from vcsperf.check import checkcmds
 from vcsperf.check.outcome import Failed
 from vcsperf.core import commitids
+from vcsperf.harness import tools
 
 def rewritten(quick):
     """Changesets the feature rewrites, at most."""
@@ -15,29 +16,43 @@ def rewritten(quick):
 
 
 def _linear_slice(check, env, length):
-    """Revisions ``(first, last)`` of the newest linear run of history
-    (no merges, each changeset the only child of the one before, each
-    touching files), at most ``length`` long."""
-    out = check.hg(["log", "-R", check.base, "-r", "last(all(), 5000)",
-                    "-T", "{rev} {p1rev} {p2rev} {files|count}\n"], env)
-    rows = [tuple(map(int, line.split())) for line in out.splitlines()]
+    """Nodes ``(first, last)`` of the newest linear run of history (no
+    merges, each changeset the only child of the one before, each touching
+    files, none of them nor the parent of the first with
+    subrepositories, which a rebase reaches for), at most ``length``
+    long."""
+    newest = "last(all(), 5000)"
+    out = check.hg(["log", "-R", check.base, "-r", newest,
+                    "-T", "{rev} {p1rev} {p2rev} {files|count} {node}\n"],
+                   env)
+    rows = [line.split() for line in out.splitlines()]
+    rows = [tuple(map(int, row[:4])) + (row[4],) for row in rows]
+    with_subrepos = set()
+    # Only a history that ever had a .hgsub has its manifests read.
+    if check.hg(["log", "-R", check.base, "-r", "file('path:.hgsub')",
+                 "-l", "1", "-T", "x"], env):
+        with_subrepos = set(map(int, check.hg([
+            "log", "-R", check.base, "-r", "(%s + parents(%s)) and "
+            "contains('path:.hgsub')" % (newest, newest), "-T",
+            "{rev}\n"], env).split()))
     children = {}
-    for rev, p1, p2, _ in rows:
+    for rev, p1, p2, _, _ in rows:
         for parent in (p1, p2):
             children[parent] = children.get(parent, 0) + 1
     best = None
     run = []
-    for rev, p1, p2, files in rows:
-        linear = p2 == -1 and files > 0 and p1 != -1
-        if linear and run and p1 == run[-1] and children[p1] == 1:
-            run.append(rev)
+    for rev, p1, p2, files, node in rows:
+        linear = (p2 == -1 and files > 0 and p1 != -1
+                  and not {rev, p1} & with_subrepos)
+        if linear and run and p1 == run[-1][0] and children[p1] == 1:
+            run.append((rev, node))
         else:
-            run = [rev] if linear else []
+            run = [(rev, node)] if linear else []
         if run and (best is None or len(run) >= min(len(best), length)):
             best = run[-length:]
     if not best or len(best) < 3:
         return None
-    return best[0], best[-1]
+    return best[0][1], best[-1][1], len(best)
 
 
 def commit_ids(check, work):
@@ -50,17 +65,25 @@ def commit_ids(check, work):
     length = rewritten(check.quick)
     found = _linear_slice(check, core, length)
     if found is None:
-        return "the history has no linear run of 3 changesets to rewrite"
-    first, last = found
+        return ("the history has no linear run of 3 changesets without "
+                "subrepositories to rewrite")
+    # Nodes, not revision numbers: the clone has no hidden changesets.
+    first, last, count = found
     repo = os.path.join(work, "repo")
-    with check.step("clone, give %d changesets commit IDs"
-                    % (last - first + 1), timed=False):
+    with check.step("clone, give %d changesets commit IDs" % count,
+                    timed=False):
         check.hg(["clone", "-q", "-U", check.base, repo], core)
-        check.hg(["phase", "--draft", "--force", "-r", "%d::" % first],
+        check.hg(["phase", "--draft", "--force", "-r", "%s::" % first],
                  ours, cwd=repo)
-        check.hg(["commitid-add", "-r", "%d::%d" % (first, last)], ours,
-                 cwd=repo)
-    with_ids = "successors(%d::%d) - obsolete()" % (first, last)
+        try:
+            check.hg(["commitid-add", "-r", "%s::%s" % (first, last)], ours,
+                     cwd=repo)
+        except tools.CommandError as err:
+            # Exit 1: every changeset has its ID already.
+            if err.returncode != 1 or "no changeset needs a commit ID" \
+                    not in err.stdout:
+                raise
+    with_ids = "successors(%s::%s) - obsolete()" % (first, last)
     old = commitids.read_series(repo, with_ids, hidden=True, env=ours)
     if any(c.commit_id is None for c in old):
         raise Failed("commitid-add left %d changesets without an ID"
@@ -105,8 +128,8 @@ def commit_ids(check, work):
                   "higher", "core obsolescence markers")
     check.compare("mapping seconds", marker_seconds, id_seconds, "seconds",
                   "lower", "core obsolescence markers")
-    check.fact("slice", "%d changesets, revisions %d to %d"
-               % (len(old), first, last))
+    check.fact("slice", "%d changesets, %s to %s"
+               % (len(old), first[:12], last[:12]))
     check.fact("folded", folds)
     problems = []
     if len(new) != len(old) - folds:

@@ -9,6 +9,7 @@ import tempfile
 import time
 
 from vcsperf.check import runner
+from vcsperf.core.errors import Abort, print_abort
 from vcsperf.harness import history, tools
 
 
@@ -26,10 +27,17 @@ def _progress(label, total):
 
 
 def run_demo(workdir=None, keep=False, json_path=None):
-    """Build the repositories under ``workdir`` (default: a temporary
-    directory, removed afterwards unless ``keep``) and check them; the
-    exit status of ``vcsperf check``."""
-    scratch = workdir or tempfile.mkdtemp(prefix="vcsperf-demo-")
+    """Build the repositories in a new directory under ``workdir``
+    (default: the temporary directory), removed afterwards unless
+    ``keep``, and check them; the exit status of ``vcsperf check``.
+    Nothing else of ``workdir`` is touched."""
+    try:
+        runner.check_output(json_path)
+    except Abort as abort:
+        return print_abort(abort)
+    if workdir:
+        os.makedirs(workdir, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="vcsperf-demo-", dir=workdir)
     try:
         env = tools.isolated_env(scratch)
         repo = os.path.join(scratch, "repo")

@@ -21,10 +21,11 @@ length; without it, on the copy, in time linear in the store.  The
 features, each on its own directory, removed when it is done:
 
 dictionaries
-  train dictionaries on a clone, convert it to ``zstd-dict`` (zstdstore)
-  with them in one rewrite, run ``hg verify``, and compare the full text
-  of every revision of every revlog with the copy as it was; sizes and
-  full-text read speed beside the engine the repository uses.
+  train dictionaries on a hardlinked copy, convert it to ``zstd-dict``
+  (zstdstore) with them in one rewrite, run ``hg verify``, and compare
+  the full text of every revision of every revlog with the copy as it
+  was; sizes and full-text read speed beside the engine the repository
+  uses.
 wire
   pulls by core zstd and by wirezstd (the whole history and the last 100
   changesets): bytes received and server CPU.
@@ -64,21 +65,35 @@ and the report says how far off both were.  Every step shows its progress
 on stderr, with an ETA: a live line on a terminal, a line every 30 seconds
 elsewhere.
 
-With ``--resume DIR`` the scratch directory is DIR, with the run's state
-in it, written after each completed feature: a run killed or interrupted
-keeps DIR, and the same command continues it from its last completed
-feature; the finished report is the one an uninterrupted run gives (its
-timings aside).  ``vcsperf demo`` runs the same checks on the repository
-it builds.
+With ``--resume DIR`` the scratch directory is ``DIR/vcsperf-check``,
+which the run makes, marks as its own with a file in it, and keeps its
+state in, written after each completed feature: a run killed or
+interrupted keeps it, and the same command continues it from its last
+completed feature; the finished report is the one an uninterrupted run
+gives (its timings aside).  At the end the run removes that directory
+only (and DIR, if it made DIR and DIR is empty): nothing else of DIR is
+touched, a ``vcsperf-check`` it did not mark is refused, and so is a DIR
+that holds the repository under test (or ``--git``'s), or a DIR or
+``--scratch`` inside one's ``.hg``.  ``--json FILE`` is checked before
+anything runs and written by write-then-rename.
+
+The features work on the visible changesets (hidden ones are neither
+pulled nor cloned; the dictionaries compare the copy with its converted
+copy, hidden changesets and all), leave out changesets with
+subrepositories where they would check them out or rebase them, take
+file names as hg stores them (any byte), and read only regular files.
+``vcsperf demo`` runs the same checks on the repository it builds.
 """
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import resource
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -90,7 +105,7 @@ from vcsperf.check.clones import bundles, wire
 from vcsperf.check.commit_ids import commit_ids, rewritten
 from vcsperf.check.importer import QUICK_FILES, importer
 from vcsperf.check.outcome import Failed, command_failure
-from vcsperf.check import sample
+from vcsperf.check import sample, tree
 from vcsperf.check.store import dictionaries
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort, print_abort
@@ -105,10 +120,14 @@ COPY_ATTEMPTS = 3
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
-#: The state of a run under ``--resume DIR``, in DIR, and the file a
-#: running one holds locked there.
-STATE_FILE = "vcsperf-check-state.json"
-LOCK_FILE = "vcsperf-check.lock"
+#: The directory a run under ``--resume DIR`` makes in DIR and works in,
+#: the only one of DIR it ever removes; the file it writes there first,
+#: by which a later run knows the directory as one it made; and the run's
+#: state and the file a running one holds locked, both in that directory.
+RUN_DIR = "vcsperf-check"
+MARKER_FILE = "made-by-vcsperf-check"
+STATE_FILE = "state.json"
+LOCK_FILE = "lock"
 #: Seconds each part of a run takes on this machine: fixed (``run``), per
 #: MB of the store the features work on (the copy's, or with --quick the
 #: slice's), per MB of the original store, per changeset of the slice
@@ -142,6 +161,13 @@ def _duration(seconds):
     if seconds < 3600:
         return "%dm%02ds" % divmod(seconds, 60)
     return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+
+
+def _printable(text, stream):
+    """``text`` as ``stream`` can write it: a file name that is not in
+    its encoding (a byte that is not UTF-8) shown escaped."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding)
 
 
 class _Task:
@@ -180,7 +206,7 @@ class Console:
     def say(self, text=""):
         with self._lock:
             self._clear()
-            self.out.write(text + "\n")
+            self.out.write(_printable(text, self.out) + "\n")
             self.out.flush()
 
     def current(self):
@@ -243,9 +269,10 @@ class Console:
             with self._lock:
                 if self.live:
                     columns = shutil.get_terminal_size().columns - 1
-                    self.err.write("\r" + line[:columns].ljust(columns))
+                    self.err.write("\r" + _printable(
+                        line[:columns].ljust(columns), self.err))
                 else:
-                    self.err.write(line + "\n")
+                    self.err.write(_printable(line, self.err) + "\n")
                 self.err.flush()
 
     def _clear(self):
@@ -545,6 +572,51 @@ def _terminate(signum, frame):
     raise _Terminated()
 
 
+def _made_by_check(run_dir):
+    """The marker ``vcsperf check`` wrote in ``run_dir`` when it made it
+    (a dict), or None when ``run_dir`` is not a directory it made."""
+    marker = os.path.join(run_dir, MARKER_FILE)
+    try:
+        if os.path.islink(run_dir) or not stat.S_ISREG(
+                os.lstat(marker).st_mode):
+            return None
+        with open(marker) as fh:
+            made = json.loads(fh.read(4096))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(made, dict) or made.get("made_by") != "vcsperf check":
+        return None
+    return made
+
+
+def _state_digest(state):
+    """What tells the state as the run wrote it from one damaged or
+    edited since (JSON is ASCII: ``ensure_ascii``)."""
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode(
+        "ascii")).hexdigest()
+
+
+def _write_replacing(path, text):
+    """Write ``text`` to ``path`` by write-then-rename: a reader sees the
+    old file or the new one, whole."""
+    fd, temporary = tempfile.mkstemp(prefix=".%s-" % os.path.basename(path),
+                                     dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _inside(path, top):
+    """Whether ``path`` is ``top`` or under it, symlinks resolved."""
+    path, top = os.path.realpath(path), os.path.realpath(top)
+    return os.path.commonpath([path, top]) == top
+
+
 class Check:
     """One run of every feature on a copy of ``source``."""
 
@@ -598,6 +670,12 @@ class Check:
         # runner shows them on its progress line.
         env["HGPLAINEXCEPT"] = "progress"
         return env
+
+    def copy_base(self, dest):
+        """A hardlinked copy of the repository the features work on, in
+        ``dest``, every changeset of it (hidden ones too)."""
+        if not copy_repository(self.base, dest):
+            raise Failed("%s was written to while it was copied" % self.base)
 
     def path(self, *names):
         return os.path.join(self.scratch, *names)
@@ -697,10 +775,8 @@ class Check:
                         "extensions it needs")
         if tip == "-1":
             raise Abort("%s has no changesets" % self.source)
-        files = [line.split(" ", 1) for line in tools.hg(
-            ["files", "-R", self.source, "-r", "tip", "-T",
-             "{size} {path}\n"], env).splitlines()]
-        sizes = [int(size) for size, _ in files]
+        files = tree.files(tools.hg, self.source, "tip", env)
+        sizes = [f.size for f in files]
         store = os.path.join(self.source, ".hg", "store")
         requires = set()
         for name in ("requires", os.path.join("store", "requires")):
@@ -711,6 +787,8 @@ class Check:
                 pass
         return {
             "repository": self.source,
+            # hidden ones too, until the copy counts the visible ones
+            # (counting them here would write the original's caches)
             "changesets": int(tip) + 1,
             "store_bytes": zstdstore.store_bytes(self.source)["total"],
             # What they take on disk: whole blocks, and directories.
@@ -719,11 +797,11 @@ class Check:
                 os.path.join(self.source, ".hg")),
             "checkout_bytes": sum(sizes),
             "checkout_disk_bytes": _checkout_disk_bytes(
-                [path for _, path in files], sizes,
+                [f.path for f in files], sizes,
                 os.statvfs(self.source).f_frsize),
             "files_at_tip": len(sizes),
-            "python_files_at_tip": sum(path.endswith(".py")
-                                       for _, path in files),
+            "python_files_at_tip": sum(f.path.endswith(".py")
+                                       for f in files),
             "engine": ("zstd-dict" if "exp-compression-zstd-dict" in requires
                        else "zstd" if "revlog-compression-zstd" in requires
                        else "zlib"),
@@ -835,31 +913,100 @@ class Check:
             features.append(("git checkouts", git_checkouts))
         return features
 
-    # -- the state of a resumable run -------------------------------------
+    # -- the directory and state of a resumable run ------------------------
+
+    def _run_dir(self):
+        return os.path.join(self.resume, RUN_DIR)
 
     def _state_path(self):
-        return os.path.join(self.resume, STATE_FILE)
+        return os.path.join(self._run_dir(), STATE_FILE)
 
-    def _load_state(self):
-        """The state a run under ``--resume DIR`` left, or None; DIR is
-        locked for this run (the lock goes with the process, killed or
-        not)."""
-        os.makedirs(self.resume, exist_ok=True)
-        self._resume_lock = open(os.path.join(self.resume, LOCK_FILE), "w")
+    def _open_run_dir(self):
+        """Make ``DIR/vcsperf-check`` with its marker, or take the one an
+        earlier run made (known by the marker), and lock it for this run
+        (the lock goes with the process, killed or not).  Nothing else of
+        DIR is ever written or removed."""
+        if os.path.lexists(self.resume) and not os.path.isdir(self.resume):
+            raise Abort("--resume %s is not a directory" % self.resume)
+        run_dir = self._run_dir()
+        made_parent = not os.path.lexists(self.resume)
         try:
-            fcntl.flock(self._resume_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.makedirs(self.resume, exist_ok=True)
+            os.mkdir(run_dir)
+        except FileExistsError:
+            if _made_by_check(run_dir) is None:
+                raise Abort("%s was not made by vcsperf check" % run_dir,
+                            hint="give --resume another directory, or move "
+                            "%s away" % run_dir)
+        except OSError as err:
+            raise Abort("cannot make %s: %s" % (run_dir, err.strerror),
+                        hint="give --resume a directory you can write to")
+        else:
+            try:
+                with open(os.path.join(run_dir, MARKER_FILE), "w") as fh:
+                    json.dump({"made_by": "vcsperf check",
+                               "made_parent": made_parent}, fh)
+            except OSError as err:
+                # just made, and not yet known as the run's by another
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise Abort("cannot write in %s: %s" % (run_dir,
+                                                        err.strerror),
+                            hint="give --resume a directory you can write "
+                            "to")
+        path = os.path.join(run_dir, LOCK_FILE)
+        try:
+            lock = open(path, "a")
+        except OSError as err:
+            raise Abort("cannot lock %s: %s" % (run_dir, err.strerror),
+                        hint="give --resume a directory you can write to")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A run that ended meanwhile removed the directory, and the
+            # lock with it.
+            ended = not os.path.samestat(os.fstat(lock.fileno()),
+                                         os.stat(path))
         except BlockingIOError:
+            lock.close()
             raise Abort("another vcsperf check is running in %s"
                         % self.resume, hint="wait for it to end, or stop "
                         "it first")
+        except FileNotFoundError:
+            ended = True
+        if ended:
+            lock.close()
+            raise Abort("another vcsperf check has just ended in %s"
+                        % self.resume, hint="run the command again")
+        self._resume_lock = lock
+
+    def _remove_scratch(self):
+        """Remove what the run made: its scratch directory; under
+        ``--resume DIR``, ``DIR/vcsperf-check`` if it still carries the
+        marker, and DIR if the run made it and it is empty."""
+        if not self.resume:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            return
+        marker = _made_by_check(self._run_dir())
+        if marker is None:
+            return
+        shutil.rmtree(self._run_dir(), ignore_errors=True)
+        if marker.get("made_parent"):
+            with contextlib.suppress(OSError):
+                os.rmdir(self.resume)
+
+    def _load_state(self):
+        """The state a run under ``--resume DIR`` left, or None."""
+        self._open_run_dir()
         try:
             with open(self._state_path()) as fh:
-                state = json.load(fh)
+                saved = json.load(fh)
+            state = saved["state"]
+            if saved["sha256"] != _state_digest(state):
+                raise ValueError("not the state as it was written")
         except FileNotFoundError:
             return None
-        except ValueError:
-            raise Abort("%s is damaged" % self._state_path(),
-                        hint="remove %s to start again" % self.resume)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise Abort("%s is damaged (%s)" % (self._state_path(), err),
+                        hint="remove %s to start again" % self._run_dir())
         options = {"source": self.source, "git": self.git,
                    "quick": self.quick, "slice_size": self.slice_size}
         if state.get("options") != options:
@@ -868,7 +1015,7 @@ class Check:
                             "%s %s" % (k, v) for k, v in
                             state.get("options", {}).items())),
                         hint="give the same options, or remove %s to start "
-                        "again" % self.resume)
+                        "again" % self._run_dir())
         return state
 
     def _save_state(self):
@@ -881,9 +1028,13 @@ class Check:
                      memory=self._peak_step,
                      seconds=self._previous_seconds + time.perf_counter()
                      - self._started)
-        with open(self._state_path() + ".tmp", "w") as fh:
-            json.dump(state, fh, indent=1)
-        os.replace(self._state_path() + ".tmp", self._state_path())
+        try:
+            _write_replacing(self._state_path(), json.dumps(
+                {"sha256": _state_digest(state), "state": state}, indent=1))
+        except OSError as err:
+            raise Abort("cannot save the run's state in %s: %s"
+                        % (self._run_dir(), err.strerror or err),
+                        hint="the run cannot be resumed; start it again")
 
     # -- the whole run ----------------------------------------------------
 
@@ -896,14 +1047,20 @@ class Check:
             if self._inspect()["tip"] != info["tip"]:
                 raise Abort("%s has new changesets since the run in %s "
                             "started" % (self.source, self.resume),
-                            hint="remove %s to start again" % self.resume)
+                            hint="remove %s to start again"
+                            % self._run_dir())
             self.console.say("resuming the run in %s: %d of %d features "
                              "done" % (self.resume, len(state["features"]),
                                        len(self._features())))
             return state
         before = _fingerprint(self.source)
         info = self._inspect()
-        os.makedirs(self.scratch_root, exist_ok=True)
+        try:
+            os.makedirs(self.scratch_root, exist_ok=True)
+        except OSError as err:
+            raise Abort("cannot make %s: %s" % (self.scratch_root,
+                                                err.strerror),
+                        hint="give --scratch a directory you can write to")
         disk = self.estimate_disk(info)
         need = self.disk_needed(disk)
         free = pooling.free_space(self.scratch_root)
@@ -929,12 +1086,41 @@ class Check:
 
     def run(self):
         """Check every feature; returns the report (a dict)."""
+        self._refuse_places()
         try:
             return self._run()
         finally:
             if self._resume_lock is not None:
+                # A run stopped before its first state has nothing to
+                # resume: what it made goes.
+                if not self.keep and not os.path.exists(
+                        self._state_path()):
+                    self._remove_scratch()
                 self._resume_lock.close()
                 self._resume_lock = None
+
+    def _refuse_places(self):
+        """Refuse a scratch or resume directory where the run would write
+        into a repository under test, or whose removal would reach one."""
+        repositories = [self.source] + ([self.git] if self.git else [])
+        inner = [os.path.join(self.source, ".hg")]
+        if self.git:
+            dot_git = os.path.join(self.git, ".git")
+            inner.append(dot_git if os.path.isdir(dot_git) else self.git)
+        if self.resume:
+            for repository in repositories:
+                if _inside(repository, self.resume):
+                    raise Abort("--resume %s holds the repository %s"
+                                % (self.resume, repository),
+                                hint="give --resume a directory outside "
+                                "the repositories under test")
+        for option, path in (("--resume", self.resume),
+                             ("--scratch", self.scratch_root)):
+            for top in inner:
+                if path and _inside(path, top):
+                    raise Abort("%s %s is inside %s" % (option, path, top),
+                                hint="give %s a directory outside the "
+                                "repositories under test" % option)
 
     def _run(self):
         self._started = time.perf_counter()
@@ -944,11 +1130,16 @@ class Check:
         before = {name: tuple(p) for name, p in state["fingerprint"].items()}
         estimate, need = state["estimate"], state["estimate"]["disk_needed"]
         if self.resume:
-            self.scratch = self.resume
-            os.makedirs(self.scratch, exist_ok=True)
+            self.scratch = self._run_dir()
         else:
-            self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
-                                            dir=self.scratch_root)
+            try:
+                self.scratch = tempfile.mkdtemp(prefix="vcsperf-check-",
+                                                dir=self.scratch_root)
+            except OSError as err:
+                raise Abort("cannot write in %s: %s" % (self.scratch_root,
+                                                        err.strerror),
+                            hint="give --scratch a directory you can write "
+                            "to")
         self.features = state["features"]
         self.steps = state["steps"]
         self._peak_step = state["memory"]
@@ -980,12 +1171,20 @@ class Check:
                                  _duration(total), pooling.format_bytes(need),
                                  pooling.format_bytes(state["free"]),
                                  self.scratch))
-            self._run_features()
+            try:
+                self._run_features()
+            except OSError as err:
+                # The features report their own; this is the scratch
+                # directory itself failing (removed, full, read-only).
+                raise Abort("the run cannot go on in %s: %s"
+                            % (self.scratch, err),
+                            hint="check the directory, then run the "
+                            "command again")
             completed = True
         finally:
             signal.signal(signal.SIGTERM, previous)
             if not self.keep and (completed or not self.resume):
-                shutil.rmtree(self.scratch, ignore_errors=True)
+                self._remove_scratch()
         changed, caches = _original_changes(before, _fingerprint(
             self.source))
         seconds = self._previous_seconds + time.perf_counter() - self._started
@@ -1071,6 +1270,9 @@ class Check:
                         self._copy_source()
                     prepared.append("copy")
                     self._save_state()
+                # Hidden changesets are neither pulled nor cloned: the
+                # features count the visible ones.
+                self.info["changesets"] = self._visible_changesets(self.copy)
                 self.base_changesets = self.info["changesets"]
                 size = self._slice_changesets(self.info)
                 if self.quick and size < self.info["changesets"]:
@@ -1082,9 +1284,8 @@ class Check:
                             sample.build_slice(self, size, self.base)
                         prepared.append("slice")
                         self._save_state()
-                    self.base_changesets = int(self.hg(
-                        ["log", "-R", self.base, "-r", "tip", "-T", "{rev}"],
-                        self.hg_env())) + 1
+                    self.base_changesets = self._visible_changesets(
+                        self.base)
             todo = dict((name, function) for name, function
                         in self._features() if name not in done)
             while todo:
@@ -1099,6 +1300,10 @@ class Check:
         # in the order of an uninterrupted run, whichever ended first
         order = ["copy"] + [name for name, _ in self._features()]
         self.steps.sort(key=lambda s: order.index(s["feature"]))
+
+    def _visible_changesets(self, repo):
+        return int(self.hg(["log", "-R", repo, "-r", "tip", "-T",
+                            "{revset('all()')|count}"], self.hg_env()))
 
     def _side_by_side(self, first, second):
         """Run two features at once, ``second`` in a thread of its own."""
@@ -1256,12 +1461,34 @@ def format_report(report):
     return "\n".join(lines)
 
 
+def check_output(path):
+    """Refuse, before any work, a ``--json`` path the report could not be
+    written to at the end: its directory must exist and be writable, and
+    it must not be a directory."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise Abort("cannot write the report to %s: no directory %s"
+                    % (path, directory), hint="give --json a file in a "
+                    "directory that exists")
+    if os.path.isdir(path):
+        raise Abort("cannot write the report to %s: it is a directory"
+                    % path, hint="give --json a file name")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise Abort("cannot write the report to %s: %s is not writable"
+                    % (path, directory), hint="give --json a file in a "
+                    "directory you can write to")
+
+
 def report_run(check, json_path=None):
     """Run ``check``, print its report and write it as JSON to
-    ``json_path``; the exit status: 0 when every feature passed, 1 when one
-    failed, 255 when the check could not start, 130 after Ctrl-C and 143
-    after SIGTERM."""
+    ``json_path`` (by write-then-rename); the exit status: 0 when every
+    feature passed, 1 when one failed, 255 when the check could not start
+    or its report could not be written, 130 after Ctrl-C and 143 after
+    SIGTERM."""
     try:
+        check_output(json_path)
         report = check.run()
     except Abort as abort:
         return print_abort(abort)
@@ -1269,15 +1496,17 @@ def report_run(check, json_path=None):
         sys.stderr.write("\ninterrupted%s\n" % (
             "" if check.scratch is None else ": %s %s" % (
                 check.scratch, "kept (continue with --resume %s)"
-                % check.scratch if check.resume else "kept" if check.keep
+                % check.resume if check.resume else "kept" if check.keep
                 else "removed")))
         return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated)
                       else signal.SIGINT)
     check.console.say(format_report(report))
     if json_path:
-        with open(json_path + ".tmp", "w") as fh:
-            json.dump(report, fh, indent=2)
-        os.replace(json_path + ".tmp", json_path)
+        try:
+            _write_replacing(json_path, json.dumps(report, indent=2))
+        except OSError as err:
+            return print_abort(Abort("cannot write the report to %s: %s"
+                                     % (json_path, err.strerror or err)))
     return 0 if report["passed"] else 1
 
 
