@@ -120,9 +120,9 @@ One run:
    command) stays recorded and is tried again by every later run, even
    one with nothing else to do; the run says so in one line per place,
    goes on with the other places, and exits with status 1.  Last, it
-   deletes other bundles in the output directory older than
-   ``bundlegen.expire-days`` that neither the new manifest nor the one it
-   replaced names.
+   deletes the other bundles of the output directory, named neither by the
+   new manifest nor by the one it replaced, once they are
+   ``bundlegen.expire-days`` old.
 
 Exit status: 0 when the bundles are published (or nothing was due), 1
 when they are but some retired bundles could not be deleted, 255 on an

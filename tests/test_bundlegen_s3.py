@@ -481,3 +481,18 @@ def test_a_second_run_waits_then_skips_the_tip_the_first_published(
     assert "waiting for lock on bundlegen held by process" in second.stderr
     assert "another run published bundles of this tip while this one " \
         "waited" in second.stdout
+
+
+def test_one_deadline_is_one_budget_over_the_phases_of_a_run():
+    """The phases of a run (checks, uploads, deletes) share one
+    bundlegen.upload-timeout: a later phase gets only what is left."""
+    from vcsperf.core import bundlestore, errors
+    deadline = bundlestore.Deadline(2, "bundlegen.upload-timeout")
+    with deadline:
+        time.sleep(1.5)
+    started = time.monotonic()
+    with pytest.raises(errors.Abort, match=r"longer than 2 seconds "
+                       r"\(bundlegen.upload-timeout\)"):
+        with deadline:
+            time.sleep(30)
+    assert time.monotonic() - started < 20

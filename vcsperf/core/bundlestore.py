@@ -163,22 +163,28 @@ class DeadlinePassed(BaseException):
 
 
 class Deadline:
-    """``with Deadline(seconds, setting):`` bounds the requests of the
-    block by wall-clock time, however a server stalls or trickles: when
-    it passes, the request waiting then is interrupted (SIGALRM) and the
-    block ends in an Abort naming ``setting``.  In a thread other than
-    the main one (no signals there), only the per-read timeouts apply."""
+    """``with deadline:`` bounds the requests of the block by wall-clock
+    time, however a server stalls or trickles: when it passes, the request
+    waiting then is interrupted (SIGALRM) and the block ends in an Abort
+    naming ``setting``.  One Deadline is one budget of ``seconds``,
+    counted from the first block: later blocks (not nested) get what is
+    left.  In a thread other than the main one (no signals there), only
+    the per-read timeouts apply."""
 
     def __init__(self, seconds, setting):
         self.seconds = seconds
         self.setting = setting
+        self._until = None
         self._previous = None
 
     def __enter__(self):
         global _armed
+        if self._until is None:
+            self._until = time.monotonic() + self.seconds
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGALRM, _expire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(self._until - time.monotonic(), 0.001))
             _armed = True
         return self
 
