@@ -489,7 +489,9 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
                 generated=bundlestore.now(), changesets=len(repo),
                 store_bytes=_store_bytes(repo),
                 files=[bundle['file'] for bundle in bundles]))
-            retired = generations.retire(settings.keep, _places(settings))
+            # bundlegen.keep counts the generations besides the new one
+            retired = generations.retire(settings.keep + 1,
+                                         _places(settings))
             # The deletions are recorded before any is done: a killed or
             # refused one is done by a later run.
             generations.save(tip=tip.decode(),
@@ -705,7 +707,7 @@ def _dry_run(ui, fm, repo, settings, generations, reason):
     """What a run would build, upload and retire."""
     retired = bundlestore.Generations(generations.path)
     retired.add({'files': []})
-    names = retired.retire(settings.keep)
+    names = retired.retire(settings.keep + 1)
     fm.startitem()
     fm.data(action=b'would-build', tip=repo[b'tip'].hex(),
             retire=[n.encode() for n in names],

@@ -496,3 +496,31 @@ def test_one_deadline_is_one_budget_over_the_phases_of_a_run():
         with deadline:
             time.sleep(30)
     assert time.monotonic() - started < 20
+
+
+def test_a_bundle_larger_than_a_part_goes_up_in_checksummed_parts(
+        objectserver, tmp_path):
+    """The multipart upload (in the calling thread, so that a deadline
+    can stop it) stores the file's bytes; a second upload sends
+    nothing."""
+    import hashlib
+    from vcsperf.core import bundlestore
+    objectserver.make_bucket("parts")
+    destination = bundlestore.Destination("parts", {
+        "url": "s3://parts/hg", "region": objectstore.REGION,
+        "endpoint": objectserver.url.rstrip("/")})
+    path = tmp_path / "big.hg"
+    path.write_bytes(os.urandom(5 * 1024 * 1024) * 2 + b"tail")
+    sha256, size = bundlestore.sha256_file(str(path))
+    chunk = 5 * 1024 * 1024
+    client = objectserver.client()
+    assert bundlestore.upload(destination, str(path), "big.hg",
+                              "application/x-mercurial-bundle", sha256,
+                              client=client, chunk=chunk) == size
+    body = client.get_object(Bucket="parts", Key="hg/big.hg")["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == sha256
+    assert bundlestore.upload(destination, str(path), "big.hg",
+                              "application/x-mercurial-bundle", sha256,
+                              client=client, chunk=chunk) == 0
+    assert bundlestore.missing(destination, [
+        {"file": "big.hg", "size": size, "sha256": sha256}], client) == []
