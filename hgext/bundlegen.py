@@ -147,9 +147,10 @@ other bytes, and no run changes a file that clients may be sent: a rerun
 at the same tip whose bundle differs (bundles also hold caches and
 obsolescence markers) publishes it under a new name.  The files of the
 manifest a run replaces stay at least until the next run, for clients
-that read it just before (see ``bundlegen.keep``).  The upload command may write in place (a plain ``cp`` to a web server's
-directory): what it writes is named by no manifest yet.  Use one output
-directory per repository.
+that read it just before (see ``bundlegen.keep``).  The upload command
+may write in place (a plain ``cp`` to a web server's directory): what it
+writes is named by no manifest yet.  Use one output directory per
+repository.
 
 A bad configuration, a manifest clients cannot parse, or a failed upload
 to any destination stops the run before the manifest is touched: clients

@@ -64,6 +64,12 @@ class S3Proxy:
                              daemon=True).start()
 
     def _serve(self, conn):
+        try:
+            self._answer(conn)
+        except OSError:
+            pass  # the client gave up: a deadline, a timeout
+
+    def _answer(self, conn):
         with conn:
             conn.settimeout(60)
             head = b""
