@@ -120,9 +120,9 @@ One run:
    command) stays recorded and is tried again by every later run, even
    one with nothing else to do; the run says so in one line per place,
    goes on with the other places, and exits with status 1.  Last, it
-   deletes other bundles in the output directory older than
-   ``bundlegen.expire-days`` that neither the new manifest nor the one it
-   replaced names.
+   deletes the other bundles of the output directory, named neither by the
+   new manifest nor by the one it replaced, once they are
+   ``bundlegen.expire-days`` old.
 
 Exit status: 0 when the bundles are published (or nothing was due), 1
 when they are but some retired bundles could not be deleted, 255 on an
@@ -147,9 +147,10 @@ other bytes, and no run changes a file that clients may be sent: a rerun
 at the same tip whose bundle differs (bundles also hold caches and
 obsolescence markers) publishes it under a new name.  The files of the
 manifest a run replaces stay at least until the next run, for clients
-that read it just before (see ``bundlegen.keep``).  The upload command may write in place (a plain ``cp`` to a web server's
-directory): what it writes is named by no manifest yet.  Use one output
-directory per repository.
+that read it just before (see ``bundlegen.keep``).  The upload command
+may write in place (a plain ``cp`` to a web server's directory): what it
+writes is named by no manifest yet.  Use one output directory per
+repository.
 
 A bad configuration, a manifest clients cannot parse, or a failed upload
 to any destination stops the run before the manifest is touched: clients
@@ -491,7 +492,9 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
                 generated=bundlestore.now(), changesets=len(repo),
                 store_bytes=_store_bytes(repo),
                 files=[bundle['file'] for bundle in bundles]))
-            retired = generations.retire(settings.keep, _places(settings))
+            # bundlegen.keep counts the generations besides the new one
+            retired = generations.retire(settings.keep + 1,
+                                         _places(settings))
             # The deletions are recorded before any is done: a killed or
             # refused one is done by a later run.
             generations.save(tip=tip.decode(),
@@ -707,7 +710,7 @@ def _dry_run(ui, fm, repo, settings, generations, reason):
     """What a run would build, upload and retire."""
     retired = bundlestore.Generations(generations.path)
     retired.add({'files': []})
-    names = retired.retire(settings.keep)
+    names = retired.retire(settings.keep + 1)
     fm.startitem()
     fm.data(action=b'would-build', tip=repo[b'tip'].hex(),
             retire=[n.encode() for n in names],

@@ -465,7 +465,7 @@ def test_systemd_unit_runs_the_virtualenv_hg_hardened_with_a_timeout(
     assert float(found.group(1)) < 5
 
 
-# Issue 27 ---------------------------------------------------------------------
+# Issue 27 -------------------------------------------------------------------
 
 
 @pytest.fixture

@@ -64,6 +64,12 @@ class S3Proxy:
                              daemon=True).start()
 
     def _serve(self, conn):
+        try:
+            self._answer(conn)
+        except OSError:
+            pass  # the client gave up: a deadline, a timeout
+
+    def _answer(self, conn):
         with conn:
             conn.settimeout(60)
             head = b""
@@ -481,3 +487,46 @@ def test_a_second_run_waits_then_skips_the_tip_the_first_published(
     assert "waiting for lock on bundlegen held by process" in second.stderr
     assert "another run published bundles of this tip while this one " \
         "waited" in second.stdout
+
+
+def test_one_deadline_is_one_budget_over_the_phases_of_a_run():
+    """The phases of a run (checks, uploads, deletes) share one
+    bundlegen.upload-timeout: a later phase gets only what is left."""
+    from vcsperf.core import bundlestore, errors
+    deadline = bundlestore.Deadline(2, "bundlegen.upload-timeout")
+    with deadline:
+        time.sleep(1.5)
+    started = time.monotonic()
+    with pytest.raises(errors.Abort, match=r"longer than 2 seconds "
+                       r"\(bundlegen.upload-timeout\)"):
+        with deadline:
+            time.sleep(30)
+    assert time.monotonic() - started < 20
+
+
+def test_a_bundle_larger_than_a_part_goes_up_in_checksummed_parts(
+        objectserver, tmp_path):
+    """The multipart upload (in the calling thread, so that a deadline
+    can stop it) stores the file's bytes; a second upload sends
+    nothing."""
+    import hashlib
+    from vcsperf.core import bundlestore
+    objectserver.make_bucket("parts")
+    destination = bundlestore.Destination("parts", {
+        "url": "s3://parts/hg", "region": objectstore.REGION,
+        "endpoint": objectserver.url.rstrip("/")})
+    path = tmp_path / "big.hg"
+    path.write_bytes(os.urandom(5 * 1024 * 1024) * 2 + b"tail")
+    sha256, size = bundlestore.sha256_file(str(path))
+    chunk = 5 * 1024 * 1024
+    client = objectserver.client()
+    assert bundlestore.upload(destination, str(path), "big.hg",
+                              "application/x-mercurial-bundle", sha256,
+                              client=client, chunk=chunk) == size
+    body = client.get_object(Bucket="parts", Key="hg/big.hg")["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == sha256
+    assert bundlestore.upload(destination, str(path), "big.hg",
+                              "application/x-mercurial-bundle", sha256,
+                              client=client, chunk=chunk) == 0
+    assert bundlestore.missing(destination, [
+        {"file": "big.hg", "size": size, "sha256": sha256}], client) == []

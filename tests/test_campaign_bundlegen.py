@@ -398,6 +398,8 @@ def _behind_its_back(what, repo, hg, objectserver, rng):
            "clone-bundles.auto-generate.formats=gzip-v2", "--config",
            "clone-bundles.url-template=http://127.0.0.1:1/{basename}",
            "--config", "clone-bundles.upload-command=true",
+           # without it core's refresh crashes on its own older bundles
+           "--config", "clone-bundles.delete-command=true",
            "admin::clone-bundles-refresh")
     elif what == "foreign manifest line":
         with open(repo / ".hg" / "clonebundles.manifest", "a") as fh:

@@ -15,9 +15,9 @@ preference.
 A *generation* is what one run published: its tip, when, and the object
 keys and local files of its bundles.  ``Generations`` is the JSON record of
 them beside the local bundles.  ``retire(keep)`` keeps the newest
-generation and the ``keep`` before it (at least one: the generation a run
-replaces is never deleted by that run, since clients may have just read
-the list naming it); the files only older ones hold become *pending
+``keep`` generations, and always the one the newest replaced: a run never
+deletes the generation it replaces, since clients may have just read the
+list naming it.  The files only older ones hold become *pending
 deletions*, recorded per place (each destination, the adapter's own
 places) before anything is deleted.  ``sweep`` deletes them; what a place
 refuses (an Object-Lock bucket, a no-delete policy, a server that is
@@ -183,22 +183,28 @@ class DeadlinePassed(BaseException):
 
 
 class Deadline:
-    """``with Deadline(seconds, setting):`` bounds the requests of the
-    block by wall-clock time, however a server stalls or trickles: when
-    it passes, the request waiting then is interrupted (SIGALRM) and the
-    block ends in an Abort naming ``setting``.  In a thread other than
-    the main one (no signals there), only the per-read timeouts apply."""
+    """``with deadline:`` bounds the requests of the block by wall-clock
+    time, however a server stalls or trickles: when it passes, the request
+    waiting then is interrupted (SIGALRM) and the block ends in an Abort
+    naming ``setting``.  One Deadline is one budget of ``seconds``,
+    counted from the first block: later blocks (not nested) get what is
+    left.  In a thread other than the main one (no signals there), only
+    the per-read timeouts apply."""
 
     def __init__(self, seconds, setting):
         self.seconds = seconds
         self.setting = setting
+        self._until = None
         self._previous = None
 
     def __enter__(self):
         global _armed
+        if self._until is None:
+            self._until = time.monotonic() + self.seconds
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGALRM, _expire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(self._until - time.monotonic(), 0.001))
             _armed = True
         return self
 
@@ -363,8 +369,10 @@ def _upload_parts(client, fh, extra, chunk):
                 break
             answer = client.upload_part(PartNumber=number, Body=data,
                                         ChecksumAlgorithm="SHA256", **where)
-            parts.append({"PartNumber": number, "ETag": answer["ETag"],
-                          "ChecksumSHA256": answer["ChecksumSHA256"]})
+            part = {"PartNumber": number, "ETag": answer["ETag"]}
+            if answer.get("ChecksumSHA256"):
+                part["ChecksumSHA256"] = answer["ChecksumSHA256"]
+            parts.append(part)
         client.complete_multipart_upload(MultipartUpload={"Parts": parts},
                                          **where)
     except BaseException:
@@ -528,11 +536,12 @@ class Generations:
                 for name in generation["files"]}
 
     def retire(self, keep, places=()):
-        """Keep the newest generation and the ``keep`` (at least 1) before
-        it in the record; return the names of the files only dropped ones
-        hold, which become pending deletions in every one of ``places``.
-        A name a kept generation holds again is pending nowhere."""
-        kept = self.list[:max(keep, 1) + 1]
+        """Keep the newest ``keep`` generations in the record, and always
+        the one the newest replaced; return the names of the files only
+        dropped ones hold, which become pending deletions in every one of
+        ``places``.  A name a kept generation holds again is pending
+        nowhere."""
+        kept = self.list[:max(keep, 2)]
         dropped = self.list[len(kept):]
         self.list = kept
         held = self.held()
