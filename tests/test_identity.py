@@ -179,13 +179,11 @@ def tracked_text_files():
 def test_no_install_line_assumes_pypi():
     """vcsperf is not on PyPI: no README line, hint or example tells
     users to ``pip install vcsperf`` or ``'vcsperf[s3]'``."""
-    # The hgbundle helper of issue 27 rewrites these two on its branch.
-    elsewhere = {"hgext/bundlegen.py", "vcsperf/core/bundlestore.py"}
     # ``pip install [OPTIONS] vcsperf``, quoted or not, extras or not.
     pypi = re.compile(r"pip install\s+(?:-\S+\s+(?:\S+\s+)?)*['\"]?vcsperf\b")
     found = ["%s: %s" % (name, match.group(0))
              for name, text in tracked_text_files()
-             if name not in elsewhere and name != "tests/test_identity.py"
+             if name != "tests/test_identity.py"
              for match in pypi.finditer(text)]
     assert found == []
 
