@@ -32,12 +32,18 @@ Server configuration::
   wirezstd =
 
   [wirezstd]
-  level = 7                   # responses above small-response
-  threads = 0                 # zstd worker threads per response
-  long-distance = yes         # long-distance matching, 2^27 window
-  small-response = 256k       # up to this size: one shot ...
-  small-response-level = 12   # ... at this level
-  ssh = yes                   # compress over SSH when the peer can
+  # responses above small-response: 1 to 22
+  level = 7
+  # zstd worker threads per response: 0 (none) to 64
+  threads = 0
+  # long-distance matching, 2^27 window
+  long-distance = yes
+  # up to this size (0 to 64m): one shot ...
+  small-response = 256k
+  # ... at this level: 1 to 22
+  small-response-level = 12
+  # compress over SSH when the peer can
+  ssh = yes
 
 The defaults were measured on full pulls of real repositories (see
 BENCHMARKS.md): level 7 with long-distance matching sends 0.63 to 0.93 of
