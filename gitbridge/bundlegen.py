@@ -31,6 +31,9 @@ Settings, in the repository's Git config::
       region = us-west-2
       endpoint = http://127.0.0.1:7070   # for servers other than AWS
       base-url = https://usw2.cdn.example.com/firefox   # default: S3's URL
+  [bundlegen "euc1"]
+      url = s3://git-bundles-euc1/firefox
+      region = eu-central-1
 
 Every destination takes the same settings as ``hg bundlegen``'s
 (``vcsperf.core.bundlestore``) and gets its own ``bundle-list`` (Git 2.39
