@@ -13,9 +13,14 @@
 # quotes what was given and where (file and line), so a server refuses to
 # start instead of failing every request.
 
+import re
+
 from mercurial.i18n import _
 from mercurial import error, pycompat, util
 from mercurial.utils import stringutil
+
+
+_WHOLE_NUMBER = re.compile(br'[+-]?[0-9]+')
 
 
 def _refuse(ui, section, name, allowed):
@@ -33,11 +38,11 @@ def config_int(ui, section, name, low, high):
     value = ui.config(section, name)
     if isinstance(value, int):
         number = value
+    elif _WHOLE_NUMBER.fullmatch(value.strip()):
+        number = int(value)
     else:
-        try:
-            number = int(value.strip())
-        except ValueError:
-            number = None
+        # int() takes "1_000" too, and not all of "_1"
+        number = None
     if number is None or not low <= number <= high:
         raise _refuse(ui, section, name,
                       _(b'a whole number from %d to %d') % (low, high))
@@ -75,7 +80,7 @@ def config_bool(ui, section, name):
     value = ui.config(section, name)
     if isinstance(value, bool):
         return value
-    parsed = stringutil.parsebool(value)
+    parsed = stringutil.parsebool(value.strip())
     if parsed is None:
         raise _refuse(ui, section, name,
                       _(b'a boolean (yes or no, true or false, on or off, '

@@ -412,7 +412,7 @@ def expected(name, value):
     if kind == "bool":
         return BOOLEANS.get(text.lower())
     if kind == "int":
-        if not text.isascii() or not re.fullmatch(r"[+-]?[0-9_]+", text):
+        if not re.fullmatch(r"[+-]?[0-9]+", text, re.ASCII):
             return None
         number = int(text)
         return number if limits[0] <= number <= limits[1] else None

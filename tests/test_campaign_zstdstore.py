@@ -238,7 +238,7 @@ def _train_outcome(name, value):
     or, for a size with a suffix, however Mercurial reads it)."""
     low, high = TRAIN_SETTINGS[name][1:]
     text = value.strip()
-    if re.fullmatch(r"[0-9]+", text):
+    if re.fullmatch(r"[+-]?[0-9]+", text):
         return True if low <= int(text) <= high else None
     if name == "level" or re.fullmatch(r"[0-9.]+[kmg]b?", text) is None:
         return None

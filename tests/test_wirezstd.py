@@ -208,6 +208,7 @@ BAD_SERVER_SETTINGS = [
     ("level", "99", "a whole number from 1 to 22"),
     ("level", "abc", "a whole number from 1 to 22"),
     ("level", "0", "a whole number from 1 to 22"),
+    ("level", "1_0", "a whole number from 1 to 22"),
     ("level", "7  # responses above small-response",
      "a whole number from 1 to 22"),
     ("small-response-level", "-1", "a whole number from 1 to 22"),
@@ -218,6 +219,7 @@ BAD_SERVER_SETTINGS = [
     ("long-distance", "maybe", "a boolean"),
     ("long-distance", "yes   # long-distance matching", "a boolean"),
     ("ssh", "2", "a boolean"),
+    ("ssh", "yes please", "a boolean"),
     ("bundle-long-distance", "perhaps", "a boolean"),
 ]
 
