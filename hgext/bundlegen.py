@@ -12,7 +12,8 @@ examples)::
 
   [extensions]
   bundlegen =
-  clonebundles =   # core's: makes hg serve offer the manifest to clients
+  # core's: makes hg serve offer the manifest to clients
+  clonebundles =
 
   [bundlegen]
   output = /var/www/hg-bundles/myrepo

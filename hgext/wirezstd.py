@@ -32,12 +32,22 @@ Server configuration::
   wirezstd =
 
   [wirezstd]
-  level = 7                   # responses above small-response
-  threads = 0                 # zstd worker threads per response
-  long-distance = yes         # long-distance matching, 2^27 window
-  small-response = 256k       # up to this size: one shot ...
-  small-response-level = 12   # ... at this level
-  ssh = yes                   # compress over SSH when the peer can
+  # responses above small-response: 1 to 22
+  level = 7
+  # zstd worker threads per response: 0 (none) to 64
+  threads = 0
+  # long-distance matching, 2^27 window
+  long-distance = yes
+  # up to this size (0 to 64m): one shot ...
+  small-response = 256k
+  # ... at this level: 1 to 22
+  small-response-level = 12
+  # compress over SSH when the peer can
+  ssh = yes
+
+Each setting is checked when ``hg serve`` starts (and ``hg bundle``
+reads ``bundle-long-distance``): a value outside the ranges above, or not
+a number, a size or a boolean, stops it with one error naming the setting.
 
 The defaults were measured on full pulls of real repositories (see
 BENCHMARKS.md): level 7 with long-distance matching sends 0.63 to 0.93 of
@@ -78,6 +88,7 @@ import re
 from mercurial.i18n import _
 from mercurial import (
     bundle2,
+    commands,
     error,
     extensions,
     registrar,
@@ -93,7 +104,7 @@ import zstandard
 
 from zstdwire import errors as zerrors, streams
 
-from hgext3rd import _hgcompat
+from hgext3rd import _hgcompat, _hgconfig
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
@@ -137,27 +148,37 @@ _SSH_FRAME_HEADER = re.compile(br'(0|[1-9][0-9]{0,9})\n')
 _SSH_FRAME_HEADER_MAX = 11
 
 
+#: Allowed values of the numeric settings, as the help states them.
+_LEVELS = (1, zstandard.MAX_COMPRESSION_LEVEL)
+#: Each zstd worker holds buffers of a few windows (2^27 bytes each with
+#: long-distance matching), per response being sent.
+_THREADS = (0, 64)
+#: A response up to this size is held whole before it is compressed.
+_SMALL_RESPONSE = (0, 64 * 1024 * 1024)
+
+
 def stream_options(ui):
-    """Compression options from ``ui``'s ``[wirezstd]`` section, checked."""
-    level = ui.configint(b'wirezstd', b'level')
-    small_level = ui.configint(b'wirezstd', b'small-response-level')
-    for name, value in ((b'level', level),
-                        (b'small-response-level', small_level)):
-        if not 1 <= value <= zstandard.MAX_COMPRESSION_LEVEL:
-            raise error.ConfigError(
-                _(b'wirezstd.%s must be 1 to %d, not %d')
-                % (name, zstandard.MAX_COMPRESSION_LEVEL, value))
-    threads = ui.configint(b'wirezstd', b'threads')
-    if threads < 0:
-        raise error.ConfigError(
-            _(b'wirezstd.threads must be 0 or more, not %d') % threads)
+    """Compression options from ``ui``'s ``[wirezstd]`` section; a bad
+    value aborts naming the setting and what it may be."""
     return {
-        _OPT_LEVEL: level,
-        _OPT_THREADS: threads,
-        _OPT_LONG: ui.configbool(b'wirezstd', b'long-distance'),
-        _OPT_SMALL: ui.configbytes(b'wirezstd', b'small-response'),
-        _OPT_SMALL_LEVEL: small_level,
+        _OPT_LEVEL: _hgconfig.config_int(ui, b'wirezstd', _OPT_LEVEL,
+                                         *_LEVELS),
+        _OPT_THREADS: _hgconfig.config_int(ui, b'wirezstd', _OPT_THREADS,
+                                           *_THREADS),
+        _OPT_LONG: _hgconfig.config_bool(ui, b'wirezstd', _OPT_LONG),
+        _OPT_SMALL: _hgconfig.config_bytes(ui, b'wirezstd', _OPT_SMALL,
+                                           *_SMALL_RESPONSE),
+        _OPT_SMALL_LEVEL: _hgconfig.config_int(
+            ui, b'wirezstd', _OPT_SMALL_LEVEL, *_LEVELS),
     }
+
+
+def check_config(ui):
+    """Read every ``wirezstd.*`` setting once, so that a bad one stops the
+    command that would serve with it before it starts."""
+    stream_options(ui)
+    _hgconfig.config_bool(ui, b'wirezstd', b'ssh')
+    _hgconfig.config_bool(ui, b'wirezstd', b'bundle-long-distance')
 
 
 def compress_response(chunks, opts):
@@ -285,7 +306,7 @@ def _client_engines(caps):
 
 def _ssh_offered(ui):
     engines = wireprototypes.supportedcompengines(ui, util.SERVERROLE)
-    return (ui.configbool(b'wirezstd', b'ssh')
+    return (_hgconfig.config_bool(ui, b'wirezstd', b'ssh')
             and any(e.name() == ENGINE for e in engines))
 
 
@@ -359,7 +380,7 @@ class _SSHFrames:
 def _peer_call(orig, self, cmd, **args):
     if cmd != b'protocaps':
         return orig(self, cmd, **args)
-    if not self.ui.configbool(b'wirezstd', b'ssh'):
+    if not _hgconfig.config_bool(self.ui, b'wirezstd', b'ssh'):
         args['caps'] = b' '.join(
             b'comp=' + b','.join(e for e in _client_engines(cap) if e != ENGINE)
             if cap.startswith(b'comp=') else cap
@@ -386,8 +407,8 @@ def _writenewbundle(orig, ui, repo, source, filename, bundletype, outgoing,
                     *args, **kwargs):
     # Strip backups, amend and rebase pass keywords of their own
     # (``allow_internal`` in 7.x): everything but the options goes through.
-    if compression == b'ZS' and ui.configbool(b'wirezstd',
-                                              b'bundle-long-distance'):
+    if compression == b'ZS' and _hgconfig.config_bool(
+            ui, b'wirezstd', b'bundle-long-distance'):
         compopts = dict(compopts or {})
         compopts[_OPT_LONG] = True
     return orig(ui, repo, source, filename, bundletype, outgoing, opts,
@@ -403,8 +424,18 @@ def _bundle_compressstream(orig, it, opts=None, *args, **kwargs):
     return compressor.compress_chunks(it)
 
 
+def _serve(orig, ui, repo, *args, **opts):
+    # Checked before the server starts: read first per response, a bad
+    # setting failed every request, with the reason only in the server's
+    # log.  ``--web-conf`` serves several repositories: their own hgrc is
+    # read per request.
+    check_config(repo.ui if repo is not None else ui)
+    return orig(ui, repo, *args, **opts)
+
+
 def extsetup(ui):
     _hgcompat.report_our_crashes()
+    extensions.wrapcommand(commands.table, b'serve', _serve)
     if ENGINE not in util.compengines:
         util.compengines.register(_WireZstdEngine())
     extensions.wrapfunction(util.compengines[b'zstd'], 'compressstream',

@@ -13,20 +13,25 @@ Properties:
   decoded to the original or one ``FrameError``; reads of at most 64 KiB
   never hold more than three times a step's output (``STEP_OUTPUT_MAX``)
   besides the read;
-- SSH framing of responses, any bytes: decoded or one ``abort``.
+- SSH framing of responses, any bytes: decoded or one ``abort``;
+- every ``wirezstd.*`` setting, any value: refused with one abort naming
+  it, or accepted within its range (checked in process, and by the real
+  ``hg serve``, which refuses to start or serves a client).
 """
 
+import re
 import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from mercurial import error
+from mercurial import error, ui as uimod
 
 import campaign
 import craftedwire
 import zstdwire
 from craftedwire import crafted_server  # noqa: F401 (a fixture)
-from hgext3rd import wirezstd
+from hgext3rd import _hgconfig, wirezstd
+from vcsperf.harness import servers
 from zstdwire import streams
 
 pytestmark = pytest.mark.campaign
@@ -346,4 +351,150 @@ def test_crafted_responses_through_the_real_client(crafted_server, hg, env,
         tally.case(ok, (way, what, peak >> 20, proc.stderr[-300:]))
     hg("verify", "-q", "-R", hgrepo)
     assert hg("log", "-R", hgrepo, "-T", "x") == ""
+    tally.check()
+
+
+# Server settings ---------------------------------------------------------
+
+#: Each ``wirezstd.*`` setting: (its kind, the range it may hold).
+SETTINGS = {
+    "level": ("int", (1, 22)),
+    "small-response-level": ("int", (1, 22)),
+    "threads": ("int", (0, 64)),
+    "small-response": ("bytes", (0, 64 << 20)),
+    "long-distance": ("bool", None),
+    "ssh": ("bool", None),
+    "bundle-long-distance": ("bool", None),
+}
+VALID = {"level": "7", "small-response-level": "12", "threads": "0",
+         "small-response": "256k", "long-distance": "yes", "ssh": "yes",
+         "bundle-long-distance": "yes"}
+BOOLEANS = {"1": True, "yes": True, "true": True, "on": True,
+            "always": True, "0": False, "no": False, "false": False,
+            "off": False, "never": False}
+
+
+def setting_value(rng):
+    """A value an hgrc line can hold: numbers in and around every range,
+    sizes with suffixes, words, comments after a value, other digits."""
+    kind = rng.randrange(8)
+    if kind == 0:
+        return str(rng.randrange(-100, 100))
+    if kind == 1:
+        return str(rng.choice([-1, 1]) * rng.randrange(10 ** rng.randrange(1,
+                                                                        40)))
+    if kind == 2:
+        return "%s%s" % (rng.choice(["", "-", "1.5", "0.", "64", "65", "3"]),
+                         rng.choice(["k", "m", "g", "kb", "mb", "b", "t", ""]))
+    if kind == 3:
+        return rng.choice(list(BOOLEANS) + ["maybe", "Yes", "TRUE", "2",
+                                            "", "nope"])
+    if kind == 4:
+        return "%s  # %s" % (rng.choice(list(VALID.values())),
+                             rng.choice(["comment", "level", "#"]))
+    if kind == 5:
+        return rng.choice(["\u0663", "\u00b2", "7\u200b", "0x10", "1e3",
+                           "1_000", "+5", "nan", "inf", "--"])
+    if kind == 6:
+        return "".join(rng.choice("0123456789kmgbyesno-+. _#;")
+                       for _ in range(rng.randrange(1, 12)))
+    return "".join(chr(rng.randrange(33, 0x3000))
+                   for _ in range(rng.randrange(1, 8)))
+
+
+def expected(name, value):
+    """What a correct check makes of ``value``: the number or boolean,
+    None for a value it must refuse, or ``...`` where the campaign only
+    requires an in-range answer or a refusal (sizes: Mercurial's own
+    size syntax decides)."""
+    kind, limits = SETTINGS[name]
+    text = value.strip()
+    if kind == "bool":
+        return BOOLEANS.get(text.lower())
+    if kind == "int":
+        if not re.fullmatch(r"[+-]?[0-9]+", text, re.ASCII):
+            return None
+        number = int(text)
+        return number if limits[0] <= number <= limits[1] else None
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text) if limits[0] <= int(text) <= limits[1] else None
+    return ...
+
+
+def check_in_process(settings_given):
+    """``wirezstd.check_config`` and ``stream_options`` on a real ui
+    holding ``settings_given``: the options, or the Abort."""
+    ui = uimod.ui()
+    for name, value in settings_given.items():
+        ui.setconfig(b"wirezstd", name.encode(), value.encode("utf-8"),
+                     b"campaign")
+    try:
+        wirezstd.check_config(ui)
+        return wirezstd.stream_options(ui), {
+            name: _hgconfig.config_bool(ui, b"wirezstd", name.encode())
+            for name in ("ssh", "bundle-long-distance")}
+    except error.Abort as err:
+        return err
+
+
+def judge(name, value, outcome):
+    """True when ``outcome`` (of ``check_in_process`` with ``name`` set
+    to ``value``, the others valid) is what the settings promise."""
+    want = expected(name, value)
+    if isinstance(outcome, error.Abort):
+        message = bytes(outcome.message)
+        return (want is None or want is ...) and message.startswith(
+            b"wirezstd.%s must be " % name.encode()) and bool(outcome.hint)
+    options, flags = outcome
+    got = {**{k.decode(): v for k, v in options.items()}, **flags}[name]
+    kind, limits = SETTINGS[name]
+    if want is ...:
+        return limits[0] <= got <= limits[1]
+    return want is not None and got == want
+
+
+def test_any_setting_value_is_refused_or_in_range(tally):
+    """Every ``wirezstd.*`` setting given any value: one Abort naming it
+    (with a hint), or accepted and within its range; never another
+    exception."""
+    cases = campaign.size(2000, 100000)
+    for _ in range(cases):
+        name = tally.rng.choice(sorted(SETTINGS))
+        value = setting_value(tally.rng)
+        try:
+            outcome = check_in_process({**VALID, name: value})
+            ok = judge(name, value, outcome)
+        except Exception as err:  # any other exception is the failure
+            outcome, ok = err, False
+        tally.case(ok, (name, value, repr(outcome)[:200]))
+    tally.check()
+
+
+@pytest.mark.slow
+def test_hg_serve_refuses_or_serves_any_setting_value(tally, hg, hgrc,
+                                                      hgrepo, tmp_path):
+    """The real ``hg serve`` given a random ``wirezstd.*`` line in its
+    hgrc: one ``abort:`` line naming the setting before it listens, or
+    it serves a client with the extension."""
+    (hgrepo / "f").write_text("content\n" * 100)
+    hg("commit", "-A", "-q", "-m", "one", cwd=hgrepo)
+    base = hgrc.read_text()
+    for number in range(campaign.size(4, 60)):
+        name = tally.rng.choice(sorted(SETTINGS))
+        value = setting_value(tally.rng).replace("\n", " ")
+        hgrc.write_text(base + "[extensions]\nwirezstd =\n[wirezstd]\n"
+                        "%s = %s\n" % (name, value))
+        if isinstance(check_in_process({name: value, **{
+                k: v for k, v in VALID.items() if k != name}}), error.Abort):
+            proc = campaign.run_bounded(
+                [hg.binary, "serve", "-R", str(hgrepo), "-p", "0", "-a",
+                 "127.0.0.1"], env=hg.env, timeout=60)
+            ok = (campaign.is_clean_abort(proc) and proc.stderr.startswith(
+                "abort: wirezstd.%s must be " % name))
+            tally.case(ok, (name, value, proc.stderr[-300:]))
+            continue
+        dest = tmp_path / ("clone-%d" % number)
+        with servers.HgServer(hg.env, str(hgrepo)) as server:
+            proc = hg.proc("clone", "-U", server.url, dest)
+        tally.case(proc.returncode == 0, (name, value, proc.stderr[-300:]))
     tally.check()

@@ -1,10 +1,11 @@
 """The adversarial campaign for zstdstore (see tests/campaign.py): the
 ``active`` file and dictionary files as anything a disk or a peer can
 hold, and ``hg zstd-train`` / ``hg zstd-recompress`` killed at seeded
-moments."""
+moments, and retrained again and again with any settings."""
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -203,5 +204,105 @@ def test_killed_train_and_recompress(tally, hg, hgrc, env,
         print(what, verify.stderr[-300:], rerun.stderr[-300:], left)
         if command == "zstd-train":
             actives[point % 2] = active_file.read_bytes()
+    hg("verify", "-q", cwd=repo)
+    tally.check()
+
+
+#: The ``zstdstore.*`` settings a retrain reads, their command-line
+#: options, and their ranges.
+TRAIN_SETTINGS = {
+    "level": (None, 1, 22),
+    "dict-size": ("--dict-size", 256, 16 << 20),
+    "sample-budget": ("--sample-budget", 1024, 1 << 30),
+}
+
+
+def train_setting(rng, name):
+    """A value for ``name``: mostly in range, else anything."""
+    low, high = TRAIN_SETTINGS[name][1:]
+    roll = rng.random()
+    if roll < 0.6:
+        if name == "level":
+            return str(rng.randint(low, high))
+        return str(rng.choice([rng.randint(low, 64 << 10),
+                               rng.randint(low, 4 << 20)]))
+    if roll < 0.8:
+        return str(rng.choice([low - 1, high + 1, 0, -5, -(1 << 40),
+                               1 << 70, rng.randrange(-1000, 1000)]))
+    return rng.choice(["abc", "12k", "1m", "1.5k", "-5k", "", " 7 ",
+                       "7 # comment", "\u0663", "0x10", "1e3", "yes"])
+
+
+def _train_outcome(name, value):
+    """None when ``value`` must be refused, else True (taken as given,
+    or, for a size with a suffix, however Mercurial reads it)."""
+    low, high = TRAIN_SETTINGS[name][1:]
+    text = value.strip()
+    if re.fullmatch(r"[+-]?[0-9]+", text):
+        return True if low <= int(text) <= high else None
+    if name == "level" or re.fullmatch(r"[0-9.]+[kmg]b?", text) is None:
+        return None
+    return ...
+
+
+@pytest.mark.slow
+@pytest.mark.campaign
+def test_retraining_with_any_settings_keeps_the_store(tally, hg, hgrc,
+                                                      tmp_path):
+    """``hg zstd-train`` run again and again with random levels, budgets
+    and sizes (in the hgrc, with ``--config`` or as options), commits in
+    between: each run trains or aborts with one line naming the setting
+    and changes nothing; dictionaries are never replaced; ``hg verify``
+    passes throughout and after ``hg zstd-recompress``."""
+    hgrc.write_text(ENABLE)
+    repo = tmp_path / "repo"
+    hg("init", "--config", "format.revlog-compression=zstd-dict", repo)
+    hg("debugbuilddag", "--mergeable-file", "--new-file", "+30", cwd=repo)
+    dicts = repo / ".hg" / "store" / "zstd-dicts"
+
+    def files():
+        if not dicts.exists():
+            return {}
+        return {name: (dicts / name).read_bytes()
+                for name in os.listdir(dicts)}
+
+    hg("update", "-q", "tip", cwd=repo)
+    for number in range(campaign.size(5, 80)):
+        name = tally.rng.choice(sorted(TRAIN_SETTINGS))
+        value = train_setting(tally.rng, name)
+        option = TRAIN_SETTINGS[name][0]
+        way = tally.rng.choice(["hgrc", "config"] + (["option"] * bool(
+            option and re.fullmatch(r"-?[0-9]+", value))))
+        args = ["zstd-train"]
+        if way == "option":
+            args += [option, value]
+        elif way == "config":
+            args += ["--config", "zstdstore.%s=%s" % (name, value)]
+        hgrc.write_text(ENABLE + ("[zstdstore]\n%s = %s\n" % (name, value)
+                                  if way == "hgrc" else ""))
+        before = files()
+        proc = hg.proc(*args, cwd=repo)
+        after = files()
+        hgrc.write_text(ENABLE)
+        want = _train_outcome(name, value)
+        if way == "option" and int(value) == 0:
+            want = True  # 0: the option is not given
+        kept = all(after.get(n) == data for n, data in before.items()
+                   if n != "active")
+        if proc.returncode == 0:
+            ok = want is not None and kept and "Traceback" not in proc.stderr
+        else:
+            setting = option if way == "option" else "zstdstore." + name
+            ok = (want is not True and campaign.is_clean_abort(proc)
+                  and proc.stderr.startswith("abort: %s must be " % setting)
+                  and after == before)
+        verify = hg.proc("verify", "-q", cwd=repo)
+        tally.case(ok and verify.returncode == 0,
+                   (way, name, value, proc.returncode, proc.stderr[-300:],
+                    verify.stderr[-300:]))
+        if tally.rng.random() < 0.5:
+            (repo / "mf").write_text("run %d\n" % number * (number + 3))
+            hg("commit", "-q", "-m", "after run %d" % number, cwd=repo)
+    hg("zstd-recompress", cwd=repo)
     hg("verify", "-q", cwd=repo)
     tally.check()

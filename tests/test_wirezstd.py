@@ -190,16 +190,83 @@ def test_ssh_server_dying_mid_response_leaves_client_intact(
     hg("verify", "-q", "-R", dest)
 
 
-def test_bad_server_config_is_reported_to_the_client(real_hg_repo, ssh,
-                                                     tmp_path):
+def test_bad_server_config_stops_the_ssh_server_with_one_abort(
+        real_hg_repo, ssh, tmp_path):
     with open(os.path.join(real_hg_repo, ".hg", "hgrc"), "w") as fh:
         fh.write("[extensions]\nwirezstd =\n[wirezstd]\nlevel = 99\n")
     proc = ssh(True, "clone", "-U", "ssh://user@dummy/%s" % real_hg_repo,
                tmp_path / "clone", check=False)
     assert proc.returncode != 0
-    assert ("remote: config error: wirezstd.level must be 1 to 22, not 99"
-            in proc.stdout + proc.stderr)
+    assert ("remote: abort: wirezstd.level must be a whole number from 1 "
+            "to 22" in proc.stdout + proc.stderr)
+    assert "Traceback" not in proc.stdout + proc.stderr
     assert not (tmp_path / "clone").exists()
+
+
+#: Values ``hg serve`` must refuse, and the range its abort must state.
+BAD_SERVER_SETTINGS = [
+    ("level", "99", "a whole number from 1 to 22"),
+    ("level", "abc", "a whole number from 1 to 22"),
+    ("level", "0", "a whole number from 1 to 22"),
+    ("level", "1_0", "a whole number from 1 to 22"),
+    ("level", "7  # responses above small-response",
+     "a whole number from 1 to 22"),
+    ("small-response-level", "-1", "a whole number from 1 to 22"),
+    ("threads", "-3", "a whole number from 0 to 64"),
+    ("threads", "1000", "a whole number from 0 to 64"),
+    ("small-response", "-5", "a size from 0 to 64m"),
+    ("small-response", "lots", "a size from 0 to 64m"),
+    ("long-distance", "maybe", "a boolean"),
+    ("long-distance", "yes   # long-distance matching", "a boolean"),
+    ("ssh", "2", "a boolean"),
+    ("ssh", "yes please", "a boolean"),
+    ("bundle-long-distance", "perhaps", "a boolean"),
+]
+
+
+def serve_refusal(hg, hgrc, repo, name, value):
+    """``hg serve`` of ``repo`` with ``wirezstd.NAME = VALUE`` in the
+    hgrc: the CompletedProcess of a server that refused to start (one that
+    starts fails the test when it is stopped after 60 s)."""
+    with open(hgrc, "a") as fh:
+        fh.write("[extensions]\nwirezstd =\n[wirezstd]\n%s = %s\n"
+                 % (name, value))
+    return campaign.run_bounded(
+        [hg.binary, "serve", "-R", str(repo), "-p", "0", "-a", "127.0.0.1"],
+        env=hg.env, timeout=60)
+
+
+@pytest.mark.parametrize("name, value, allowed", BAD_SERVER_SETTINGS)
+def test_hg_serve_refuses_to_start_on_a_bad_setting(hg, hgrc, hgrepo, name,
+                                                   value, allowed):
+    proc = serve_refusal(hg, hgrc, hgrepo, name, value)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert proc.stderr.startswith(
+        "abort: wirezstd.%s must be %s" % (name, allowed)), proc.stderr
+    # The hint quotes the value and the line that set it.
+    assert proc.stderr.splitlines()[-1] == (
+        "(it is '%s', set at %s:6)" % (value, hgrc)), proc.stderr
+    assert "listening at" not in proc.stdout
+
+
+def test_settings_at_the_ends_of_their_ranges_serve(real_hg_repo, hg, hgrc,
+                                                    hgserve, tmp_path):
+    hgrc.write_text(hgrc.read_text() + (
+        "[extensions]\nwirezstd =\n[wirezstd]\nlevel = 1\nthreads = 64\n"
+        "small-response = 64m\nsmall-response-level = 22\n"
+        "long-distance = off\nssh = 0\nbundle-long-distance = true\n"))
+    hg("clone", "-U", hgserve(real_hg_repo).url, tmp_path / "clone")
+    hg("verify", "-q", "-R", tmp_path / "clone")
+
+
+def test_bad_bundle_setting_aborts_hg_bundle(hg, hgrepo, tmp_path):
+    (hgrepo / "f").write_text("x\n")
+    hg("commit", "-A", "-q", "-m", "one", cwd=hgrepo)
+    proc = hg.proc("bundle", "-a", "-t", "zstd-v2", *EXT, "--config",
+                   "wirezstd.bundle-long-distance=sometimes",
+                   tmp_path / "b.hg", cwd=hgrepo)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert "wirezstd.bundle-long-distance must be a boolean" in proc.stderr
 
 
 @pytest.mark.slow

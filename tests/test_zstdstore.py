@@ -641,3 +641,77 @@ def test_dictionary_names_from_a_peer_stay_in_the_store(hg, hgrc, tmp_path):
                    for parts in planted), (name, planted)
         assert "planted" not in hg.proc("commit", "-A", "-m", "x",
                                         cwd=repo).stdout
+
+
+@pytest.fixture
+def small_dict_repo(hg, hgrc, tmp_path):
+    """A zstd-dict repository of 40 changesets, made in one command."""
+    hgrc.write_text(ENABLE)
+    repo = tmp_path / "small"
+    hg("init", "--config", "format.revlog-compression=zstd-dict", repo)
+    hg("debugbuilddag", "--mergeable-file", "--new-file", "+40", cwd=repo)
+    return repo
+
+
+def dictionary_ids(repo):
+    return sorted(name for name in
+                  os.listdir(repo / ".hg" / "store" / "zstd-dicts")
+                  if name.isdigit())
+
+
+def test_retraining_at_another_level_budget_or_size_adds_dictionaries(
+        hg, small_dict_repo):
+    # zstd's own dict ID hashes the dictionary's content, which these
+    # retrains repeat with other bytes: the store names them itself.
+    runs = [(), ("--config", "zstdstore.level=12"), ("--sample-budget", 3000),
+            ("--dict-size", 1024), ("--config", "zstdstore.level=1"), ()]
+    seen = []
+    for run in runs:
+        hg("zstd-train", *run, cwd=small_dict_repo)
+        active = {row["kind"]: row["active"] for row in
+                  json.loads(hg("zstd-stats", "-T", "json",
+                                cwd=small_dict_repo))}
+        assert None not in active.values()
+        assert not set(active.values()) & set(seen), (run, active, seen)
+        seen.extend(active.values())
+        hg("update", "-q", "tip", cwd=small_dict_repo)
+        (small_dict_repo / "mf").write_text("after %r\n" % (run,) * 20)
+        hg("commit", "-q", "-m", "after %r" % (run,), cwd=small_dict_repo)
+    assert dictionary_ids(small_dict_repo) == sorted(map(str, seen))
+    hg("verify", "-q", cwd=small_dict_repo)
+    hg("zstd-recompress", cwd=small_dict_repo)
+    hg("verify", "-q", cwd=small_dict_repo)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("zstd-train", "--dict-size", "10"),
+     "--dict-size must be from 256 to 16777216 bytes"),
+    (("zstd-train", "--dict-size", "-5"),
+     "--dict-size must be from 256 to 16777216 bytes"),
+    (("zstd-train", "--sample-budget", "-1"),
+     "--sample-budget must be from 1024 to 1073741824 bytes"),
+    (("zstd-train", "--config", "zstdstore.dict-size=-5"),
+     "zstdstore.dict-size must be a size from 256 to 16m"),
+    (("zstd-train", "--config", "zstdstore.dict-size=10"),
+     "zstdstore.dict-size must be a size from 256 to 16m"),
+    (("zstd-train", "--config", "zstdstore.sample-budget=lots"),
+     "zstdstore.sample-budget must be a size from 1k to 1g"),
+    (("zstd-train", "--config", "zstdstore.level=99"),
+     "zstdstore.level must be a whole number from 1 to 22"),
+    (("log", "--config", "zstdstore.level=abc"),
+     "zstdstore.level must be a whole number from 1 to 22"),
+    (("zstd-stats", "--config", "zstdstore.level=0"),
+     "zstdstore.level must be a whole number from 1 to 22"),
+])
+def test_bad_settings_abort_naming_the_setting_and_change_nothing(
+        hg, small_dict_repo, args, message):
+    hg("zstd-train", cwd=small_dict_repo)
+    before = dictionary_ids(small_dict_repo)
+    active = (small_dict_repo / ".hg" / "store" / "zstd-dicts" /
+              "active").read_bytes()
+    proc = hg.proc(*args, cwd=small_dict_repo)
+    assert is_clean_abort(proc), proc.stderr
+    assert proc.stderr.startswith("abort: " + message), proc.stderr
+    assert dictionary_ids(small_dict_repo) == before
+    assert (small_dict_repo / ".hg" / "store" / "zstd-dicts" /
+            "active").read_bytes() == active

@@ -135,3 +135,20 @@ def test_concurrent_writers_never_leave_partial_files(tmp_path, dictionaries):
     assert sorted(os.listdir(directory)) == sorted(map(str, ids))
     store = zstdwire.DictionaryStore(directory)
     assert [store.load(i).dictionary.as_bytes() for i in ids] == payloads
+
+
+def test_unused_id_is_in_zstds_free_range_and_names_no_stored_file(
+        tmp_path, dictionaries):
+    store = zstdwire.DictionaryStore(str(tmp_path / "dicts"))
+    # IDs zstd chose, as every store written before the store chose them.
+    old = {store.add(d, "filelog") for d in dictionaries}
+    for _ in range(200):
+        dict_id = store.unused_id()
+        assert storemod.MIN_ID <= dict_id <= storemod.MAX_ID
+        assert dict_id not in old
+    trained = zstdwire.train(chunks()[:300], dict_size=4096, level=9,
+                             dict_id=store.unused_id())
+    new = store.add(trained, "filelog")
+    assert new not in old and set(store.ids()) == old | {new}
+    for dict_id in old | {new}:
+        store.load(dict_id)

@@ -38,3 +38,29 @@ def test_recent_samples_beat_old_ones_on_new_data():
     size = lambda d: sum(len(zstdwire.ChunkCompressor(d).compress(c))
                          for c in new)
     assert size(recent) < size(oldest)
+
+
+def test_zstd_gives_one_id_to_dictionaries_trained_at_two_levels():
+    # Why a store names its dictionaries itself: zstd's ID hashes the
+    # dictionary's content only, and a retrain at another level from the
+    # same samples makes other bytes under the same ID.
+    samples = chunks(400)
+    at3 = zstdwire.train(samples, 4096, level=3)
+    at9 = zstdwire.train(samples, 4096, level=9)
+    assert at3.dict_id() == at9.dict_id()
+    assert at3.as_bytes() != at9.as_bytes()
+
+
+def test_train_gives_the_dictionary_the_id_it_is_asked_for():
+    samples = chunks(400)
+    dictionary = zstdwire.train(samples, 4096, level=9, dict_id=123456)
+    assert dictionary.dict_id() == 123456
+    assert int.from_bytes(dictionary.as_bytes()[4:8], "little") == 123456
+    compressed = zstdwire.ChunkCompressor(dictionary).compress(samples[0])
+    assert zstdwire.frame_parameters(compressed).dict_id == 123456
+
+
+@pytest.mark.parametrize("dict_size", [-5, 0, 10, 255])
+def test_a_dictionary_smaller_than_zstd_trains_is_refused(dict_size):
+    with pytest.raises(ValueError, match="at least 256 bytes"):
+        zstdwire.train(chunks(400), dict_size)

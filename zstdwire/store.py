@@ -4,7 +4,9 @@ Each dictionary is one file named by its decimal dict ID.  A file is
 written once, under a temporary name, fsynced and then linked into place, so
 a reader never sees a partial file and an existing file is never replaced.
 A new dictionary always means a new ID, so chunks compressed with an old
-one keep decoding.
+one keep decoding: the writer trains it with an ID from ``unused_id()``.
+(zstd's own ID is a hash of the dictionary's content alone, the same for
+dictionaries trained at two levels from the same samples.)
 
 File layout (all integers big-endian)::
 
@@ -19,6 +21,7 @@ File layout (all integers big-endian)::
 
 import hashlib
 import os
+import random
 import struct
 import threading
 
@@ -27,6 +30,11 @@ import zstandard
 from .errors import DictionaryCorrupt, DictionaryError, DictionaryMissing
 
 MAGIC = b"ZWDICT"
+#: The dict IDs zstd leaves to dictionaries nobody registered: below
+#: 2^15 and from 2^31 they are reserved.
+MIN_ID = 1 << 15
+MAX_ID = (1 << 31) - 1
+_RANDOM = random.SystemRandom()
 FORMAT_VERSION = 1
 _FIXED = struct.Struct(">6sBB")
 _TAIL = struct.Struct(">I32s")
@@ -106,6 +114,23 @@ class DictionaryStore:
         except FileNotFoundError:
             return []
         return sorted(int(name) for name in names if _is_id(name))
+
+    def unused_id(self):
+        """A dict ID no file of the store has, for a dictionary about to be
+        trained: random in the range zstd leaves to unregistered
+        dictionaries (2^15 to 2^31 - 1), as zstd's own IDs are.  Random,
+        not the next number, so that clones which trained apart (whose
+        files the help says to copy back when one is lost) almost never
+        hold two dictionaries under one ID."""
+        taken = set(self.ids())
+        # Each draw misses with the share of the range taken: with fewer
+        # than a billion files, 64 all miss less than once in 2^64 runs.
+        for _attempt in range(64):
+            dict_id = _RANDOM.randrange(MIN_ID, MAX_ID + 1)
+            if dict_id not in taken:
+                return dict_id
+        raise DictionaryError("no unused dictionary ID found",
+                              self.directory)
 
     def __contains__(self, dict_id):
         return os.path.exists(self.path(dict_id))

@@ -27,6 +27,9 @@ MAX_SAMPLE_SIZE = 128 * 1024
 #: zstd refuses to train on fewer samples than this.
 MIN_SAMPLES = 8
 
+#: The smallest dictionary zstd trains (ZDICT_DICTSIZE_MIN).
+MIN_DICT_SIZE = 256
+
 
 def select_recent(entries_newest_first, budget=DEFAULT_SAMPLE_BUDGET,
                   max_sample_size=MAX_SAMPLE_SIZE):
@@ -52,15 +55,23 @@ def select_recent(entries_newest_first, budget=DEFAULT_SAMPLE_BUDGET,
     return samples
 
 
-def train(samples, dict_size=DEFAULT_DICT_SIZE, level=3, threads=None):
+def train(samples, dict_size=DEFAULT_DICT_SIZE, level=3, threads=None,
+          dict_id=0):
     """Train a dictionary with fastcover on ``samples`` (a list of bytes).
 
     ``level`` is the compression level the dictionary will be used at; the
     trainer tunes its parameters for it.  ``threads`` defaults to the number
-    of CPUs.  Returns a ``zstandard.ZstdCompressionDict`` with a non-zero
-    dict ID.  Raises ``TrainingError`` when the samples are too few or too
-    small to make a dictionary of that size.
+    of CPUs.  ``dict_id`` is the ID the dictionary gets (a store's
+    ``unused_id()``); by default zstd derives one from the dictionary's
+    content, which is the same for dictionaries trained at other levels
+    from the same samples.  Returns a ``zstandard.ZstdCompressionDict``
+    with a non-zero dict ID.  Raises ``ValueError`` for a ``dict_size``
+    below ``MIN_DICT_SIZE``, and ``TrainingError`` when the samples are too
+    few or too small to make a dictionary of that size.
     """
+    if dict_size < MIN_DICT_SIZE:
+        raise ValueError("a dictionary is at least %d bytes, not %d"
+                         % (MIN_DICT_SIZE, dict_size))
     samples = [bytes(s) for s in samples if s]
     if len(samples) < MIN_SAMPLES:
         raise TrainingError(
@@ -68,12 +79,13 @@ def train(samples, dict_size=DEFAULT_DICT_SIZE, level=3, threads=None):
             % (MIN_SAMPLES, len(samples)))
     total = sum(len(s) for s in samples)
     # zstd cannot fill a dictionary larger than a fraction of its input.
-    dict_size = min(dict_size, max(total // 10, 256))
+    dict_size = min(dict_size, max(total // 10, MIN_DICT_SIZE))
     if threads is None:
         threads = os.cpu_count() or 1
     try:
         dictionary = zstandard.train_dictionary(
-            dict_size, samples, level=level, threads=threads, steps=8)
+            dict_size, samples, level=level, threads=threads, steps=8,
+            dict_id=dict_id)
     except zstandard.ZstdError as err:
         raise TrainingError("zstd could not train a dictionary from %d "
                             "samples (%d bytes): %s"

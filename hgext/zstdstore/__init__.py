@@ -12,9 +12,9 @@ history, one dictionary per revlog class (changelog, manifest, filelogs).
 On real repositories the changelog shrinks by about 30% against core's
 zstd and zlib, and reads faster.
 
-New chunks are compressed at ``zstdstore.level`` (default 6: the same read
-speed as level 3, and measured 8% smaller filelogs, for about 3 times the
-compression time).  A delta chain is at most 500 deltas long unless
+New chunks are compressed at ``zstdstore.level`` (1 to 22, default 6: the
+same read speed as level 3, and measured 8% smaller filelogs, for about 3
+times the compression time).  A delta chain is at most 500 deltas long unless
 ``format.maxchainlen`` sets another bound: the dictionaries make deltas so
 small that core's own bound, by bytes, would let chains grow past core
 zstd's and slow reads of old revisions (``hg annotate``).
@@ -55,12 +55,14 @@ with its own engine.
 Retraining happens on command only: run ``hg zstd-train`` when history has
 drifted (``hg zstd-stats`` shows the share of chunks each dictionary
 covers; for a busy repository, weekly from cron).  Each dictionary is
-``zstdstore.dict-size`` bytes (default 112 KiB), trained on up to
+``zstdstore.dict-size`` bytes (256 to 16m, default 112k), trained on up to
 ``zstdstore.sample-budget`` bytes of the newest chunks of its revlog class
-(default 16 MiB); ``--dict-size`` and ``--sample-budget`` override them
-for one run.  A retrained dictionary
-gets a new ID and is used for new chunks; old chunks keep decoding with
-their own, until ``hg zstd-recompress`` rewrites them.  Old dictionary
+(1k to 1g, default 16m); ``--dict-size`` and ``--sample-budget`` override
+them for one run.  A value outside these ranges stops the command with
+one error naming it.  A retrained dictionary gets a new ID, one that no
+dictionary of the store has (chosen at random, as zstd's own are), and
+is used for new chunks; old chunks keep decoding with their own, until
+``hg zstd-recompress`` rewrites them.  Old dictionary
 files are never deleted.
 
 ``hg zstd-recompress`` holds the store lock and replaces each revlog by
@@ -81,7 +83,9 @@ damaged ones before the clone is used.
 from mercurial.i18n import _
 from mercurial import (
     cmdutil,
+    error,
     extensions,
+    pycompat,
     registrar,
     revlog,
     streamclone,
@@ -90,7 +94,9 @@ from mercurial import (
 from mercurial.revlogutils import randomaccessfile
 from mercurial.upgrade_utils import engine as upgrade_engine
 
-from hgext3rd import _hgcompat
+import zstdwire
+
+from hgext3rd import _hgcompat, _hgconfig
 from . import engine, maintenance, readpath
 
 testedwith = _hgcompat.TESTEDWITH
@@ -102,6 +108,12 @@ cmdtable = {}
 command = registrar.command(cmdtable)
 configtable = {}
 configitem = registrar.configitem(configtable)
+
+#: ``zstdstore.dict-size``: zstd trains no smaller dictionary, and the cap
+#: keeps a slip (``1g``) from asking the trainer for memory it lacks.
+DICT_SIZES = (zstdwire.training.MIN_DICT_SIZE, 16 * 1024 * 1024)
+#: ``zstdstore.sample-budget``: the samples are held in memory at once.
+SAMPLE_BUDGETS = (1024, 1024 * 1024 * 1024)
 
 configitem(b'zstdstore', b'level', default=engine.DEFAULT_LEVEL)
 configitem(b'zstdstore', b'dict-size', default=112 * 1024)
@@ -135,10 +147,21 @@ def zstd_train(ui, repo, **opts):
     """
     maintenance.train(
         ui, repo,
-        dict_size=opts['dict_size'] or ui.configint(b'zstdstore',
-                                                    b'dict-size'),
-        budget=opts['sample_budget'] or ui.configint(b'zstdstore',
-                                                     b'sample-budget'))
+        dict_size=_training_size(ui, opts, b'dict-size', DICT_SIZES),
+        budget=_training_size(ui, opts, b'sample-budget', SAMPLE_BUDGETS))
+
+
+def _training_size(ui, opts, name, limits):
+    """``--NAME`` if given, else ``zstdstore.NAME``; aborts outside
+    ``limits``."""
+    given = opts[pycompat.sysstr(name).replace('-', '_')]
+    if not given:
+        return _hgconfig.config_bytes(ui, b'zstdstore', name, *limits)
+    if not limits[0] <= given <= limits[1]:
+        raise error.Abort(
+            _(b'--%s must be from %d to %d bytes') % (name, *limits),
+            hint=_(b'it is %d') % given)
+    return given
 
 
 @command(
@@ -178,7 +201,7 @@ def zstd_stats(ui, repo, **opts):
 def reposetup(ui, repo):
     if repo.local():
         options = repo.svfs.options
-        options[engine.OPT_LEVEL] = ui.configint(b'zstdstore', b'level')
+        options[engine.OPT_LEVEL] = engine.configured_level(ui)
         # core registers this item with a dynamic default: name ours
         if ui.config(b'format', b'maxchainlen', None) is None:
             options[engine.OPT_MAX_CHAIN_LEN] = engine.MAX_CHAIN_LEN

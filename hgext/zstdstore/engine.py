@@ -21,12 +21,14 @@ from mercurial.utils import compression, stringutil
 import zstandard
 import zstdwire
 
-from hgext3rd import _hgcompat
+from hgext3rd import _hgcompat, _hgconfig
 
 #: Measured on ipython's history: level 6 stores filelogs in 0.85 of core
 #: zstd's bytes against 0.92 at level 3, reads as fast, and compresses
 #: about 3 times slower (still over 50 MB/s).
 DEFAULT_LEVEL = 6
+#: The levels ``zstdstore.level`` may name.
+LEVELS = (1, zstandard.MAX_COMPRESSION_LEVEL)
 
 #: The longest delta chain in a ``zstd-dict`` revlog, unless
 #: ``format.maxchainlen`` says otherwise.  Core bounds a chain by its
@@ -54,6 +56,13 @@ MIN_CHUNK = 50
 #: the smaller result is kept: a dictionary matters for the start of a
 #: frame, and large chunks pay little for it.
 PLAIN_CHECK_SIZE = 16 * 1024
+
+
+
+def configured_level(ui):
+    """``zstdstore.level``; a bad one aborts naming it and the range."""
+    return _hgconfig.config_int(ui, b'zstdstore', b'level', *LEVELS)
+
 
 _OPT_DICTS = b'zstdstore.dicts'
 OPT_KIND = b'zstdstore.kind'

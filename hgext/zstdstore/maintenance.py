@@ -30,6 +30,7 @@ from .engine import (
     MIN_CHUNK,
     REQUIREMENT,
     DamagedActive,
+    configured_level,
     dicts_dir,
 )
 
@@ -126,7 +127,7 @@ def train(ui, repo, dict_size, budget):
     its newest chunks, made the active one.  Any store can be trained,
     whatever its engine: a zlib or zstd store then converts in one rewrite,
     with the dictionaries, by ``hg debugupgraderepo``."""
-    level = ui.configint(b'zstdstore', b'level')
+    level = configured_level(ui)
     with repo.lock():
         _remove_stale_temporaries(ui, repo)
         dicts = dicts_dir(repo.svfs.join(DICTS_DIR))
@@ -140,8 +141,12 @@ def train(ui, repo, dict_size, budget):
             start = time.monotonic()
             samples = zstdwire.select_recent(
                 _newest_chunks(ui, repo, kind), budget)
+            # An ID of the store's choosing: zstd's own is a hash of the
+            # dictionary's content, which a retrain at another level or
+            # budget can repeat for a dictionary of other bytes.
             try:
-                dictionary = zstdwire.train(samples, dict_size, level)
+                dictionary = zstdwire.train(samples, dict_size, level,
+                                            dict_id=dicts.store.unused_id())
             except zstdwire.TrainingError as err:
                 ui.warn(_(b'%s: no new dictionary: %s\n')
                         % (kind, stringutil.forcebytestr(err)))
@@ -287,8 +292,7 @@ class _ClassTotals:
 def stats(ui, repo, opts):
     """``hg zstd-stats``: per revlog class, how its chunks are stored
     beside what core's zstd would store."""
-    plain = zstandard.ZstdCompressor(level=ui.configint(b'zstdstore',
-                                                        b'level'))
+    plain = zstandard.ZstdCompressor(level=configured_level(ui))
     totals = {kind: _ClassTotals() for kind in KINDS}
     revlogs = list(_store_revlogs(repo))
     progress = ui.makeprogress(_(b'reading'), unit=_(b'revlogs'),
