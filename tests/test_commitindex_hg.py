@@ -90,16 +90,18 @@ def lookup(hg, repo, keys, *options):
 
 
 def check_index(hg, repo, verify=False):
-    """The index covers every changeset (its docket names the tip's
-    revision and node) and holds every key of every changeset, hidden
+    """The index covers every changeset (its docket counts them, and it
+    holds each one's node) and holds every key of every changeset, hidden
     ones too, as a scan finds them.  With ``verify``, ``hg
     commitid-lookup`` answers every key from it as the scan does (and no
     key no changeset has), and the repository verifies."""
     by_rev, expected = scan(hg, repo)
     cache = os.fspath(repo / ".hg" / "cache")
     with commitindex.Index(cache, "commitindex") as index:
-        assert index.covers == struct.pack(">i", len(by_rev) - 1) + \
-            bytes.fromhex(by_rev[-1])
+        assert index.covers[:12] == b"hgheads1" + struct.pack(
+            ">I", len(by_rev))
+        assert [index.node(rev).hex() for rev in range(len(by_rev))] == \
+            by_rev
         index.verify()
         for typed, found in expected.items():
             kind, _, key = typed.partition(":")
@@ -336,4 +338,67 @@ def test_readers_while_transactions_append(hg, repo, tmp_path):
     assert hg_reader.returncode == 0
     assert {line.split()[1] for line in out.splitlines()
             if line.startswith("review:D1")} == first
+    check_index(hg, repo, verify=True)
+
+
+PLAIN = ("--config", "extensions.commitid=!")
+
+
+def plain_commit(hg, repo, parent, summary, name):
+    """A changeset on ``parent`` committed by an hg without the
+    extension."""
+    hg(*PLAIN, "update", "-q", parent, cwd=repo)
+    (repo / name).write_text(summary)
+    hg(*PLAIN, "commit", "-qAm", summary, cwd=repo)
+    return nodes(hg, repo, ".")[0]
+
+
+def test_stock_hg_strips_and_adds_back_in_another_order(hg, hgrc, hgrepo,
+                                                         tmp_path):
+    """Issue 27: an hg without the extension strips changesets and adds
+    them (or others) back in another order, the tip unchanged.  The
+    docket's tip revision and node still matched, and lookups named the
+    other changeset; debugupdatecaches did not repair it."""
+    hgrc.write_text(HGRC)
+    repo = hgrepo
+    root = plain_commit(hg, repo, "null", "Bug 100 - root", "root")
+    a = plain_commit(hg, repo, root, "Bug 111 - a", "a")
+    b = plain_commit(hg, repo, root, "Bug 222 - b", "b")
+    hg(*PLAIN, "merge", "-q", a, cwd=repo)
+    hg(*PLAIN, "commit", "-qm", "Merge", cwd=repo)
+    [merge] = nodes(hg, repo, "tip")
+    hg("debugupdatecaches", cwd=repo)
+    check_index(hg, repo)
+    # The same changesets, numbered otherwise: b first, then a, then the
+    # merge (one head, the same node at the same revision).
+    for name, rev, base in (("b", b, root), ("a", a, root),
+                            ("m", merge, "%s+%s" % (a, b))):
+        hg(*PLAIN, "bundle", "-q", "-r", rev, "--base", base,
+           tmp_path / name, cwd=repo)
+    hg(*PLAIN, "debugstrip", "-q", "--no-backup", "-r", a, "-r", b, cwd=repo)
+    for name in "bam":
+        hg(*PLAIN, "unbundle", "-q", tmp_path / name, cwd=repo)
+    assert nodes(hg, repo, "all()") == [root, b, a, merge]
+    found, debug = lookup(hg, repo, ["bug 111", "bug 222", "bug 100"])
+    assert found == {"bug 111": {a}, "bug 222": {b}, "bug 100": {root}}
+    assert any("numbers changesets otherwise" in line for line in debug)
+    assert nodes(hg, repo, "bug(111)") == [a]
+    hg("debugupdatecaches", cwd=repo)
+    check_index(hg, repo, verify=True)
+    # Another changeset at the number of one stripped: x where b was,
+    # the tip (a) the same.
+    hg("debugstrip", "-q", "--no-backup", "-r", merge, cwd=repo)
+    check_index(hg, repo)
+    hg(*PLAIN, "bundle", "-q", "-r", a, "--base", root, tmp_path / "a2",
+       cwd=repo)
+    hg(*PLAIN, "debugstrip", "-q", "--no-backup", "-r", b, "-r", a,
+       cwd=repo)
+    x = plain_commit(hg, repo, root, "Bug 333 - x", "x")
+    hg(*PLAIN, "unbundle", "-q", tmp_path / "a2", cwd=repo)
+    assert nodes(hg, repo, "all()") == [root, x, a]
+    found, debug = lookup(hg, repo, ["bug 111", "bug 222", "bug 333"])
+    assert found == {"bug 111": {a}, "bug 333": {x}}
+    assert any("covers changesets that are gone" in line for line in debug)
+    assert nodes(hg, repo, "bug(222)") == []
+    hg("debugupdatecaches", cwd=repo)
     check_index(hg, repo, verify=True)
