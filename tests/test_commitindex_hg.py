@@ -10,6 +10,8 @@ import os
 import struct
 import subprocess
 import threading
+import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from vcsperf.core import commitindex
 from vcsperf.core.commitids import message_keys
 
+import campaign
 from netservers import write_ssh_wrapper
 from test_all_extensions import HGRC
 
@@ -402,3 +405,120 @@ def test_stock_hg_strips_and_adds_back_in_another_order(hg, hgrc, hgrepo,
     assert nodes(hg, repo, "bug(222)") == []
     hg("debugupdatecaches", cwd=repo)
     check_index(hg, repo, verify=True)
+
+
+is_clean_abort = campaign.is_clean_abort
+LONG_BUG = "1" * 4301
+
+
+def test_a_bug_number_of_4301_digits_is_no_key(hg, hgrc, repo, hgserve,
+                                                tmp_path):
+    """Issue 27: "Bug" and 4,301 digits in a summary made int() raise:
+    the commit landed, then every later commit, pull and lookup ended in
+    a traceback, and a server's every push in HTTP 500."""
+    long_message = "Bug %s - the digits\n" % LONG_BUG
+    hg("commit", "-q", "--config", "ui.allowemptycommit=yes", "-m",
+       long_message, cwd=repo)
+    commit(hg, repo, 5)
+    assert lookup(hg, repo, ["review:D5"])[0] == {
+        "review:D5": set(nodes(hg, repo, "tip"))}
+    proc = hg.proc("commitid-lookup", "bug " + "1" * 20, cwd=repo)
+    assert is_clean_abort(proc) and "at most 18 digits" in proc.stderr
+    proc = hg.proc("log", "-r", "bug(%s)" % LONG_BUG, cwd=repo)
+    assert is_clean_abort(proc) and "at most 18 digits" in proc.stderr
+    check_index(hg, repo, verify=True)
+    # A server: pushes of such a changeset land with 200, pulls and
+    # clones of it work, its web search and lookup answer without a 500.
+    server = hgserve(repo, "--config", "web.push_ssl=no", "--config",
+                     "web.allow-push=*")
+    clone = tmp_path / "clone"
+    hg("clone", "-q", server.url, clone)
+    hg("commit", "-q", "--config", "ui.allowemptycommit=yes", "-m",
+       "Bug %s - again\n" % ("2" * 4400), cwd=clone)
+    hg("push", "-q", server.url, cwd=clone)
+    hg("pull", "-q", server.url, cwd=clone)
+    hg("clone", "-q", server.url, tmp_path / "second")
+    with urllib.request.urlopen(server.url + "log?rev=bug(%s)"
+                                % LONG_BUG) as response:
+        assert response.status == 200
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(server.url + "json-commitid?key=bug:"
+                               + LONG_BUG)
+    assert refused.value.code == 400
+    assert "longer than 256" in json.load(refused.value)["error"]
+    assert "Traceback" not in (tmp_path / "repo.error.log").read_text()
+    assert len(nodes(hg, clone, "all()")) == 7
+
+
+def wire_lookup(url, keys):
+    """``(content type, body)`` of a raw ``commitidlookup`` request whose
+    keys argument is ``keys`` (bytes), sent as Mercurial's POST
+    arguments."""
+    body = urllib.parse.urlencode({"keys": keys}).encode()
+    request = urllib.request.Request(
+        url + "?cmd=commitidlookup", data=body, headers={
+            "X-HgArgs-Post": str(len(body)),
+            "Content-Type": "application/mercurial-0.1"})
+    with urllib.request.urlopen(request) as response:
+        return response.headers["Content-Type"], response.read()
+
+
+def test_served_lookups_are_bounded(hg, repo, hgserve, tmp_path):
+    """Issue 27: repeated keys were answered in full (100 KB asked, 235
+    MB answered), and a malformed key was a 500 with a traceback in the
+    server's log."""
+    server = hgserve(repo)
+    [first] = nodes(hg, repo, "0")
+    kind, answer = wire_lookup(server.url, b"\n".join([b"review:D1"] * 11000))
+    assert answer == b"review:D1 %s\n" % first.encode()
+    # Web: a 64 KB query of one key, answered once.
+    with urllib.request.urlopen(server.url + "json-commitid?" +
+                                "&key=D1" * 8000) as response:
+        assert json.load(response) == {"D1": [first]}
+    # More distinct keys than a lookup takes: refused, saying why.
+    many = b"\n".join(b"review:D%d" % n for n in range(1001))
+    kind, answer = wire_lookup(server.url, many)
+    assert kind == "application/hg-error"
+    assert b"1001 keys in one lookup, more than 1000" in answer
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(server.url + "json-commitid?" + "&".join(
+            "key=D%d" % n for n in range(1001)))
+    assert refused.value.code == 400
+    # Malformed keys on the wire: an error, no 500.
+    for keys in (b"bug:x", b"id:a b", b"review:abc", b"", b"\n\n",
+                 b"bug:" + b"9" * 5000):
+        kind, answer = wire_lookup(server.url, keys)
+        assert kind == "application/hg-error", keys
+    # A --remote key that holds a line end (which would be two keys on
+    # the wire): one abort line, nothing sent.
+    proc = hg.proc("commitid-lookup", "--remote", server.url, "id:a\nb",
+                   cwd=tmp_path)
+    assert is_clean_abort(proc) and "not a commit ID" in proc.stderr
+    proc = hg.proc("commitid-lookup", "--remote", server.url,
+                   *["D%d" % n for n in range(1001)], cwd=tmp_path)
+    assert is_clean_abort(proc) and "more than a server answers" in \
+        proc.stderr
+    # The same key typed twice, or in two ways, is answered for each.
+    out = hg("commitid-lookup", "--remote", server.url, "D1", "D1",
+             "review:D1", cwd=tmp_path)
+    assert out == "D1 %s\nD1 %s\nreview:D1 %s\n" % ((first,) * 3)
+    assert "Traceback" not in (tmp_path / "repo.error.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_key_matching_too_many_changesets_is_refused(hg, hgrc, hgrepo,
+                                                       hgserve):
+    hgrc.write_text(HGRC)
+    patches = "".join(
+        "# HG changeset patch\n# User test\n# Date %d 0\nBug 5 - part %d\n"
+        "\ndiff --git a/f%d b/f%d\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/f%d\n@@ -0,0 +1,1 @@\n+x\n" % (n, n, n, n, n)
+        for n in range(1001))
+    (hgrepo.parent / "patches").write_text(patches)
+    hg("import", "-q", hgrepo.parent / "patches", cwd=hgrepo)
+    server = hgserve(hgrepo)
+    kind, answer = wire_lookup(server.url, b"bug:5")
+    assert kind == "application/hg-error"
+    assert b"matches 1001 changesets, more than a lookup answers" in answer
+    # Locally there is no bound.
+    assert len(nodes(hg, hgrepo, "bug(5)")) == 1001
