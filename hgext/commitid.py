@@ -63,11 +63,12 @@ the index records, besides the node of every changeset it indexed, the
 revision of each head of what it indexed; a lookup checks those heads'
 nodes.  A node names its changeset and all its ancestors, so unchanged
 heads prove the indexed changesets are all still there, at a cost of one
-node per head rather than a read of 700,000; a changed head, and
-it reads the descriptions instead.  Each changeset it answers with is
-then checked by node, and found under its new number where the order
-changed; ``hg debugupdatecaches`` compares every node and renumbers (or
-rebuilds) the index.
+node per head rather than a read of 700,000.  If a head changed,
+lookups read the descriptions instead, and the next transaction
+rebuilds the index.  Each changeset it answers with is then checked by
+node, and found under its new number where only the order changed;
+``hg debugupdatecaches`` compares every node and rebuilds an index
+whose numbers are stale.
 
 A bug number is ``Bug``, a space and at most 18 digits (0-9 only); a
 longer run of digits is no bug.  ``hg serve`` answers the same lookups
@@ -530,7 +531,10 @@ def commitid_lookup(ui, repo, *keys, **opts):
     count only with ``--hidden``.
 
     With ``--remote`` the server looks the keys up, all in one request,
-    with nothing cloned; it needs the commitid extension too.
+    with nothing cloned; it needs the commitid extension too, and
+    answers at most 1,000 distinct keys, 1,000 changesets a key and 4 MB
+    (``hg help commitid``).  ``[http] timeout`` bounds a wait on a
+    server that stalls.
 
     Returns 0 when every key matched a changeset, 1 otherwise.
     """
@@ -597,18 +601,25 @@ def _bounded_call(peer, keys):
     """The server's answer to ``commitidlookup`` of ``keys``, reading no
     more than ``MAX_ANSWER`` bytes of it (a server may send without
     end)."""
-    if hasattr(peer, '_sendrequest'):
-        # SSH: the answer's frame, whatever length it claims, read only
-        # as far as the bound.
-        answer = peer._sendrequest(WIRE_COMMAND, {b'keys': keys},
-                                   framed=True)
-    else:
-        answer = peer._callstream(WIRE_COMMAND, keys=keys)
     try:
-        reply = answer.read(MAX_ANSWER + 1)
-    finally:
-        if hasattr(answer, 'close') and not hasattr(peer, '_sendrequest'):
-            answer.close()
+        if hasattr(peer, '_sendrequest'):
+            # SSH: the answer's frame, whatever length it claims, read
+            # only as far as the bound.
+            answer = peer._sendrequest(WIRE_COMMAND, {b'keys': keys},
+                                       framed=True)
+        else:
+            answer = peer._callstream(WIRE_COMMAND, keys=keys)
+        try:
+            reply = answer.read(MAX_ANSWER + 1)
+        finally:
+            if not hasattr(peer, '_sendrequest'):
+                answer.close()
+    except OSError as err:
+        # A stall past ``http.timeout``, a connection cut mid-answer.
+        raise error.Abort(_(b'%s did not finish its answer to the '
+                            b'lookup: %s')
+                          % (peer.url(), stringutil.forcebytestr(err)),
+                          hint=_(b'[http] timeout bounds a wait'))
     if len(reply) > MAX_ANSWER:
         raise error.Abort(_(b'%s answered a lookup with more than %d bytes')
                           % (peer.url(), MAX_ANSWER))
