@@ -296,11 +296,12 @@ def test_stock_hg_strips_and_adds_beside_it(tally, hg, repo, tmp_path):
 CAPABILITIES = b"lookup branchmap pushkey known getbundle batch commitidlookup"
 
 
-def lie(rng):
-    """``(name, status, content type, body or a callable writing it)``."""
+def lies(rng):
+    """``(name, status, content type, body or a callable writing it)``
+    of each lie."""
     node = "ab" * 20
     ctype = "application/mercurial-0.1"
-    return rng.choice([
+    return [
         ("garbage", 200, ctype, b"garbage\n"),
         ("unasked key", 200, ctype, ("id:zzz %s\n" % node).encode()),
         ("short node", 200, ctype, b"review:D1 abc\n"),
@@ -315,7 +316,7 @@ def lie(rng):
         ("500", 500, "text/plain", b"boom"),
         ("html", 200, "text/html", b"<html>"),
         ("stall", 200, ctype, lambda out: time.sleep(30)),
-    ])
+    ]
 
 
 class LyingHandler(servers.QuietHandler):
@@ -349,8 +350,11 @@ def test_a_lying_server_for_remote(tally, hg, hgrc, tmp_path):
     hgrc.write_text(HGRC)
     server = servers.LocalServer(LyingHandler)
     try:
-        for _ in range(campaign.size(8, 100)):
-            server.lie = lie(tally.rng)
+        every = lies(tally.rng)
+        for number in range(campaign.size(len(every), 100)):
+            # Each lie once, then drawn at random.
+            server.lie = every[number] if number < len(every) else \
+                tally.rng.choice(every)
             began = time.monotonic()
             try:
                 proc = campaign.run_bounded(

@@ -522,3 +522,46 @@ def test_a_key_matching_too_many_changesets_is_refused(hg, hgrc, hgrepo,
     assert b"matches 1001 changesets, more than a lookup answers" in answer
     # Locally there is no bound.
     assert len(nodes(hg, hgrepo, "bug(5)")) == 1001
+
+
+def test_a_docket_that_is_no_file_or_names_no_file(hg, repo):
+    """Issue 27: a docket that was a directory or a link to /dev/zero
+    ended in a traceback (or read without end); a CRC-valid docket with
+    a non-UTF-8 uid too; ``bug ١١١`` matched bug 111."""
+    cache = repo / ".hg" / "cache"
+    docket_path = cache / "commitindex"
+    expected = check_index(hg, repo)
+    keys = sorted(expected)
+    docket = commitindex.read_docket(os.fspath(cache), "commitindex")
+    damaged = commitindex.Docket((b"\xff\xfe" * 8, docket.table[1]),
+                                 docket.tail, docket.nodes,
+                                 docket.node_width, docket.rules,
+                                 docket.covers)
+    for how in ("uid", "/dev/zero", "directory"):
+        docket_path.unlink()
+        if how == "uid":
+            docket_path.write_bytes(damaged.pack())
+        elif how == "directory":
+            docket_path.mkdir()
+        else:
+            docket_path.symlink_to(how)
+        proc = campaign.run_bounded(
+            [hg.binary, "commitid-lookup", "--hidden", *keys, "-T",
+             "{key} {node}\\n"], env=hg.env, cwd=repo, timeout=60)
+        assert (proc.returncode, proc.stderr) == (0, ""), how
+        found = {}
+        for line in proc.stdout.splitlines():
+            key, _, node = line.rpartition(" ")
+            found.setdefault(key, set()).add(node)
+        assert found == expected, how
+        proc = hg.proc("debugupdatecaches", cwd=repo)
+        assert "Traceback" not in proc.stderr
+        if how == "directory":
+            assert "cannot write the index" in proc.stderr
+            docket_path.rmdir()
+            hg("debugupdatecaches", cwd=repo)
+        assert not docket_path.is_symlink()
+        check_index(hg, repo, verify=True)
+    for typed in ("bug \u0661\u0661\u0661", "bug:\u0661\u0660\u0661"):
+        proc = hg.proc("commitid-lookup", typed, cwd=repo)
+        assert is_clean_abort(proc) and "not a bug number" in proc.stderr
