@@ -118,6 +118,7 @@ def hostile_key(rng):
     return rng.choice(choices)()
 
 
+@pytest.mark.slow
 def test_hostile_keys_to_wire_web_and_command_line(tally, hg, repo,
                                                    hgserve, tmp_path):
     server = hgserve(repo)
@@ -212,6 +213,7 @@ def restore(path):
         os.rmdir(path)
 
 
+@pytest.mark.slow
 def test_index_files_changed_behind_its_back(tally, hg, repo, tmp_path):
     # Another repository's index, for "other".
     other = tmp_path / "other"
@@ -257,6 +259,7 @@ def lookup_debug(hg, repo):
                  and "looked up in" not in line]
 
 
+@pytest.mark.slow
 def test_stock_hg_strips_and_adds_beside_it(tally, hg, repo, tmp_path):
     rng = tally.rng
     bundles = []
