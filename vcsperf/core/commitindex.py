@@ -7,15 +7,16 @@ Files, in one directory, all named after ``name``:
 
 - ``NAME``, the docket: which table and tail files are current and how
   many entries of each count, the rules fingerprint, and ``covers``, the
-  adapter's record of what was indexed (Mercurial: tip revision and node;
-  Git: the ref tips, and whether every indexed commit is reachable).  Small, rewritten whole by write-then-rename, so a
+  adapter's record of what was indexed (Mercurial: how many changesets
+  and the revisions of their heads; Git: the ref tips, and whether every
+  indexed commit is reachable).  Small, rewritten whole by write-then-rename, so a
   reader sees the old docket or the new one, never a mix.
 - ``NAME-UID.table``: entries sorted, searched by bisection.
 - ``NAME-UID.tail``: entries appended since the table was written,
   searched linearly; once it holds more than ``TAIL_LIMIT`` entries, the
   next update writes a new table of both (compaction).
-- ``NAME-UID.nodes`` (Git only): the node of each revision number,
-  fixed width, appended.
+- ``NAME-UID.nodes``: the node of each revision number, fixed width,
+  appended.
 
 An entry is 12 bytes: the first 8 bytes of the BLAKE2b hash of kind and
 key, then the revision (big-endian, so byte order is numeric order).  Two
@@ -270,7 +271,7 @@ class Index:
         return sorted(set(revs))
 
     def node(self, rev):
-        """The node of revision ``rev`` (Git), as bytes."""
+        """The node indexed as revision ``rev``, as bytes."""
         if not 0 <= rev < self.nodes.count:
             raise CorruptIndex("revision %d has no node" % rev)
         return self.nodes.record(rev)
@@ -335,7 +336,7 @@ def write(directory, name, triples, covers, rules, base=None, nodes=(),
     """Index ``triples`` (``(kind, key, rev)``) and write a docket with
     ``covers`` and ``rules`` (bytes).  With ``base`` (an open ``Index`` with
     the same rules) the entries are added to it, else the index starts from
-    nothing.  ``nodes`` (Git): the nodes of the new revisions, in order,
+    nothing.  ``nodes``: the nodes of the new revisions, in order,
     each ``node_width`` bytes.  Returns the new docket.
 
     The caller holds the repository's lock: one writer at a time.
