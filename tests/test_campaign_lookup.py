@@ -50,14 +50,17 @@ PLAIN = ("--config", "extensions.commitid=!")
 
 
 def summary(rng, number):
+    # Mostly a bug of its own (a changeset numbered otherwise then
+    # answers for another bug), sometimes one shared.
     return rng.choice(["Bug %d - change %d", "bug %d: change %d",
-                       "Fix %d then %d"]) % (100 + number % 7, number)
+                       "Fix %d then %d"]) % (
+        100 + number if rng.random() < 0.8 else 7, number)
 
 
 def commit(hg, repo, rng, number, plain=False):
     (repo / ("f%d" % number)).write_text("x")
     message = "%s\n\nDifferential Revision: https://x/D%d\n" % (
-        summary(rng, number), number % 5)
+        summary(rng, number), number)
     hg(*(PLAIN if plain else ()), "commit", "-qAm", message, cwd=repo)
 
 
@@ -260,13 +263,36 @@ def lookup_debug(hg, repo):
 
 
 @pytest.mark.slow
+def reorder(hg, repo, rng, first, directory):
+    """What a stock hg can do: strip revisions ``first`` to the tip and
+    add them back one by one, in a random order that puts parents before
+    children (the tip may well stay the same)."""
+    directory.mkdir()
+    out = hg("log", "-r", "%d:" % first, "-T", "{node} {p1.node} "
+             "{p2.node}\n", cwd=repo)
+    parents = {}
+    for line in out.splitlines():
+        node, *of = line.split()
+        parents[node] = set(of)
+        hg(*PLAIN, "bundle", "-q", "-r", node, "--base", "parents(%s)"
+           % node, directory / node, cwd=repo)
+    hg(*PLAIN, "debugstrip", "-q", "--no-backup", "-r", "%d:" % first,
+       cwd=repo)
+    while parents:
+        ready = sorted(node for node, of in parents.items()
+                       if not of & set(parents))
+        node = rng.choice(ready)
+        hg(*PLAIN, "unbundle", "-q", directory / node, cwd=repo)
+        del parents[node]
+
+
 def test_stock_hg_strips_and_adds_beside_it(tally, hg, repo, tmp_path):
     rng = tally.rng
     bundles = []
     for step in range(campaign.size(10, 150)):
         revs = int(hg("log", "-r", "tip", "-T", "{rev}", cwd=repo)) + 1
-        action = rng.choice(["commit", "plain commit", "strip", "strip",
-                             "add back", "add back", "rollback"])
+        action = rng.choice(["commit", "plain commit", "strip", "reorder",
+                             "reorder", "add back", "rollback"])
         if action in ("commit", "plain commit"):
             hg("update", "-q", str(rng.randrange(revs)), cwd=repo)
             commit(hg, repo, rng, 200 + step, plain=action != "commit")
@@ -279,6 +305,9 @@ def test_stock_hg_strips_and_adds_beside_it(tally, hg, repo, tmp_path):
                 bundles.append(path)
             hg(*PLAIN, "debugstrip", "-q", "--no-backup", "-r", rev,
                cwd=repo)
+        elif action == "reorder" and revs > 2:
+            reorder(hg, repo, rng, rng.randrange(max(1, revs - 5), revs),
+                    tmp_path / ("r%d" % step))
         elif action == "add back" and bundles:
             path = bundles.pop(rng.randrange(len(bundles)))
             hg(*PLAIN, "unbundle", "-q", path, cwd=repo, check=False)
