@@ -5,7 +5,10 @@
 """The Mercurial side of ``vcsperf.core.commitindex``: the index of commit
 IDs, reviews and bugs in ``.hg/cache/commitindex*``, brought up to date
 after each transaction (and after strip and rollback), and the lookups
-that use it, falling back to reading descriptions where it cannot."""
+that use it, falling back to reading descriptions where it cannot.
+
+The index proves what it covers to each reader (``_covered``): a
+Mercurial without the extension may have changed the history under it."""
 
 import os
 import struct
@@ -16,9 +19,13 @@ from mercurial import node as nodemod
 from vcsperf.core import commitids, commitindex, commitkeys
 
 NAME = "commitindex"
-# The docket's covers: the tip revision indexed and its node, as
-# Mercurial's own caches record theirs.
-_COVERS = struct.Struct(">i")
+# The docket's covers: a version mark, how many changesets (revisions 0
+# to COUNT - 1) are indexed, then the revision of each of their heads.
+# The index also keeps the node of every revision it indexed.
+_COVERS = struct.Struct(">8sI")
+_COVERS_MARK = b"hgheads1"
+_HEAD = struct.Struct(">I")
+_GONE = "it covers changesets that are gone (strip or rollback)"
 
 
 def rules(ui):
@@ -32,26 +39,46 @@ def _directory(repo):
 
 
 def _covers(changelog):
-    tip = len(changelog) - 1
-    node = changelog.node(tip) if tip >= 0 else nodemod.nullid
-    return _COVERS.pack(tip) + node
+    heads = sorted(rev for rev in changelog.headrevs() if rev >= 0)
+    return _COVERS.pack(_COVERS_MARK, len(changelog)) + b"".join(
+        _HEAD.pack(rev) for rev in heads)
 
 
 def _covered(index, changelog, fingerprint):
     """The first revision the index does not cover, or the reason it
-    cannot be used."""
-    covers = index.covers
-    if index.docket.rules != fingerprint:
+    cannot be used.
+
+    Why the index can trust itself (a Mercurial without this extension
+    may have stripped changesets and added others, in another order,
+    keeping the tip): a node names its changeset and, through its
+    parents, every ancestor.  So when each head the index recorded for
+    revisions 0 to COUNT - 1 still has its node at its revision, those
+    heads' ancestors, COUNT changesets all numbered below COUNT, are
+    exactly revisions 0 to COUNT - 1: the changesets indexed, though
+    perhaps numbered otherwise.  That costs a node per head, not per
+    changeset.  ``Finder`` then checks the node of each revision it
+    answers with."""
+    docket = index.docket
+    if docket.rules != fingerprint:
         return "it was built with other key rules"
-    if len(covers) < _COVERS.size:
-        return "its docket is not Mercurial's"
-    tip = _COVERS.unpack_from(covers)[0]
-    node = covers[_COVERS.size:]
-    if tip >= len(changelog) or (
-            tip >= 0 and changelog.node(tip) != node) or (
-            tip < 0 and node != nodemod.nullid):
-        return "it covers changesets that are gone (strip or rollback)"
-    return tip + 1
+    covers = docket.covers
+    heads_size = len(covers) - _COVERS.size
+    if heads_size < 0 or heads_size % _HEAD.size or \
+            covers[:len(_COVERS_MARK)] != _COVERS_MARK or \
+            docket.node_width != len(changelog.node(nodemod.nullrev)):
+        return "its docket is not this version's"
+    count = _COVERS.unpack_from(covers)[1]
+    heads = [_HEAD.unpack_from(covers, offset)[0] for offset
+             in range(_COVERS.size, len(covers), _HEAD.size)]
+    if index.node_count() != count or \
+            (count and (not heads or max(heads) != count - 1)):
+        return "its docket is not this version's"
+    if count > len(changelog):
+        return _GONE
+    for rev in heads:
+        if changelog.node(rev) != index.node(rev):
+            return _GONE
+    return count
 
 
 def keys_of(description, key_rules):
@@ -61,6 +88,17 @@ def keys_of(description, key_rules):
 
 def _description(changelog, rev):
     return changelog.changelogrevision(rev).description
+
+
+def _check_numbers(index, changelog, count):
+    """Raise ``CorruptIndex`` when a revision below ``count`` has another
+    node than the one indexed (the changesets the index covers, numbered
+    otherwise since, see ``_covered``): ``hg debugupdatecaches`` then
+    builds it again.  One pass over the nodes, no description read."""
+    if b"".join(map(changelog.node, range(count))) != \
+            index.nodes.data()[:count * index.docket.node_width]:
+        raise commitindex.CorruptIndex("its revision numbers are stale "
+                                       "(changesets added in another order)")
 
 
 #: Descriptions read at a time by an update, which times reading them
@@ -97,6 +135,8 @@ def update(repo, check=False):
                 base = None
             else:
                 start = covered
+                if check:
+                    _check_numbers(base, changelog, start)
         if base is not None and start == len(changelog):
             return
         began = time.process_time()
@@ -110,7 +150,10 @@ def update(repo, check=False):
                            in enumerate(descriptions, first)
                            for kind, key in keys_of(description, key_rules))
         commitindex.write(directory, NAME, triples, _covers(changelog),
-                          key_rules.fingerprint, base=base)
+                          key_rules.fingerprint, base=base,
+                          nodes=map(changelog.node,
+                                    range(start, len(changelog))),
+                          node_width=len(changelog.node(nodemod.nullrev)))
         ui.debug(b'commitid: indexed %d changesets (%d keys) in %.1f ms '
                  b'of CPU, %.1f of them reading descriptions\n' % (
                      len(changelog) - start, len(triples),
@@ -146,6 +189,7 @@ class Finder:
         self.rules = rules(repo.ui)
         self.start = 0
         self._scanned = None
+        self._renumbered = False
         debug = repo.ui.debug
         try:
             self.index = commitindex.Index(_directory(repo), NAME)
@@ -189,9 +233,36 @@ class Finder:
                     self._scanned.setdefault(found, []).append(rev)
         return self._scanned
 
+    def _current(self, rev):
+        """The revision that the changeset indexed as ``rev`` has now
+        (another after a strip and a pull in another order: ``_covered``
+        proved the changeset is here)."""
+        node = self.index.node(rev)
+        if self.changelog.node(rev) == node:
+            return rev
+        if not self._renumbered:
+            self._renumbered = True
+            self.repo.ui.debug(b'commitid: the index numbers changesets '
+                               b'otherwise (hg debugupdatecaches renumbers '
+                               b'it)\n')
+        current = self.changelog.index.get_rev(node)
+        if current is None or current >= self.start:
+            raise commitindex.CorruptIndex("an indexed node is gone")
+        return current
+
     def __call__(self, kind, key):
-        # (A damaged entry could name a revision past those covered.)
-        revs = [rev for rev in self.index.lookup(kind, key)
-                if rev < self.start] if self.index else []
+        revs = []
+        if self.index is not None:
+            try:
+                # (A damaged entry could name a revision past those
+                # covered.)
+                revs = [self._current(rev) for rev in
+                        self.index.lookup(kind, key) if rev < self.start]
+            except commitindex.CorruptIndex as err:
+                self.repo.ui.debug(b'commitid: not using the index: %s\n'
+                                   % str(err).encode())
+                self.close()
+                self.start, self._scanned = 0, None
+                revs = []
         revs += self._scan().get((kind, key), [])
-        return [rev for rev in revs if rev not in self.filtered]
+        return sorted(rev for rev in revs if rev not in self.filtered)

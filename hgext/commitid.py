@@ -56,10 +56,29 @@ and bugs (``Bug 123`` in the summary line)::
 
 Where the index cannot answer (none yet, or built by other rules), the
 revsets read the descriptions instead and say so with ``--debug``.
-``hg serve`` answers the same lookups over the wire protocol and at
-``/json-commitid?key=D123&key=...``.  More trailers that hold commit
-IDs, and how to stop keeping the index (lookups then read the
-descriptions of the changesets it does not cover)::
+
+A Mercurial without the extension may strip changesets and add others
+(or the same in another order, the tip unchanged) under the index.  So
+the index records, besides the node of every changeset it indexed, the
+revision of each head of what it indexed; a lookup checks those heads'
+nodes.  A node names its changeset and all its ancestors, so unchanged
+heads prove the indexed changesets are all still there, at a cost of one
+node per head rather than a read of 700,000.  If a head changed,
+lookups read the descriptions instead, and the next transaction
+rebuilds the index.  Each changeset it answers with is then checked by
+node, and found under its new number where only the order changed;
+``hg debugupdatecaches`` compares every node and rebuilds an index
+whose numbers are stale.
+
+A bug number is ``Bug``, a space and at most 18 digits (0-9 only); a
+longer run of digits is no bug.  ``hg serve`` answers the same lookups
+over the wire protocol and at ``/json-commitid?key=D123&key=...``, each
+key once, and refuses a lookup of more than 1,000 distinct keys, one in
+which a key matches more than 1,000 changesets, or whose answer would
+exceed 4 MB, with a message saying which; ``--remote`` reads no more
+than 4 MB of an answer.  More trailers that hold commit IDs, and how to
+stop keeping the index (lookups then read the descriptions of the
+changesets it does not cover)::
 
   [commitid]
   index-trailers = X-Commit-ID
@@ -120,6 +139,13 @@ configitem(b'commitid', b'index', default=True)
 
 #: The wire-protocol command, also the capability that announces it.
 WIRE_COMMAND = b'commitidlookup'
+#: What one lookup that ``hg serve`` answers (wire and web) may ask and
+#: get: distinct keys, changesets a key matches, bytes of the answer.
+#: Over them the request is refused with a message saying which; a client
+#: reads no more of an answer than ``MAX_ANSWER`` either.
+MAX_KEYS = 1000
+MAX_MATCHES = 1000
+MAX_ANSWER = 4 << 20
 
 #: Extras in which rewrites name the changesets they replace or copy.
 SOURCE_EXTRAS = (b'amend_source', b'rebase_source', b'histedit_source',
@@ -161,13 +187,16 @@ def reposetup(ui, repo):
             if self.currentlock() is None or \
                     not self.ui.configbool(b'commitid', b'index'):
                 return
+            check = bool(full) or caches == repository.CACHES_ALL
             try:
-                _commitindex.update(
-                    self, check=bool(full) or caches == repository.CACHES_ALL)
+                _commitindex.update(self, check=check)
             except OSError as err:
-                # A cache: failing to write one must not fail the command.
-                self.ui.debug(b'commitid: cannot write the index: %s\n'
-                              % stringutil.forcebytestr(err))
+                # A cache: failing to write one must not fail the command
+                # (lookups read the descriptions instead), but the
+                # command that was to repair it says so.
+                (self.ui.warn if check else self.ui.debug)(
+                    b'commitid: cannot write the index: %s\n'
+                    % stringutil.forcebytestr(err))
 
     repo.__class__ = commitidrepo
 
@@ -415,9 +444,9 @@ def review_revset(repo, subset, x):
     that a ``Differential Revision:`` line names, or a Gerrit
     ``Change-Id``."""
     revision = _text(_key_argument(x, b'review'))
-    if revision.isdigit():
+    if revision.isascii() and revision.isdigit():
         revision = 'D' + revision
-    return _indexed(repo, subset, commitkeys.REVIEW, revision)
+    return _indexed(repo, subset, *_parse_key(b'review:' + _bytes(revision)))
 
 
 @revsetpredicate(b'bug(number)', safe=True)
@@ -425,31 +454,66 @@ def bug_revset(repo, subset, x):
     """Changesets whose summary line names bug ``number`` (``Bug 123`` or
     ``bug 123``)."""
     number = _key_argument(x, b'bug')
-    if not number.isdigit():
-        raise error.ParseError(_(b'bug requires a number'))
-    return _indexed(repo, subset, commitkeys.BUG, str(int(number)))
+    if not (number.isdigit() and len(number) <= commitkeys.BUG_DIGITS):
+        raise error.InputError(
+            _(b'bug requires a number of at most %d digits')
+            % commitkeys.BUG_DIGITS)
+    return _indexed(repo, subset, *_parse_key(b'bug:' + number))
+
+
+def _parse_key(key):
+    """``(kind, key)`` for a key as typed (bytes)."""
+    try:
+        return commitkeys.parse_key(_text(key))
+    except ValueError as err:
+        raise error.InputError(stringutil.forcebytestr(err),
+                               hint=_(b'see hg help commitid-lookup'))
 
 
 def _parse_keys(keys):
     """``[(kind, key)]`` for keys as typed (bytes)."""
-    try:
-        return [commitkeys.parse_key(_text(key)) for key in keys]
-    except ValueError as err:
-        raise error.InputError(stringutil.forcebytestr(err))
+    return [_parse_key(key) for key in keys]
 
 
-def _lookup(repo, keys):
+def _lookup(repo, keys, bounded=False):
     """``[(key as typed, hex node)]`` for ``keys`` in ``repo``, in
-    order."""
+    order.  ``bounded`` (a server's answer): each key at most
+    ``MAX_MATCHES`` changesets, the answer at most ``MAX_ANSWER`` bytes,
+    else ``InputError``."""
     parsed = _parse_keys(keys)
     began = time.process_time()
+    found, size = [], 0
+    node = repo.changelog.node
     with _commitindex.Finder(repo) as find:
-        found = [(typed, nodemod.hex(repo.changelog.node(rev)))
-                 for typed, (kind, key) in zip(keys, parsed)
-                 for rev in find(kind, key)]
+        for typed, (kind, key) in zip(keys, parsed):
+            revs = find(kind, key)
+            if bounded:
+                if len(revs) > MAX_MATCHES:
+                    raise error.InputError(
+                        _(b'%s matches %d changesets, more than a lookup '
+                          b'answers (%d)') % (typed, len(revs), MAX_MATCHES),
+                        hint=_(b"clone, then hg log -r 'bug(N)'"))
+                # A line of the wire's answer: key, space, node, newline.
+                size += len(revs) * (len(typed) + 42)
+                if size > MAX_ANSWER:
+                    raise error.InputError(
+                        _(b'the answer would exceed %d bytes')
+                        % MAX_ANSWER, hint=_(b'ask for fewer keys'))
+            found.extend((typed, nodemod.hex(node(rev))) for rev in revs)
     repo.ui.debug(b'commitid: %d keys looked up in %.1f ms of CPU\n'
                   % (len(keys), (time.process_time() - began) * 1000))
     return found
+
+
+def _served_lookup(repo, keys):
+    """``_lookup`` for a server: each distinct key once, at most
+    ``MAX_KEYS`` of them, the answer bounded."""
+    keys = list(dict.fromkeys(keys))
+    if len(keys) > MAX_KEYS:
+        raise error.InputError(
+            _(b'%d keys in one lookup, more than %d') % (len(keys), MAX_KEYS),
+            hint=_(b'ask in several lookups'))
+    return _lookup(repo, keys, bounded=True)
 
 
 @command(
@@ -470,7 +534,10 @@ def commitid_lookup(ui, repo, *keys, **opts):
     count only with ``--hidden``.
 
     With ``--remote`` the server looks the keys up, all in one request,
-    with nothing cloned; it needs the commitid extension too.
+    with nothing cloned; it needs the commitid extension too, and
+    answers at most 1,000 distinct keys, 1,000 changesets a key and 4 MB
+    (``hg help commitid``).  ``[http] timeout`` bounds a wait on a
+    server that stalls.
 
     Returns 0 when every key matched a changeset, 1 otherwise.
     """
@@ -494,8 +561,14 @@ def commitid_lookup(ui, repo, *keys, **opts):
 
 
 def _remote_lookup(ui, repo, source, keys):
-    canonical = [b'%s:%s' % (_bytes(kind), _bytes(key))
-                 for kind, key in _parse_keys(keys)]
+    typed_of = {}
+    for typed, (kind, key) in zip(keys, _parse_keys(keys)):
+        typed_of.setdefault(b'%s:%s' % (_bytes(kind), _bytes(key)),
+                            []).append(typed)
+    if len(typed_of) > MAX_KEYS:
+        raise error.InputError(
+            _(b'%d keys in one lookup, more than a server answers (%d)')
+            % (len(typed_of), MAX_KEYS), hint=_(b'ask in several lookups'))
     path = urlutil.get_unique_pull_path_obj(b'commitid-lookup', ui, source)
     peer = hg.peer(repo or ui, {}, path)
     try:
@@ -508,15 +581,52 @@ def _remote_lookup(ui, repo, source, keys):
                               % peer.url(),
                               hint=_(b'the server needs the commitid '
                                      b'extension'))
-        reply = peer._call(WIRE_COMMAND, keys=b'\n'.join(canonical))
+        reply = _bounded_call(peer, b'\n'.join(typed_of))
+        url = peer.url()
     finally:
         peer.close()
-    typed_of = dict(zip(canonical, keys))
     found = []
     for line in reply.splitlines():
-        key, node = line.rsplit(b' ', 1)
-        found.append((typed_of[key], node))
+        key, _space, node = line.rpartition(b' ')
+        if key not in typed_of or len(node) != 40 or \
+                node.strip(b'0123456789abcdef'):
+            raise error.Abort(
+                _(b'%s answered the lookup with a line that is no '
+                  b'match: %s') % (url, stringutil.ellipsis(
+                      stringutil.escapestr(line), 60)),
+                hint=_(b'is it a Mercurial server with the commitid '
+                       b'extension?'))
+        found.extend((typed, node) for typed in typed_of[key])
     return found
+
+
+def _bounded_call(peer, keys):
+    """The server's answer to ``commitidlookup`` of ``keys``, reading no
+    more than ``MAX_ANSWER`` bytes of it (a server may send without
+    end)."""
+    try:
+        if hasattr(peer, '_sendrequest'):
+            # SSH: the answer's frame, whatever length it claims, read
+            # only as far as the bound.
+            answer = peer._sendrequest(WIRE_COMMAND, {b'keys': keys},
+                                       framed=True)
+        else:
+            answer = peer._callstream(WIRE_COMMAND, keys=keys)
+        try:
+            reply = answer.read(MAX_ANSWER + 1)
+        finally:
+            if not hasattr(peer, '_sendrequest'):
+                answer.close()
+    except OSError as err:
+        # A stall past ``http.timeout``, a connection cut mid-answer.
+        raise error.Abort(_(b'%s did not finish its answer to the '
+                            b'lookup: %s')
+                          % (peer.url(), stringutil.forcebytestr(err)),
+                          hint=_(b'[http] timeout bounds a wait'))
+    if len(reply) > MAX_ANSWER:
+        raise error.Abort(_(b'%s answered a lookup with more than %d bytes')
+                          % (peer.url(), MAX_ANSWER))
+    return reply
 
 
 def _capabilities(orig, repo, proto, *args, **kwargs):
@@ -526,10 +636,22 @@ def _capabilities(orig, repo, proto, *args, **kwargs):
 @wireprotov1server.wireprotocommand(WIRE_COMMAND, b'keys',
                                     permission=b'pull')
 def wire_commitidlookup(repo, proto, keys):
-    """``kind:key node`` lines for the keys (``kind:key``, one a line)."""
-    keys = keys.split(b'\n')
+    """``kind:key node`` lines for the keys (``kind:key``, one a line);
+    a request that is refused gets the reason as an error."""
+    try:
+        found = _served_lookup(repo, keys.split(b'\n'))
+    except error.InputError as err:
+        return wireprototypes.ooberror(_refusal(err) + b'\n')
     return wireprototypes.bytesresponse(b''.join(
-        b'%s %s\n' % (key, node) for key, node in _lookup(repo, keys)))
+        b'%s %s\n' % (key, node) for key, node in found))
+
+
+def _refusal(err):
+    """What a server says when it refuses a lookup: the message and
+    the hint."""
+    if err.hint:
+        return b'%s (%s)' % (err.message, err.hint)
+    return err.message
 
 
 def web_commitid(web):
@@ -538,10 +660,10 @@ def web_commitid(web):
     keys = web.req.qsparams.getall(b'key')
     answer = {_text(key): [] for key in keys}
     try:
-        found = _lookup(web.repo, keys)
+        found = _served_lookup(web.repo, keys)
     except error.InputError as err:
         web.res.status = b'400 Bad Request'
-        answer = {'error': _text(stringutil.forcebytestr(err))}
+        answer = {'error': _text(_refusal(err))}
         found = []
     for typed, node in found:
         answer[_text(typed)].append(_text(node))

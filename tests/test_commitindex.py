@@ -204,6 +204,17 @@ def test_special_files_are_never_followed_or_read(directory, which, what):
                     if os.path.islink(os.path.join(directory, f))]
 
 
+def test_a_data_file_of_another_index_is_not_read_as_its_own(directory,
+                                                             tmp_path):
+    build(directory)
+    other = tmp_path / "other"
+    commitindex.write(os.fspath(other), NAME, [(ID, "k1", 7)], b"", b"")
+    [theirs] = [other / f for f in os.listdir(other) if f.endswith(".table")]
+    shutil.copyfile(theirs, data_files(directory)[0])
+    with pytest.raises(commitindex.CorruptIndex):
+        commitindex.Index(directory, NAME)
+
+
 def test_an_append_never_writes_through_a_link(directory, tmp_path):
     """A tail replaced by a link between the open and the append: the
     append refuses, the file outside is untouched."""

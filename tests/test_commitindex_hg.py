@@ -10,6 +10,8 @@ import os
 import struct
 import subprocess
 import threading
+import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from vcsperf.core import commitindex
 from vcsperf.core.commitids import message_keys
 
+import campaign
 from netservers import write_ssh_wrapper
 from test_all_extensions import HGRC
 
@@ -90,16 +93,18 @@ def lookup(hg, repo, keys, *options):
 
 
 def check_index(hg, repo, verify=False):
-    """The index covers every changeset (its docket names the tip's
-    revision and node) and holds every key of every changeset, hidden
+    """The index covers every changeset (its docket counts them, and it
+    holds each one's node) and holds every key of every changeset, hidden
     ones too, as a scan finds them.  With ``verify``, ``hg
     commitid-lookup`` answers every key from it as the scan does (and no
     key no changeset has), and the repository verifies."""
     by_rev, expected = scan(hg, repo)
     cache = os.fspath(repo / ".hg" / "cache")
     with commitindex.Index(cache, "commitindex") as index:
-        assert index.covers == struct.pack(">i", len(by_rev) - 1) + \
-            bytes.fromhex(by_rev[-1])
+        assert index.covers[:12] == b"hgheads1" + struct.pack(
+            ">I", len(by_rev))
+        assert [index.node(rev).hex() for rev in range(len(by_rev))] == \
+            by_rev
         index.verify()
         for typed, found in expected.items():
             kind, _, key = typed.partition(":")
@@ -337,3 +342,226 @@ def test_readers_while_transactions_append(hg, repo, tmp_path):
     assert {line.split()[1] for line in out.splitlines()
             if line.startswith("review:D1")} == first
     check_index(hg, repo, verify=True)
+
+
+PLAIN = ("--config", "extensions.commitid=!")
+
+
+def plain_commit(hg, repo, parent, summary, name):
+    """A changeset on ``parent`` committed by an hg without the
+    extension."""
+    hg(*PLAIN, "update", "-q", parent, cwd=repo)
+    (repo / name).write_text(summary)
+    hg(*PLAIN, "commit", "-qAm", summary, cwd=repo)
+    return nodes(hg, repo, ".")[0]
+
+
+def test_stock_hg_strips_and_adds_back_in_another_order(hg, hgrc, hgrepo,
+                                                         tmp_path):
+    """Issue 27: an hg without the extension strips changesets and adds
+    them (or others) back in another order, the tip unchanged.  The
+    docket's tip revision and node still matched, and lookups named the
+    other changeset; debugupdatecaches did not repair it."""
+    hgrc.write_text(HGRC)
+    repo = hgrepo
+    root = plain_commit(hg, repo, "null", "Bug 100 - root", "root")
+    a = plain_commit(hg, repo, root, "Bug 111 - a", "a")
+    b = plain_commit(hg, repo, root, "Bug 222 - b", "b")
+    hg(*PLAIN, "merge", "-q", a, cwd=repo)
+    hg(*PLAIN, "commit", "-qm", "Merge", cwd=repo)
+    [merge] = nodes(hg, repo, "tip")
+    hg("debugupdatecaches", cwd=repo)
+    check_index(hg, repo)
+    # The same changesets, numbered otherwise: b first, then a, then the
+    # merge (one head, the same node at the same revision).
+    for name, rev, base in (("b", b, root), ("a", a, root),
+                            ("m", merge, "%s+%s" % (a, b))):
+        hg(*PLAIN, "bundle", "-q", "-r", rev, "--base", base,
+           tmp_path / name, cwd=repo)
+    hg(*PLAIN, "debugstrip", "-q", "--no-backup", "-r", a, "-r", b, cwd=repo)
+    for name in "bam":
+        hg(*PLAIN, "unbundle", "-q", tmp_path / name, cwd=repo)
+    assert nodes(hg, repo, "all()") == [root, b, a, merge]
+    found, debug = lookup(hg, repo, ["bug 111", "bug 222", "bug 100"])
+    assert found == {"bug 111": {a}, "bug 222": {b}, "bug 100": {root}}
+    assert any("numbers changesets otherwise" in line for line in debug)
+    assert nodes(hg, repo, "bug(111)") == [a]
+    hg("debugupdatecaches", cwd=repo)
+    check_index(hg, repo, verify=True)
+    # Another changeset at the number of one stripped: x where b was,
+    # the tip (a) the same.
+    hg("debugstrip", "-q", "--no-backup", "-r", merge, cwd=repo)
+    check_index(hg, repo)
+    hg(*PLAIN, "bundle", "-q", "-r", a, "--base", root, tmp_path / "a2",
+       cwd=repo)
+    hg(*PLAIN, "debugstrip", "-q", "--no-backup", "-r", b, "-r", a,
+       cwd=repo)
+    x = plain_commit(hg, repo, root, "Bug 333 - x", "x")
+    hg(*PLAIN, "unbundle", "-q", tmp_path / "a2", cwd=repo)
+    assert nodes(hg, repo, "all()") == [root, x, a]
+    found, debug = lookup(hg, repo, ["bug 111", "bug 222", "bug 333"])
+    assert found == {"bug 111": {a}, "bug 333": {x}}
+    assert any("covers changesets that are gone" in line for line in debug)
+    assert nodes(hg, repo, "bug(222)") == []
+    hg("debugupdatecaches", cwd=repo)
+    check_index(hg, repo, verify=True)
+
+
+is_clean_abort = campaign.is_clean_abort
+LONG_BUG = "1" * 4301
+
+
+def test_a_bug_number_of_4301_digits_is_no_key(hg, hgrc, repo, hgserve,
+                                                tmp_path):
+    """Issue 27: "Bug" and 4,301 digits in a summary made int() raise:
+    the commit landed, then every later commit, pull and lookup ended in
+    a traceback, and a server's every push in HTTP 500."""
+    long_message = "Bug %s - the digits\n" % LONG_BUG
+    hg("commit", "-q", "--config", "ui.allowemptycommit=yes", "-m",
+       long_message, cwd=repo)
+    commit(hg, repo, 5)
+    assert lookup(hg, repo, ["review:D5"])[0] == {
+        "review:D5": set(nodes(hg, repo, "tip"))}
+    proc = hg.proc("commitid-lookup", "bug " + "1" * 20, cwd=repo)
+    assert is_clean_abort(proc) and "at most 18 digits" in proc.stderr
+    proc = hg.proc("log", "-r", "bug(%s)" % LONG_BUG, cwd=repo)
+    assert is_clean_abort(proc) and "at most 18 digits" in proc.stderr
+    check_index(hg, repo, verify=True)
+    # A server: pushes of such a changeset land with 200, pulls and
+    # clones of it work, its web search and lookup answer without a 500.
+    server = hgserve(repo, "--config", "web.push_ssl=no", "--config",
+                     "web.allow-push=*")
+    clone = tmp_path / "clone"
+    hg("clone", "-q", server.url, clone)
+    hg("commit", "-q", "--config", "ui.allowemptycommit=yes", "-m",
+       "Bug %s - again\n" % ("2" * 4400), cwd=clone)
+    hg("push", "-q", server.url, cwd=clone)
+    hg("pull", "-q", server.url, cwd=clone)
+    hg("clone", "-q", server.url, tmp_path / "second")
+    with urllib.request.urlopen(server.url + "log?rev=bug(%s)"
+                                % LONG_BUG) as response:
+        assert response.status == 200
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(server.url + "json-commitid?key=bug:"
+                               + LONG_BUG)
+    assert refused.value.code == 400
+    assert "longer than 256" in json.load(refused.value)["error"]
+    assert "Traceback" not in (tmp_path / "repo.error.log").read_text()
+    assert len(nodes(hg, clone, "all()")) == 7
+
+
+def wire_lookup(url, keys):
+    """``(content type, body)`` of a raw ``commitidlookup`` request whose
+    keys argument is ``keys`` (bytes), sent as Mercurial's POST
+    arguments."""
+    body = urllib.parse.urlencode({"keys": keys}).encode()
+    request = urllib.request.Request(
+        url + "?cmd=commitidlookup", data=body, headers={
+            "X-HgArgs-Post": str(len(body)),
+            "Content-Type": "application/mercurial-0.1"})
+    with urllib.request.urlopen(request) as response:
+        return response.headers["Content-Type"], response.read()
+
+
+def test_served_lookups_are_bounded(hg, repo, hgserve, tmp_path):
+    """Issue 27: repeated keys were answered in full (100 KB asked, 235
+    MB answered), and a malformed key was a 500 with a traceback in the
+    server's log."""
+    server = hgserve(repo)
+    [first] = nodes(hg, repo, "0")
+    kind, answer = wire_lookup(server.url, b"\n".join([b"review:D1"] * 11000))
+    assert answer == b"review:D1 %s\n" % first.encode()
+    # Web: a 64 KB query of one key, answered once.
+    with urllib.request.urlopen(server.url + "json-commitid?" +
+                                "&key=D1" * 8000) as response:
+        assert json.load(response) == {"D1": [first]}
+    # More distinct keys than a lookup takes: refused, saying why.
+    many = b"\n".join(b"review:D%d" % n for n in range(1001))
+    kind, answer = wire_lookup(server.url, many)
+    assert kind == "application/hg-error"
+    assert b"1001 keys in one lookup, more than 1000" in answer
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(server.url + "json-commitid?" + "&".join(
+            "key=D%d" % n for n in range(1001)))
+    assert refused.value.code == 400
+    # Malformed keys on the wire: an error, no 500.
+    for keys in (b"bug:x", b"id:a b", b"review:abc", b"", b"\n\n",
+                 b"bug:" + b"9" * 5000):
+        kind, answer = wire_lookup(server.url, keys)
+        assert kind == "application/hg-error", keys
+    # A --remote key that holds a line end (which would be two keys on
+    # the wire): one abort line, nothing sent.
+    proc = hg.proc("commitid-lookup", "--remote", server.url, "id:a\nb",
+                   cwd=tmp_path)
+    assert is_clean_abort(proc) and "not a commit ID" in proc.stderr
+    proc = hg.proc("commitid-lookup", "--remote", server.url,
+                   *["D%d" % n for n in range(1001)], cwd=tmp_path)
+    assert is_clean_abort(proc) and "more than a server answers" in \
+        proc.stderr
+    # The same key typed twice, or in two ways, is answered for each.
+    out = hg("commitid-lookup", "--remote", server.url, "D1", "D1",
+             "review:D1", cwd=tmp_path)
+    assert out == "D1 %s\nD1 %s\nreview:D1 %s\n" % ((first,) * 3)
+    assert "Traceback" not in (tmp_path / "repo.error.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_key_matching_too_many_changesets_is_refused(hg, hgrc, hgrepo,
+                                                       hgserve):
+    hgrc.write_text(HGRC)
+    patches = "".join(
+        "# HG changeset patch\n# User test\n# Date %d 0\nBug 5 - part %d\n"
+        "\ndiff --git a/f%d b/f%d\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/f%d\n@@ -0,0 +1,1 @@\n+x\n" % (n, n, n, n, n)
+        for n in range(1001))
+    (hgrepo.parent / "patches").write_text(patches)
+    hg("import", "-q", hgrepo.parent / "patches", cwd=hgrepo)
+    server = hgserve(hgrepo)
+    kind, answer = wire_lookup(server.url, b"bug:5")
+    assert kind == "application/hg-error"
+    assert b"matches 1001 changesets, more than a lookup answers" in answer
+    # Locally there is no bound.
+    assert len(nodes(hg, hgrepo, "bug(5)")) == 1001
+
+
+def test_a_docket_that_is_no_file_or_names_no_file(hg, repo):
+    """Issue 27: a docket that was a directory or a link to /dev/zero
+    ended in a traceback (or read without end); a CRC-valid docket with
+    a non-UTF-8 uid too; ``bug ١١١`` matched bug 111."""
+    cache = repo / ".hg" / "cache"
+    docket_path = cache / "commitindex"
+    expected = check_index(hg, repo)
+    keys = sorted(expected)
+    docket = commitindex.read_docket(os.fspath(cache), "commitindex")
+    damaged = commitindex.Docket((b"\xff\xfe" * 8, docket.table[1]),
+                                 docket.tail, docket.nodes,
+                                 docket.node_width, docket.rules,
+                                 docket.covers)
+    for how in ("uid", "/dev/zero", "directory"):
+        docket_path.unlink()
+        if how == "uid":
+            docket_path.write_bytes(damaged.pack())
+        elif how == "directory":
+            docket_path.mkdir()
+        else:
+            docket_path.symlink_to(how)
+        proc = campaign.run_bounded(
+            [hg.binary, "commitid-lookup", "--hidden", *keys, "-T",
+             "{key} {node}\\n"], env=hg.env, cwd=repo, timeout=60)
+        assert (proc.returncode, proc.stderr) == (0, ""), how
+        found = {}
+        for line in proc.stdout.splitlines():
+            key, _, node = line.rpartition(" ")
+            found.setdefault(key, set()).add(node)
+        assert found == expected, how
+        proc = hg.proc("debugupdatecaches", cwd=repo)
+        assert "Traceback" not in proc.stderr
+        if how == "directory":
+            assert "cannot write the index" in proc.stderr
+            docket_path.rmdir()
+            hg("debugupdatecaches", cwd=repo)
+        assert not docket_path.is_symlink()
+        check_index(hg, repo, verify=True)
+    for typed in ("bug \u0661\u0661\u0661", "bug:\u0661\u0660\u0661"):
+        proc = hg.proc("commitid-lookup", typed, cwd=repo)
+        assert is_clean_abort(proc) and "not a bug number" in proc.stderr

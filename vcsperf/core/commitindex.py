@@ -7,15 +7,16 @@ Files, in one directory, all named after ``name``:
 
 - ``NAME``, the docket: which table and tail files are current and how
   many entries of each count, the rules fingerprint, and ``covers``, the
-  adapter's record of what was indexed (Mercurial: tip revision and node;
-  Git: the ref tips, and whether every indexed commit is reachable).  Small, rewritten whole by write-then-rename, so a
+  adapter's record of what was indexed (Mercurial: how many changesets
+  and the revisions of their heads; Git: the ref tips, and whether every
+  indexed commit is reachable).  Small, rewritten whole by write-then-rename, so a
   reader sees the old docket or the new one, never a mix.
 - ``NAME-UID.table``: entries sorted, searched by bisection.
 - ``NAME-UID.tail``: entries appended since the table was written,
   searched linearly; once it holds more than ``TAIL_LIMIT`` entries, the
   next update writes a new table of both (compaction).
-- ``NAME-UID.nodes`` (Git only): the node of each revision number,
-  fixed width, appended.
+- ``NAME-UID.nodes``: the node of each revision number, fixed width,
+  appended.
 
 An entry is 12 bytes: the first 8 bytes of the BLAKE2b hash of kind and
 key, then the revision (big-endian, so byte order is numeric order).  Two
@@ -25,8 +26,9 @@ message only when the index may hold commits no ref reaches.
 
 Appends go past every length a docket names, so readers of an older
 docket read what they read before.  Each data file starts with a header
-(magic, format version, entry width, count, CRC-32 of the header; the
-table's also carries the CRC-32 of its entries, which ``verify`` checks);
+(magic, format version, entry width, its own uid, CRC-32 of the header;
+the table's also carries the CRC-32 of its entries, which ``verify``
+checks);
 a header that does not check out, or a file shorter than the docket says,
 raises ``CorruptIndex``.  Callers rebuild on it, never trust.
 """
@@ -44,7 +46,7 @@ try:
 except ImportError:  # a Python without the module: the same function
     from hashlib import blake2b
 
-FORMAT = 1
+FORMAT = 2
 ENTRY = struct.Struct(">8sI")
 #: Past this many entries the tail is merged into a new table.
 TAIL_LIMIT = 4096
@@ -54,9 +56,10 @@ _DOCKET_MAGIC = b"VCSCIDX\n"
 _DOCKET = struct.Struct(">8sI16sQ16sQ16sQIII")
 _DATA_MAGIC = {"table": b"CIDXTABL", "tail": b"CIDXTAIL",
                "nodes": b"CIDXNODE"}
-# magic, version, record width, CRC-32 of the records (table only);
-# CRC-32 of those four fields.
-_HEADER = struct.Struct(">8sIII")
+# magic, version, record width, CRC-32 of the records (table only), the
+# file's uid (so a file copied over it from another index is not read as
+# its own); CRC-32 of those five fields.
+_HEADER = struct.Struct(">8sIII16s")
 _HEADER_SIZE = _HEADER.size + 4
 # A docket holds a few numbers, the rules and the covers (Git: a line per
 # ref): far larger is no docket.
@@ -176,10 +179,11 @@ class _Records:
                 raise CorruptIndex("%s file is truncated" % part)
             self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         header = self.map[:_HEADER_SIZE]
-        magic, version, record_width, self.crc = _HEADER.unpack_from(header)
+        magic, version, record_width, self.crc, own_uid = \
+            _HEADER.unpack_from(header)
         if struct.unpack(">I", header[-4:])[0] != zlib.crc32(header[:-4]) \
                 or magic != _DATA_MAGIC[part] or version != FORMAT \
-                or record_width != width:
+                or record_width != width or own_uid.rstrip(b"\0") != uid:
             raise CorruptIndex("bad %s header" % part)
 
     def record(self, position):
@@ -267,7 +271,7 @@ class Index:
         return sorted(set(revs))
 
     def node(self, rev):
-        """The node of revision ``rev`` (Git), as bytes."""
+        """The node indexed as revision ``rev``, as bytes."""
         if not 0 <= rev < self.nodes.count:
             raise CorruptIndex("revision %d has no node" % rev)
         return self.nodes.record(rev)
@@ -286,8 +290,8 @@ class Index:
             raise CorruptIndex("table entries out of order")
 
 
-def _header(part, width, crc=0):
-    fields = _HEADER.pack(_DATA_MAGIC[part], FORMAT, width, crc)
+def _header(part, uid, width, crc=0):
+    fields = _HEADER.pack(_DATA_MAGIC[part], FORMAT, width, crc, uid)
     return fields + struct.pack(">I", zlib.crc32(fields))
 
 
@@ -296,7 +300,7 @@ def _write_new(directory, name, part, width, records, crc=0):
     its uid."""
     uid = _new_uid()
     path = _path(directory, name, uid, part)
-    _atomic_write(path, _header(part, width, crc) + records)
+    _atomic_write(path, _header(part, uid, width, crc) + records)
     return uid
 
 
@@ -332,7 +336,7 @@ def write(directory, name, triples, covers, rules, base=None, nodes=(),
     """Index ``triples`` (``(kind, key, rev)``) and write a docket with
     ``covers`` and ``rules`` (bytes).  With ``base`` (an open ``Index`` with
     the same rules) the entries are added to it, else the index starts from
-    nothing.  ``nodes`` (Git): the nodes of the new revisions, in order,
+    nothing.  ``nodes``: the nodes of the new revisions, in order,
     each ``node_width`` bytes.  Returns the new docket.
 
     The caller holds the repository's lock: one writer at a time.

@@ -48,7 +48,7 @@ def bug_number(digits):
     """The bug key of ``digits`` (ASCII digits, at most ``BUG_DIGITS``
     of them) without leading zeros; raises ``ValueError`` otherwise."""
     if not _digits(digits) or len(digits) > BUG_DIGITS:
-        raise ValueError("not a bug number (at most %d digits): %s"
+        raise ValueError("not a bug number (at most %d digits 0-9): %s"
                          % (BUG_DIGITS, _shown(digits)))
     return digits.lstrip("0") or "0"
 
@@ -78,8 +78,10 @@ def parse_key(text):
     else:
         kind = None
     lowered = text.lower()
+    # Any script's digits after "bug" make it meant as a bug, which
+    # ``bug_number`` then refuses unless they are ASCII.
     if kind == BUG or (kind is None and lowered.startswith("bug")
-                       and _digits(lowered[3:].strip(" "))):
+                       and lowered[3:].strip(" ").isdigit()):
         number = lowered[3:].strip(" ") if lowered.startswith("bug") \
             else text
         return BUG, bug_number(number)
