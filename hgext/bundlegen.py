@@ -181,7 +181,9 @@ Formats:
   ``none-v2;stream=v2``: raw store files, the fastest to apply; clients
   use it when they clone with ``--stream`` and support the repository's
   format.  Built with ``obsolescence=yes``, so a repository with
-  obsolescence markers (a non-publishing server) is bundled with them.
+  obsolescence markers (a non-publishing server) is bundled with them;
+  the markers are not mandatory (``obsolescence-mandatory=no``), so a
+  client without evolution clones and leaves them out.
 
 Clients that cannot fetch a bundle (a 404, a refused connection) fall
 back to a normal clone when they set ``ui.clonebundlefallback = true``.
@@ -324,8 +326,10 @@ class _Settings:
         args = [b'-t', FORMATS[fmt]]
         if fmt == b'stream':
             # Without it ``hg bundle`` refuses a repository with markers;
-            # with it the bundle carries them, as a stream clone does.
-            args[1] += b';obsolescence=yes'
+            # with it the bundle carries them, as a stream clone does.  Not
+            # mandatory: a client without evolution (Mercurial 6.9 aborts
+            # on a mandatory part) clones and leaves the markers out.
+            args[1] += b';obsolescence=yes;obsolescence-mandatory=no'
         if fmt == b'zstd-max':
             args += [b'--config', b'experimental.bundlecomplevel.zstd=%d'
                      % self.zstd_level,
@@ -429,8 +433,7 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     say = ui.status if fm.isplain() else _stderr(ui)
     with fm:
         if opts.get('dry_run'):
-            generations = bundlestore.Generations(
-                os.path.join(outdir, INDEX).decode())
+            generations = _generations(outdir)
             reason = _due(repo, settings, generations.latest)
             if reason is None and not opts.get('force'):
                 return _nothing_to_do(ui, fm, repo, generations.latest)
@@ -444,8 +447,7 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
         with lockmod.trylock(ui, repo.vfs, b'bundlegen.lock',
                              ui.configint(b'ui', b'timeout'), 0,
                              desc=b'bundlegen') as held:
-            generations = bundlestore.Generations(
-                os.path.join(outdir, INDEX).decode())
+            generations = _generations(outdir)
             # Written now, unchanged, so that a record that cannot be
             # written stops the run before anything is built or published
             # (a new one: the run's directory beside it is made first).
@@ -735,7 +737,23 @@ def _output_directory(output):
             _(b'cannot use %s as bundlegen.output: %s')
             % (outdir, stringutil.forcebytestr(err.strerror)),
             hint=_(b'give a directory, or a path where one can be made'))
+    if not os.path.isdir(outdir):
+        # makedirs takes an existing file for the directory it was asked
+        # to make.
+        raise error.Abort(
+            _(b'cannot use %s as bundlegen.output: not a directory') % outdir,
+            hint=_(b'give a directory, or a path where one can be made'))
     return outdir
+
+
+def _generations(outdir):
+    """The record of ``outdir``; the core's refusal of one it cannot read
+    becomes Mercurial's."""
+    try:
+        return bundlestore.Generations(os.path.join(outdir, INDEX).decode())
+    except errors.Abort as err:
+        raise error.Abort(pycompat.bytestr(str(err)),
+                          hint=err.hint and pycompat.bytestr(err.hint))
 
 
 def _parse_manifest_line(repo, line):
