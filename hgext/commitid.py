@@ -76,7 +76,9 @@ over the wire protocol and at ``/json-commitid?key=D123&key=...``, each
 key once, and refuses a lookup of more than 1,000 distinct keys, one in
 which a key matches more than 1,000 changesets, or whose answer would
 exceed 4 MB, with a message saying which; ``--remote`` reads no more
-than 4 MB of an answer.  More trailers that hold commit IDs, and how to
+than 4 MB of an answer, and gives up on an HTTP server that has not
+answered within ``commitid.remote-deadline`` seconds (default 600),
+however it trickles.  More trailers that hold commit IDs, and how to
 stop keeping the index (lookups then read the descriptions of the
 changesets it does not cover)::
 
@@ -119,7 +121,7 @@ from mercurial.utils import stringutil, urlutil
 
 from vcsperf.core import commitids, commitkeys
 
-from hgext3rd import _commitindex, _hgcompat
+from hgext3rd import _commitindex, _hgcompat, _hgnet
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
@@ -136,6 +138,7 @@ templatekeyword = registrar.templatekeyword()
 configitem(b'commitid', b'deterministic', default=False)
 configitem(b'commitid', b'index-trailers', default=list)
 configitem(b'commitid', b'index', default=True)
+configitem(b'commitid', b'remote-deadline', default=600.0)
 
 #: The wire-protocol command, also the capability that announces it.
 WIRE_COMMAND = b'commitidlookup'
@@ -570,21 +573,36 @@ def _remote_lookup(ui, repo, source, keys):
             _(b'%d keys in one lookup, more than a server answers (%d)')
             % (len(typed_of), MAX_KEYS), hint=_(b'ask in several lookups'))
     path = urlutil.get_unique_pull_path_obj(b'commitid-lookup', ui, source)
-    peer = hg.peer(repo or ui, {}, path)
-    try:
-        local = peer.local()
-        if local is not None:
-            # A path: no server, the repository as a server would show it.
-            return _lookup(local.filtered(b'served'), keys)
-        if not peer.capable(WIRE_COMMAND):
-            raise error.Abort(_(b'%s cannot look up commit IDs')
-                              % peer.url(),
-                              hint=_(b'the server needs the commitid '
-                                     b'extension'))
-        reply = _bounded_call(peer, b'\n'.join(typed_of))
-        url = peer.url()
-    finally:
-        peer.close()
+    seconds = ui.configwith(float, b'commitid', b'remote-deadline')
+    if not seconds > 0:
+        raise error.Abort(_(b'commitid.remote-deadline must be a positive '
+                            b'number of seconds'),
+                          hint=_(b'it is %g') % seconds)
+    with _hgnet.deadline(seconds) as step:
+        try:
+            peer = hg.peer(repo or ui, {}, path)
+            try:
+                local = peer.local()
+                if local is not None:
+                    # A path: no server, the repository as a server would
+                    # show it.
+                    return _lookup(local.filtered(b'served'), keys)
+                if not peer.capable(WIRE_COMMAND):
+                    raise error.Abort(_(b'%s cannot look up commit IDs')
+                                      % peer.url(),
+                                      hint=_(b'the server needs the commitid '
+                                             b'extension'))
+                reply = _bounded_call(peer, b'\n'.join(typed_of))
+                url = peer.url()
+            finally:
+                peer.close()
+        except Exception:
+            if step.expired:
+                raise _past_deadline(path, seconds)
+            raise
+    if step.expired:
+        # A cut stream can also end as a short answer.
+        raise _past_deadline(path, seconds)
     found = []
     for line in reply.splitlines():
         key, _space, node = line.rpartition(b' ')
@@ -598,6 +616,12 @@ def _remote_lookup(ui, repo, source, keys):
                        b'extension?'))
         found.extend((typed, node) for typed in typed_of[key])
     return found
+
+
+def _past_deadline(path, seconds):
+    return error.Abort(_(b'%s did not answer the lookup within %g seconds')
+                       % (urlutil.hidepassword(path.loc), seconds),
+                       hint=_(b'commitid.remote-deadline bounds the wait'))
 
 
 def _bounded_call(peer, keys):

@@ -160,7 +160,6 @@ import json
 import os
 import re
 import ssl
-import threading
 
 from mercurial.i18n import _
 from mercurial.node import hex, nullid
@@ -175,14 +174,13 @@ from mercurial import (
     pycompat,
     registrar,
     scmutil,
-    url as urlmod,
     util,
 )
 from mercurial.utils import stringutil, urlutil
 
 from vcsperf.core import pooledcheckout, pooling
 
-from hgext3rd import _hgcompat
+from hgext3rd import _hgcompat, _hgnet
 from hgext3rd._hgcompat import cloneimpl, repofactory
 
 urlerr = util.urlerr
@@ -430,28 +428,18 @@ class _Run(pooledcheckout.PooledCheckout):
         self.root = self.repo = None
         #: Every HTTP(S) connection Mercurial opened during the run (the
         #: peers', the clone's, a clone bundle's), for the deadline.
-        self.connections = []
-        self.connections_lock = threading.Lock()
+        self.connections = _hgnet.Connections()
 
     def run(self):
-        with _recording_connections(self.record_connection):
+        with _hgnet.recording_connections(self.connections.record):
             super().run()
-
-    def record_connection(self, connection):
-        with self.connections_lock:
-            self.connections.append(connection)
 
     def interrupt_network(self):
         """Shut down the sockets of the run's connections: Mercurial's
         HTTP client runs in this process, and a blocked read then ends
         as a cut stream, which Mercurial handles as it does any (a pull's
         transaction rolls back)."""
-        with self.connections_lock:
-            connections = list(self.connections)
-        for connection in connections:
-            sock = connection.sock
-            if sock is not None:
-                pooling.shut_down(sock)
+        self.connections.cut()
 
     # voice ---------------------------------------------------------------
 
@@ -855,27 +843,6 @@ class _Run(pooledcheckout.PooledCheckout):
             (st.removed, b'removed'), (st.deleted, b'missing'),
             (st.unknown, b'unknown'), (st.ignored, b'ignored')) if files]
         return hex(repo.dirstate.p1()), b', '.join(counts) or None
-
-
-@contextlib.contextmanager
-def _recording_connections(record):
-    """Hand ``record`` every HTTP(S) connection Mercurial makes in the
-    block, as it starts to connect (so that an interrupt reaches a TLS
-    handshake too)."""
-    def connect(orig, connection):
-        record(connection)
-        return orig(connection)
-
-    classes = [urlmod.httpconnection]
-    if urlmod.has_https:
-        classes.append(urlmod.httpsconnection)
-    for cls in classes:
-        extensions.wrapfunction(cls, 'connect', connect)
-    try:
-        yield
-    finally:
-        for cls in classes:
-            extensions.unwrapfunction(cls, 'connect', connect)
 
 
 class _outside_sparse_too:

@@ -18,6 +18,7 @@ import pytest
 
 from vcsperf.core import commitindex
 from vcsperf.core.commitids import message_keys
+from vcsperf.harness.proxies import Fault, FlakyProxy
 
 import campaign
 from netservers import write_ssh_wrapper
@@ -565,3 +566,33 @@ def test_a_docket_that_is_no_file_or_names_no_file(hg, repo):
     for typed in ("bug \u0661\u0661\u0661", "bug:\u0661\u0660\u0661"):
         proc = hg.proc("commitid-lookup", typed, cwd=repo)
         assert is_clean_abort(proc) and "not a bug number" in proc.stderr
+
+
+def test_a_trickling_server_is_given_up_at_the_remote_deadline(
+        hg, repo, hgserve, tmp_path):
+    """Issue 27: ``--remote`` was bounded per read only (``http.timeout``,
+    unset by default), so a server that trickles its answer a byte at a
+    time held the lookup for as long as it trickled.  The deadline cuts
+    the exchange, with one abort line that names the setting; the same
+    lookup through a healthy server then answers."""
+    server = hgserve(repo)
+    [first] = nodes(hg, repo, "0")
+    with FlakyProxy(server.url) as proxy:
+        proxy.add(Fault("cmd=commitidlookup", cut=0, trickle=0.5,
+                        times=None))
+        # a bound for the test only: without the deadline the lookup ran
+        # as long as the server trickled
+        proc = subprocess.run(
+            [hg.binary, "commitid-lookup", "--config",
+             "commitid.remote-deadline=2", "--remote", proxy.url, "D1"],
+            env=hg.env, cwd=tmp_path, capture_output=True, text=True,
+            timeout=60)
+    assert is_clean_abort(proc), proc.stderr
+    assert "did not answer the lookup within 2 seconds" in proc.stderr
+    assert "commitid.remote-deadline" in proc.stderr
+    answer = hg("commitid-lookup", "--remote", server.url, "D1", "-T", "json",
+                cwd=tmp_path)
+    assert first in answer
+    bad = hg.proc("commitid-lookup", "--config", "commitid.remote-deadline=0",
+                  "--remote", server.url, "D1", cwd=tmp_path)
+    assert is_clean_abort(bad) and "remote-deadline" in bad.stderr
