@@ -191,10 +191,17 @@ class Request:
             raise Abort("--networkattempts must be at least 1")
         self.network_deadline = args.networkdeadline or number(
             "network-deadline", pooling.DEFAULT_NETWORK_DEADLINE)
-        if not self.network_deadline > 0:
+        if not pooling.valid_deadline(self.network_deadline):
             raise Abort("the network deadline must be a positive number "
-                        "of seconds", hint="check --networkdeadline and "
+                        "of seconds, at most a year",
+                        hint="check --networkdeadline and "
                         "sharepool.network-deadline")
+        overlap = pooling.dest_overlap(self.dest, self.sharebase,
+                                       [self.url, self.upstream])
+        if overlap:
+            raise Abort("destination %s is or holds %s; refusing to "
+                        "replace it" % (args.dest, overlap),
+                        hint="check out into a directory of its own")
         self.backoff = number("retry-backoff", pooling.DEFAULT_BACKOFF)
         self.jitter = (number("retry-jitter-min", pooling.DEFAULT_JITTER[0]),
                        number("retry-jitter-max", pooling.DEFAULT_JITTER[1]))

@@ -108,7 +108,12 @@ as a network failure, retried as above.  The default is an hour, as
 checkout waiting for that store give up anyway.  Lower it to the longest
 clone your network should take, with room to spare.  (The deadline
 reaches HTTP and HTTPS connections; an ``ssh://`` peer's pipes are not
-interrupted.)
+interrupted.)  A deadline is at most a year.
+
+A destination that is not a share of the pool is removed and checked
+out again, as Mozilla's robustcheckout does; one that is, holds or lies
+in a local source repository, or lies in the share base (a pooled
+store), is refused instead, before anything is touched.
 
 Locks.  Any number of processes may use one pool at once; exactly one of
 them clones a given store.  A lock found on DEST (its working directory
@@ -346,11 +351,17 @@ class _Request:
         self.network_deadline = (
             opts['networkdeadline']
             or ui.configwith(float, b'sharepool', b'network-deadline'))
-        if not self.network_deadline > 0:
+        if not pooling.valid_deadline(self.network_deadline):
             raise error.Abort(_(b'the network deadline must be a positive '
-                                b'number of seconds'),
+                                b'number of seconds, at most a year'),
                               hint=_(b'check --networkdeadline and '
                                      b'sharepool.network-deadline'))
+        overlap = pooling.dest_overlap(self.dest, self.sharebase,
+                                       [self.url, self.upstream])
+        if overlap:
+            raise error.Abort(_(b'destination %s is or holds %s; refusing '
+                                b'to replace it') % (dest, overlap.encode()),
+                              hint=_(b'check out into a directory of its own'))
 
     @property
     def wanted(self):

@@ -109,7 +109,10 @@ def test_bad_input_aborts_with_one_line(git, gitbridge, served, tmp_path):
          + served.commits[-1]),
         (["-b", "main", "--networkdeadline", "-5"],
          "abort: the network deadline must be a positive number of "
-         "seconds"),
+         "seconds, at most a year"),
+        (["-b", "main", "--networkdeadline", "1e12"],
+         "abort: the network deadline must be a positive number of "
+         "seconds, at most a year"),
     ]
     for args, expected in cases:
         proc = gitbridge("checkout", "--sharebase", pool, *args,
@@ -284,3 +287,21 @@ def test_a_ref_name_that_is_not_utf8_is_no_traceback(git, gitbridge, served,
     gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b", "main",
               served.repo_url, tmp_path / "co")
     assert head(git, tmp_path / "co") == tip
+
+
+def test_a_destination_that_is_the_source_is_refused(git, gitbridge,
+                                                      tmp_path):
+    """Issue 27, an outside tester: DEST, the local source repository,
+    is no checkout of the pool, so it was removed with the work in it."""
+    source = tmp_path / "src"
+    git("init", "-q", "-b", "main", source)
+    (source / "readme.txt").write_text("one\n")
+    git("-C", source, "add", "readme.txt")
+    git("-C", source, "commit", "-q", "-m", "one")
+    (source / "wip.txt").write_text("uncommitted\n")
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", source, source, check=False)
+    assert abort_line(proc).endswith(
+        "is or holds the source; refusing to replace it"), proc.stderr
+    assert (source / "wip.txt").read_text() == "uncommitted\n"
+    git("-C", source, "fsck", "--no-progress")

@@ -225,6 +225,10 @@ def test_share_is_loaded_and_perfherder_line(hg, source, served, tmp_path):
 
 # Bad input -------------------------------------------------------------------
 
+DEADLINE_REFUSED = (r"abort: the network deadline must be a positive "
+                    r"number of seconds, at most a year$")
+
+
 @pytest.mark.parametrize("args, expected", [
     (["-r", "123456789abc"], r"abort: 123456789abc not found on "
                              r"http://127\.0\.0\.1:\d+/: unknown revision"),
@@ -238,9 +242,15 @@ def test_share_is_loaded_and_perfherder_line(hg, source, served, tmp_path):
      r"abort: sparse profile missing\.sparse does not exist at revision "
      r"[0-9a-f]{40}$"),
     (["-b", "default", "--networkdeadline", "-5"],
-     r"abort: the network deadline must be a positive number of seconds$"),
+     DEADLINE_REFUSED),
     (["-b", "default", "--config", "sharepool.network-deadline=0"],
-     r"abort: the network deadline must be a positive number of seconds$"),
+     DEADLINE_REFUSED),
+    # issue 27, an outside tester: a deadline past a time_t's range
+    # crashed the watchdog thread, leaving the step without a deadline
+    (["-b", "default", "--config", "sharepool.network-deadline=inf"],
+     DEADLINE_REFUSED),
+    (["-b", "default", "--networkdeadline", "99999999999999999999"],
+     DEADLINE_REFUSED),
 ])
 def test_bad_input_aborts_with_one_line(hg, served, tmp_path, args,
                                         expected):
@@ -429,3 +439,34 @@ def test_a_garbled_lookup_answer_is_a_network_failure(hg, served, tmp_path):
     assert "(retrying after network failure on attempt 1 of 3)" \
         in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_destination_that_is_the_source_or_a_store_is_refused(
+        hg, served, tmp_path):
+    """Issue 27, an outside tester: DEST is no share, so robustcheckout
+    removed it -- when DEST was the local source repository, its history
+    and uncommitted work went with it; when DEST was a pooled store, the
+    store every share uses was removed outside the pool's lock.  Both are
+    refused before anything is touched."""
+    source = tmp_path / "src"
+    hg("init", source)
+    hg_commit(hg, source, {"readme.txt": "one\n"}, "one")
+    (source / "wip.txt").write_text("uncommitted\n")
+    for dest in (source, source / "sub"):
+        proc = subprocess.run(
+            [hg.binary, "robustcheckout", "--sharebase", tmp_path / "pool",
+             "-b", "default", source, dest], env=hg.env,
+            capture_output=True, text=True)
+        assert abort_line(proc).endswith(
+            "is or holds the source; refusing to replace it"), proc.stderr
+        assert proc.returncode == 255
+    assert (source / "wip.txt").read_text() == "uncommitted\n"
+    hg("verify", "-q", cwd=source)
+    pool = tmp_path / "pool"
+    checkout(hg, served.url, tmp_path / "co", "-b", "default")
+    (store,) = [path for path in pool.iterdir() if path.is_dir()]
+    proc = checkout(hg, served.url, store, "-b", "default", pool=pool,
+                    check=False)
+    assert abort_line(proc).endswith(
+        "is or holds the share base; refusing to replace it"), proc.stderr
+    hg("verify", "-q", cwd=store)

@@ -25,6 +25,10 @@ DEFAULT_JITTER = (1.0, 5.0)
 #: failure.  An hour, as ``sharepool.lock-timeout``: a clone that takes
 #: longer already makes every checkout waiting for its store give up.
 DEFAULT_NETWORK_DEADLINE = 3600.0
+#: The longest network deadline, a year: a timer's wait past a time_t's
+#: range raises in the watchdog thread, which would leave the step
+#: without a deadline.
+MAX_NETWORK_DEADLINE = 365 * 86400.0
 #: Once a step is past its deadline, it is interrupted again this often
 #: (seconds) until it ends: a connection or process the step opens after
 #: the first interrupt (a client resending its request) is cut too.
@@ -119,7 +123,7 @@ class StepDeadline:
     back); the caller reads ``expired`` to say why."""
 
     def __init__(self, seconds, repeat=INTERRUPT_REPEAT):
-        if not seconds > 0:
+        if not valid_deadline(seconds):
             raise ValueError("a step deadline must be a positive number "
                              "of seconds")
         self.seconds = seconds
@@ -178,6 +182,42 @@ class _Watching:
     def __exit__(self, *exc):
         with self.deadline._lock:
             self.deadline._interrupts.remove(self.interrupt)
+
+
+def valid_deadline(seconds):
+    """Whether ``seconds`` can be a network deadline (NaN cannot)."""
+    return 0 < seconds <= MAX_NETWORK_DEADLINE
+
+
+def _inside(path, directory):
+    return path == directory or path.startswith(
+        directory.rstrip(os.sep) + os.sep)
+
+
+def _local_source(url):
+    """The real path of ``url`` when it names a directory here."""
+    text = os.fsdecode(url)
+    if text.startswith("file://"):
+        text = text[len("file://"):]
+    elif "://" in text:
+        return None
+    text = os.path.expanduser(text)
+    return os.path.realpath(text) if os.path.isdir(text) else None
+
+
+def dest_overlap(dest, sharebase, sources):
+    """What removing DEST would destroy that no checkout made: "the share
+    base" when DEST is it or lies in it (a pooled store), "the source" when
+    DEST is, holds or lies in a local source repository; else None.  A
+    checkout removes a DEST that is no share of the pool, so these are
+    refused before anything is touched."""
+    dest = os.path.realpath(os.fsdecode(dest))
+    if _inside(dest, os.path.realpath(os.fsdecode(sharebase))):
+        return "the share base"
+    for source in filter(None, map(_local_source, filter(None, sources))):
+        if _inside(dest, source) or _inside(source, dest):
+            return "the source"
+    return None
 
 
 def shut_down(sock):
