@@ -364,8 +364,7 @@ def _destinations(ui):
     try:
         return bundlestore.destinations(table, order or list(table))
     except errors.Abort as err:
-        raise error.Abort(b'bundlegen: ' + pycompat.bytestr(str(err)),
-                          hint=err.hint and pycompat.bytestr(err.hint))
+        raise _hg_abort(err, b'bundlegen: ')
 
 
 def _config_int(ui, name, low, high):
@@ -558,8 +557,7 @@ def _object_storage(network):
         with network:
             yield
     except errors.Abort as err:
-        raise error.Abort(pycompat.bytestr(str(err)),
-                          hint=err.hint and pycompat.bytestr(err.hint))
+        raise _hg_abort(err)
 
 
 def _places(settings):
@@ -746,14 +744,19 @@ def _output_directory(output):
     return outdir
 
 
+def _hg_abort(err, prefix=b''):
+    """Mercurial's abort for the core's ``err``."""
+    return error.Abort(prefix + pycompat.bytestr(str(err)),
+                       hint=err.hint and pycompat.bytestr(err.hint))
+
+
 def _generations(outdir):
     """The record of ``outdir``; the core's refusal of one it cannot read
     becomes Mercurial's."""
     try:
         return bundlestore.Generations(os.path.join(outdir, INDEX).decode())
     except errors.Abort as err:
-        raise error.Abort(pycompat.bytestr(str(err)),
-                          hint=err.hint and pycompat.bytestr(err.hint))
+        raise _hg_abort(err)
 
 
 def _parse_manifest_line(repo, line):
