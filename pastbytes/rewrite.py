@@ -17,9 +17,10 @@ The rules:
   valid Python 3);
 - ``str`` is kept where Python 3 requires it: the attribute name of
   ``getattr/setattr/hasattr/delattr``, the arguments of ``.encode()`` and
-  ``.decode()``, a literal whose ``.encode()`` is called, the keys of a ``**{...}`` keyword dict, the ``'__main__'``
-  compared with ``__name__``, and string statements (docstrings, so that
-  ``__doc__`` and ``from __future__`` keep working);
+  ``.decode()``, a literal whose ``.encode()`` is called, the keys of a
+  ``**{...}`` keyword dict, the ``'__main__'`` compared with ``__name__``,
+  and string statements (docstrings, so that ``__doc__`` and ``from
+  __future__`` keep working);
 - f-strings are left alone, replacement fields included, tokenized the way
   the running Python does (3.12 allows nested quotes in them);
 - a module that says ``from __future__ import unicode_literals`` was
