@@ -21,7 +21,7 @@ PACKAGES = sorted(
     for path in glob.glob(os.path.join("hgext", "*", "__init__.py")))
 
 setup(
-    packages=["zstdwire", "gitbridge", "vcsperf", "vcsperf.core",
+    packages=["zstdwire", "pastbytes", "gitbridge", "vcsperf", "vcsperf.core",
               "vcsperf.harness", "vcsperf.bench", "vcsperf.check"] + PACKAGES,
     package_data={"vcsperf.harness": ["data/*.tsv"]},
     package_dir={"hgext3rd": "hgext"},

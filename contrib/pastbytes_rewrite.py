@@ -22,7 +22,7 @@ import stat
 import sys
 import tempfile
 
-from vcsperf.core import pastbytes
+import pastbytes
 
 
 def python_files(paths):

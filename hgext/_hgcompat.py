@@ -147,11 +147,12 @@ def _our_module_nearest(tb):
 
 def _is_ours(name, module_globals):
     """Whether the module ``name`` (its globals ``module_globals``) is part
-    of vcsperf: the core, the codec, gitbridge, an extension (which
-    declares BUGLINK; a package's submodules through their package) or a
-    module the extensions import (``hgext3rd._NAME``)."""
+    of vcsperf: the core, the codec, the importer, gitbridge, an
+    extension (which declares BUGLINK; a package's submodules through
+    their package) or a module the extensions import
+    (``hgext3rd._NAME``)."""
     parts = name.split('.')
-    if parts[0] in ('vcsperf', 'zstdwire', 'gitbridge') \
+    if parts[0] in ('vcsperf', 'zstdwire', 'pastbytes', 'gitbridge') \
             or module_globals.get('buglink') == BUGLINK:
         return True
     if parts[0] != 'hgext3rd' or len(parts) < 2:

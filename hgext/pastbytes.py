@@ -59,7 +59,7 @@ from mercurial import (
 )
 from mercurial.utils import stringutil
 
-from vcsperf.core import pastbytes
+import pastbytes
 
 from hgext3rd import _hgcompat
 

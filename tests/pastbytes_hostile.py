@@ -15,7 +15,7 @@ import sys
 import time
 import warnings
 
-from vcsperf.core import pastbytes
+import pastbytes
 
 #: Pieces that random sources are made of: everything the scanner treats
 #: specially, in every line ending.

@@ -32,10 +32,10 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings, strategies as st
 
 import campaign
+import pastbytes
 import pastbytes_hostile as hostile
 from test_all_extensions import SUITE
 from test_pastbytes import REWRITE_TOOL, other_pythons
-import vcsperf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROWTH = 8
@@ -59,10 +59,10 @@ def pythons():
 @pytest.fixture
 def worker(tmp_path):
     """Runs tests/pastbytes_hostile.py under a Python, on the installed
-    vcsperf, with a request; returns its answer."""
+    pastbytes, with a request; returns its answer."""
     shim = tmp_path / "shim"
     shim.mkdir()
-    (shim / "vcsperf").symlink_to(os.path.dirname(vcsperf.__file__))
+    (shim / "pastbytes").symlink_to(os.path.dirname(pastbytes.__file__))
     env = dict(os.environ, PYTHONPATH=str(shim))
 
     def run(python, request, timeout):

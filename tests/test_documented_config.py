@@ -197,7 +197,8 @@ def docstring_examples():
     """Config blocks of the module docstrings of our Python code: those
     of gitbridge/ are git config, the others hgrc unless a section header
     has a subsection (``[name "sub"]``)."""
-    for top in ("hgext", "gitbridge", "vcsperf", "zstdwire", "contrib"):
+    for top in ("hgext", "gitbridge", "vcsperf", "zstdwire", "pastbytes",
+                "contrib"):
         for path in sorted((ROOT / top).rglob("*.py")):
             if not _ours(path):
                 continue

@@ -106,7 +106,7 @@ def dependencies_without_us(site, target):
     virtualenv to find the dependencies offline and only the wheel's copy
     of the suite."""
     os.mkdir(target)
-    ours = {"vcsperf", "gitbridge", "zstdwire", "hgext3rd"}
+    ours = {"vcsperf", "gitbridge", "zstdwire", "pastbytes", "hgext3rd"}
     for entry in os.listdir(site):
         if entry in ours or entry.startswith(("vcsperf-", "vcsperf.",
                                               "__editable__")):
@@ -144,7 +144,8 @@ def test_the_wheel_installs_and_says_its_version(tmp_path, env):
         fh.write(deps + "\n")
     tools.run([python, "-m", "pip", "install", "-q", "--no-deps",
                "--no-index", str(dist / wheels[0])], env, cwd=str(tmp_path))
-    for module in ("vcsperf", "gitbridge", "zstdwire", "hgext3rd.commitid"):
+    for module in ("vcsperf", "gitbridge", "zstdwire", "pastbytes",
+                   "hgext3rd.commitid"):
         where = tools.run([python, "-c", "import %s; print(%s.__file__)"
                            % (module, module)], env, cwd=str(tmp_path))
         assert where.startswith(site), (module, where)

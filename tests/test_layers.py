@@ -2,20 +2,28 @@
 in our packages, read from its source (ast), against the rules below.
 
     zstdwire/          the codec                 imports: -
+    pastbytes/         the bytes-literal         imports: -
+                       importer
     vcsperf/core/      what the adapters share   imports: zstdwire
-    hgext/, gitbridge/ the adapters              imports: core, zstdwire
+    hgext/, gitbridge/ the adapters              imports: core, zstdwire,
+                                                          pastbytes
     vcsperf/harness/   processes, servers,       imports: core, zstdwire
                        histories
     vcsperf/bench/     the benchmarks            imports: harness, core,
-                                                          zstdwire
+                                                          zstdwire, pastbytes
     vcsperf/check/     vcsperf check and demo    imports: bench, harness,
-                                                          core, zstdwire
-    vcsperf/cli.py     the console script        imports: every vcsperf layer
+                                                          core, zstdwire,
+                                                          pastbytes
+    vcsperf/cli.py     the console script        imports: every vcsperf
+                                                          layer, zstdwire,
+                                                          pastbytes
 
 Each layer may import its own modules too (an adapter only its own: hgext
-and gitbridge do not import each other).  zstdwire and the core import no
-third-party package but zstandard (and boto3, for the core's uploads to
-object storage): no Mercurial, no dulwich.
+and gitbridge do not import each other).  pastbytes sits beside zstdwire,
+not under the core: nothing the adapters share needs it.  No Mercurial, no
+dulwich below the adapters: pastbytes imports the standard library only,
+zstdwire the standard library and zstandard, the core the standard
+library, zstandard and boto3 (bundlestore's uploads to object storage).
 """
 
 import ast
@@ -25,21 +33,24 @@ import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Our top-level folders, and the name each is imported as.
-PACKAGES = {"zstdwire": "zstdwire", "vcsperf": "vcsperf",
-            "gitbridge": "gitbridge", "hgext": "hgext3rd"}
+PACKAGES = {"zstdwire": "zstdwire", "pastbytes": "pastbytes",
+            "vcsperf": "vcsperf", "gitbridge": "gitbridge",
+            "hgext": "hgext3rd"}
 #: Layer -> the layers it may import (besides itself).
 ALLOWED = {
     "zstdwire": set(),
+    "pastbytes": set(),
     "core": {"zstdwire"},
-    "hgext": {"core", "zstdwire"},
-    "gitbridge": {"core", "zstdwire"},
+    "hgext": {"core", "zstdwire", "pastbytes"},
+    "gitbridge": {"core", "zstdwire", "pastbytes"},
     "harness": {"core", "zstdwire"},
-    "bench": {"harness", "core", "zstdwire"},
-    "check": {"bench", "harness", "core", "zstdwire"},
-    "cli": {"check", "bench", "harness", "core", "zstdwire"},
+    "bench": {"harness", "core", "zstdwire", "pastbytes"},
+    "check": {"bench", "harness", "core", "zstdwire", "pastbytes"},
+    "cli": {"check", "bench", "harness", "core", "zstdwire", "pastbytes"},
 }
 #: Layers that run with the standard library and these packages only.
 PLAIN = {"zstdwire": {"zstandard"},
+         "pastbytes": set(),
          "core": {"zstandard", "boto3", "botocore"}}
 
 
@@ -52,8 +63,8 @@ def layer(module):
                                            "check"):
             return parts[1]
         return "cli"
-    return {"zstdwire": "zstdwire", "gitbridge": "gitbridge",
-            "hgext3rd": "hgext"}.get(parts[0])
+    return {"zstdwire": "zstdwire", "pastbytes": "pastbytes",
+            "gitbridge": "gitbridge", "hgext3rd": "hgext"}.get(parts[0])
 
 
 def modules(root):
@@ -157,4 +168,28 @@ def test_the_rules_see_a_planted_bad_import(tmp_path):
         "vcsperf/core/rules.py:2: vcsperf.harness.tools",
         "gitbridge/cli.py:2: vcsperf.harness",
         "hgext/ext.py:4: gitbridge.cli",
+    ], found
+
+
+def test_the_importer_is_a_layer_of_its_own(tmp_path):
+    """pastbytes imports nothing of ours and nothing beyond the standard
+    library, and the core does not import it; an adapter may."""
+    files = {
+        "pastbytes/__init__.py": "import tokenize\nfrom . import rewrite\n",
+        "pastbytes/rewrite.py": "import zstandard\n"
+                                "from vcsperf.core import errors\n",
+        "vcsperf/__init__.py": "",
+        "vcsperf/core/__init__.py": "",
+        "vcsperf/core/errors.py": "import pastbytes\n",
+        "hgext/ext.py": "import pastbytes\n",
+    }
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    found = violations(str(tmp_path))
+    assert [line.split(" (")[0] for line in found] == [
+        "pastbytes/rewrite.py:1: zstandard",
+        "pastbytes/rewrite.py:2: vcsperf.core.errors",
+        "vcsperf/core/errors.py:1: pastbytes",
     ], found

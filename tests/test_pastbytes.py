@@ -19,9 +19,8 @@ import zipfile
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import vcsperf
+import pastbytes
 from vcsperf.bench import pastbytes as pastbytesbench
-from vcsperf.core import pastbytes
 from vcsperf.harness import history, tools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,12 +158,12 @@ def other_pythons(oldest=(3, 12), newest=(3, 99)):
 
 
 def _shim(tmp_path):
-    """A directory that puts this vcsperf on another Python's path."""
+    """A directory that puts this pastbytes on another Python's path."""
     shim = tmp_path / "shim"
     shim.mkdir(exist_ok=True)
-    link = shim / "vcsperf"
+    link = shim / "pastbytes"
     if not link.exists():
-        link.symlink_to(os.path.dirname(vcsperf.__file__))
+        link.symlink_to(os.path.dirname(pastbytes.__file__))
     return shim
 
 
@@ -173,7 +172,7 @@ def _transform_with(python, cases, tmp_path):
     installed module."""
     shim = _shim(tmp_path)
     script = ("import json, sys\n"
-              "from vcsperf.core import pastbytes\n"
+              "import pastbytes\n"
               "out = [pastbytes.transform(s, pastbytes.Rules(kwargs_names=k))"
               " for s, k in json.load(sys.stdin)]\n"
               "for text in out: compile(text, 'golden', 'exec')\n"
@@ -310,7 +309,7 @@ def _python(*args, cwd, env=None):
 
 
 def test_own_pyc_beside_plain_pyc(legacy_tree):
-    load = ("import sys; from vcsperf.core import pastbytes\n"
+    load = ("import sys; import pastbytes\n"
             "pastbytes.install(packages=['legacy'])\n%s\n"
             "import legacy; print(repr(legacy.NAME))\n")
     first = _python("-c", load % "", cwd=legacy_tree)
@@ -323,7 +322,7 @@ def test_own_pyc_beside_plain_pyc(legacy_tree):
     assert cache == ["__init__.%s.opt-%s.pyc" % (
         tag, pastbytes.DEFAULT_RULES.tag()), "__init__.%s.pyc" % tag]
     # Warm: the cached rewrite is loaded without rewriting again.
-    warm = _python("-c", load % "pastbytes.transform = None", cwd=legacy_tree)
+    warm = _python("-c", load % "pastbytes.rewrite.transform = None", cwd=legacy_tree)
     assert warm.stdout == "b'legacy'\n", warm.stderr
     # Other rules, other pyc.
     assert OPTS.tag() != pastbytes.DEFAULT_RULES.tag()
@@ -338,7 +337,7 @@ def test_python_m_runs_a_script(tmp_path):
         if __name__ == '__main__':
             sys.stdout.write(repr((helper.GREETING, 'x', sys.argv[1:])))
         """))
-    proc = _python("-m", "vcsperf.core.pastbytes", "script.py", "a", "--flag",
+    proc = _python("-m", "pastbytes", "script.py", "a", "--flag",
                    cwd=tmp_path)
     assert proc.stdout == "(b'hello', b'x', ['a', '--flag'])", proc.stderr
 
@@ -346,7 +345,7 @@ def test_python_m_runs_a_script(tmp_path):
 def test_python_m_runs_a_module(legacy_tree):
     (legacy_tree / "legacy" / "__main__.py").write_text(
         "import sys\nsys.stdout.write(repr(('main', sys.argv[1:])))\n")
-    proc = _python("-m", "vcsperf.core.pastbytes", "-p", "legacy", "-m",
+    proc = _python("-m", "pastbytes", "-p", "legacy", "-m",
                    "legacy", "x", cwd=legacy_tree)
     assert proc.stdout == "(b'main', ['x'])", proc.stderr
 
@@ -487,7 +486,7 @@ def test_python_m_on_crlf_script_ends(tmp_path):
     (tmp_path / "script.py").write_bytes(
         (crlf_trap() + "print(repr((X, Y)))\r\n").encode())
     proc = subprocess.run(
-        [sys.executable, "-m", "vcsperf.core.pastbytes", "script.py"],
+        [sys.executable, "-m", "pastbytes", "script.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=HANG)
     assert proc.stdout == "(b'x', b'yz')\n", proc.stderr
 

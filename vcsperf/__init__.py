@@ -1,8 +1,10 @@
 """vcsperf: the logic that the Mercurial and Git adapters share, and the
 tools around the suite, one layer per folder:
 
-- ``core``: standard library only (and ``zstdwire``); the adapters in
-  ``hgext/`` and ``gitbridge/`` import nothing else of ours;
+- ``core``: what the adapters in ``hgext/`` and ``gitbridge/`` share,
+  over ``zstdwire``, on the standard library, zstandard and boto3; of
+  ours the adapters import nothing else but ``zstdwire`` and
+  ``pastbytes``, the bytes-literal importer;
 - ``harness``: real ``hg`` and ``git`` processes, servers on 127.0.0.1,
   real-content histories, for the tests, benchmarks and the check;
 - ``bench``: one module per benchmark, run as ``vcsperf bench NAME``;

@@ -1,7 +1,9 @@
 """zstdwire: zstd with trained dictionaries, for version control storage
 and transport.
 
-It imports neither Mercurial nor dulwich.  It runs on both backends of
+The bottom layer: it imports nothing of ours, and besides the standard
+library only zstandard (neither Mercurial nor dulwich); every other layer
+but ``pastbytes`` may import it.  It runs on both backends of
 python-zstandard (the C extension and cffi); choose one with
 ``PYTHON_ZSTANDARD_IMPORT_POLICY``.
 

@@ -38,8 +38,8 @@ import tarfile
 import tempfile
 import time
 
+import pastbytes
 from vcsperf.bench import benchcli
-from vcsperf.core import pastbytes
 from vcsperf.harness import history
 
 #: name: (version, sdist file name, sha256)

@@ -8,9 +8,9 @@ import stat
 import time
 import warnings
 
+import pastbytes
 from vcsperf.check import tree
 from vcsperf.check.outcome import Failed
-from vcsperf.core import pastbytes
 from vcsperf.harness import history
 
 #: Python files a quick run compiles: a fixed number, whatever the tree.

@@ -1,6 +1,11 @@
 """What the adapters share, in plain Python: commit-ID rules and series,
-pooled-checkout primitives, the bytes-literal importer, the user error.
-Imports the standard library and ``zstdwire`` only."""
+pooled-checkout primitives, bundle publishing, the subprocess runner, the
+user error.
+
+Of ours it imports ``zstdwire`` only; besides the standard library,
+zstandard and boto3 (``bundlestore``'s uploads to object storage, imported
+when one is made): no Mercurial, no dulwich.  The adapters (``hgext/``,
+``gitbridge/``) and every other ``vcsperf`` layer may import it."""
 
 #: The release of the whole suite (the distribution ``vcsperf``: this core,
 #: the extensions, gitbridge, zstdwire and the tools), and its one source:

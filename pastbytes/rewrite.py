@@ -1,17 +1,10 @@
-"""``from __past__ import bytes_literals``: run Python-2-era, bytes-first
-source on Python 3 by rewriting its plain string literals to bytes
-literals at import time.
+"""The rewrite: Python-2-era source text in, the same text with its plain
+string literals made bytes literals out.
 
-    from vcsperf.core import pastbytes
-    pastbytes.install(packages=["legacyext"], paths=["/srv/hg/legacy"])
-    import legacyext            # its 'foo' literals are now b'foo'
+    text, encoding = decode(data)
+    transform(text, Rules(kwargs_names=("opts",)), encoding)
 
-    python -m vcsperf.core.pastbytes [-p PACKAGE] [-d DIR] script.py [ARGS]
-    python -m vcsperf.core.pastbytes -p legacy -m legacy.tool [ARGS]
-
-Only modules whose names match the configured packages (the package and
-its submodules), or whose files lie under the configured directories, are
-rewritten; every other import is left to Python.  The rewrite rules:
+The rules:
 
 - an unprefixed ``'...'`` or ``"..."`` literal becomes ``b'...'``
   (non-ASCII characters become ``\\xNN`` escapes of the file's encoding,
@@ -24,9 +17,10 @@ rewritten; every other import is left to Python.  The rewrite rules:
   valid Python 3);
 - ``str`` is kept where Python 3 requires it: the attribute name of
   ``getattr/setattr/hasattr/delattr``, the arguments of ``.encode()`` and
-  ``.decode()``, a literal whose ``.encode()`` is called, the keys of a ``**{...}`` keyword dict, the ``'__main__'``
-  compared with ``__name__``, and string statements (docstrings, so that
-  ``__doc__`` and ``from __future__`` keep working);
+  ``.decode()``, a literal whose ``.encode()`` is called, the keys of a
+  ``**{...}`` keyword dict, the ``'__main__'`` compared with ``__name__``,
+  and string statements (docstrings, so that ``__doc__`` and ``from
+  __future__`` keep working);
 - f-strings are left alone, replacement fields included, tokenized the way
   the running Python does (3.12 allows nested quotes in them);
 - a module that says ``from __future__ import unicode_literals`` was
@@ -52,30 +46,16 @@ The rewrite is a single scan with regular expressions over the source
 text, plus small local scans at ``getattr(`` and the like; it never runs
 the pure-Python tokenizer, which alone costs three times a compile on
 Python 3.11.  Its cost is linear in the size of the text, whatever the
-text (any file under a configured directory is read): no pattern can
-backtrack more than linearly, and the local scans note what they pass, so
-that nested calls never look at the same text twice.  Compiled modules
-are cached in their own pyc files,
-``cache_from_source(path, optimization='pastbytes<N>...')``, which plain
-Python never reads or overwrites; the tag changes with the rules.
-
-A syntax error in the original source is raised as Python raises it.  A
-module that only a zip, frozen or sourceless loader provides is refused
-with ``ImportError`` rather than loaded unrewritten.
+text (the importer reads any file under a configured directory): no
+pattern can backtrack more than linearly, and the local scans note what
+they pass, so that nested calls never look at the same text twice.
 """
 
-import argparse
 import hashlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import io
-import marshal
-import os
 import re
 import sys
 import tokenize
-import types
 
 #: Bump when a rule changes what the rewrite produces: cached pyc files of
 #: older versions are then ignored.
@@ -634,255 +614,9 @@ class _Rewrite:
         return starts
 
 
-# -- compiling -----------------------------------------------------------
-
 def decode(data):
     """``(text, encoding)`` of Python source bytes, as Python reads them
-    (PEP 263 cookie or BOM, default UTF-8); newlines are kept."""
+    (PEP 263 cookie or BOM, default UTF-8); newlines are kept: what
+    :func:`transform` takes."""
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     return data.decode(encoding), encoding
-
-
-def compile_source(data, path, rules=DEFAULT_RULES, optimize=-1):
-    """Compile source bytes with the rewrite.  A syntax error in the
-    original is raised exactly as Python raises it."""
-    try:
-        text, encoding = decode(data)
-        code = compile(transform(text, rules, encoding), path, "exec",
-                       dont_inherit=True, optimize=optimize)
-    except (SyntaxError, UnicodeDecodeError, LookupError, ScanError) as err:
-        failure = err
-    else:
-        return code
-    # Outside the except clause, so that Python's own error is not
-    # chained to ours.
-    compile(data, path, "exec", dont_inherit=True, optimize=optimize)
-    if isinstance(failure, ScanError):
-        raise ImportError("pastbytes: %s: %s" % (path, failure), path=path)
-    raise failure       # the original compiles: the rewrite is to blame
-
-
-def _pyc_header(mtime, size):
-    return (importlib.util.MAGIC_NUMBER + bytes(4)
-            + (int(mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-            + (size & 0xFFFFFFFF).to_bytes(4, "little"))
-
-
-class PastBytesLoader(importlib.machinery.SourceFileLoader):
-    """A source loader that compiles the rewritten source and caches it in
-    a pyc of its own (timestamp-validated, like Python's)."""
-
-    def __init__(self, fullname, path, rules=DEFAULT_RULES):
-        super().__init__(fullname, path)
-        self.rules = rules
-        self._cache_path = False
-
-    def cache_path(self):
-        """Where the rewritten bytecode is cached, or None when this
-        Python caches no bytecode."""
-        if self._cache_path is False:
-            try:
-                self._cache_path = importlib.util.cache_from_source(
-                    self.path, optimization=self.rules.tag())
-            except NotImplementedError:
-                self._cache_path = None
-        return self._cache_path
-
-    def source_to_code(self, data, path, *, _optimize=-1):
-        return compile_source(data, path, self.rules, _optimize)
-
-    def get_code(self, fullname):
-        source_path = self.get_filename(fullname)
-        bytecode_path = self.cache_path()
-        stats = self.path_stats(source_path)
-        header = _pyc_header(stats["mtime"], stats["size"])
-        if bytecode_path is not None:
-            try:
-                cached = self.get_data(bytecode_path)
-            except OSError:
-                pass
-            else:
-                if cached[:16] == header:
-                    try:
-                        return marshal.loads(memoryview(cached)[16:])
-                    except (EOFError, ValueError, TypeError):
-                        pass        # damaged: compile again
-        code = self.source_to_code(self.get_data(source_path), source_path)
-        if bytecode_path is not None and not sys.dont_write_bytecode:
-            self.set_data(bytecode_path, header + marshal.dumps(code))
-        return code
-
-
-class PastBytesFinder(importlib.abc.MetaPathFinder):
-    """Gives the modules of ``packages``, and those found under ``paths``,
-    a :class:`PastBytesLoader`; every other module is left alone."""
-
-    def __init__(self, packages=(), paths=(), rules=DEFAULT_RULES):
-        self.packages = tuple(packages)
-        self.rules = rules
-        dirs = []
-        for path in paths:
-            path = os.path.abspath(os.path.expanduser(os.fsdecode(path)))
-            dirs += [path, os.path.realpath(path)]
-        self.paths = tuple(sorted(set(os.path.normcase(d) for d in dirs)))
-        self._prefixes = tuple(d + os.sep for d in self.paths)
-
-    def wants_name(self, fullname):
-        return any(fullname == p or fullname.startswith(p + ".")
-                   for p in self.packages)
-
-    def covers(self, filename):
-        """Whether ``filename`` lies under one of the configured
-        directories."""
-        return _absolute(filename).startswith(self._prefixes)
-
-    def _may_find_under_paths(self, path):
-        for entry in (sys.path if path is None else path):
-            entry = _absolute(entry or os.curdir) + os.sep
-            if entry.startswith(self._prefixes) or \
-                    any(d.startswith(entry) for d in self._prefixes):
-                return True
-        return False
-
-    def find_spec(self, fullname, path=None, target=None):
-        by_name = self.wants_name(fullname)
-        if not by_name and not (self.paths and
-                                self._may_find_under_paths(path)):
-            return None
-        spec = find_spec_elsewhere(fullname, path, target)
-        if spec is None or spec.origin is None:
-            return None             # not found, or a namespace package
-        if not by_name and not (spec.has_location and
-                                self.covers(spec.origin)):
-            return None
-        # A lazy loader (Mercurial's demandimport installs one) wraps the
-        # loader that reads the file: replace that one.
-        lazy = isinstance(spec.loader, importlib.util.LazyLoader)
-        loader = spec.loader.loader if lazy else spec.loader
-        if loader is importlib.machinery.BuiltinImporter or \
-                isinstance(loader, importlib.machinery.ExtensionFileLoader):
-            return None             # compiled code: nothing to rewrite
-        if not isinstance(loader, importlib.machinery.SourceFileLoader):
-            raise ImportError(
-                "pastbytes: cannot rewrite %s: %s provides it (%s), not a "
-                "source file; extract it to a directory on sys.path, or "
-                "leave it out of the pastbytes packages and paths"
-                % (fullname, getattr(loader, "__name__",
-                                     type(loader).__name__), spec.origin),
-                name=fullname)
-        # The spec is the other finder's fresh copy: adapt it in place.
-        ours = PastBytesLoader(spec.name, spec.origin, self.rules)
-        if lazy:
-            spec.loader.loader = ours
-        else:
-            spec.loader = ours
-        spec.cached = ours.cache_path()
-        return spec
-
-
-def _absolute(path):
-    # Import paths are mostly absolute already; abspath is slow.
-    if not os.path.isabs(path):
-        path = os.path.abspath(path)
-    return os.path.normcase(path)
-
-
-def find_spec_elsewhere(fullname, path=None, target=None):
-    """The spec that the rest of ``sys.meta_path`` finds: what importing
-    finds without pastbytes."""
-    for finder in sys.meta_path:
-        if isinstance(finder, PastBytesFinder):
-            continue
-        find_spec = getattr(finder, "find_spec", None)
-        if find_spec is not None:
-            spec = find_spec(fullname, path, target)
-            if spec is not None:
-                return spec
-    return None
-
-
-def install(packages=(), paths=(), rules=DEFAULT_RULES):
-    """Rewrite the modules of ``packages`` (names: the package and its
-    submodules) and every module found under ``paths`` (directories) when
-    they are imported from now on.  Returns the finder."""
-    finder = PastBytesFinder(packages, paths, rules)
-    sys.meta_path.insert(0, finder)
-    return finder
-
-
-def uninstall(finder=None):
-    """Remove ``finder`` (by default every pastbytes finder) from
-    ``sys.meta_path``.  Modules already imported stay as they are."""
-    sys.meta_path[:] = [f for f in sys.meta_path
-                        if not (f is finder or (finder is None and
-                                isinstance(f, PastBytesFinder)))]
-
-
-def load_path(filename, module_name, rules=DEFAULT_RULES):
-    """Import the file ``filename`` as ``module_name`` with the rewrite
-    (for hosts that load plugins by path, as Mercurial does)."""
-    loader = PastBytesLoader(module_name, filename, rules)
-    spec = importlib.util.spec_from_file_location(module_name, filename,
-                                                  loader=loader)
-    spec.cached = loader.cache_path()
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
-
-
-# -- python -m vcsperf.core.pastbytes -----------------------------------
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m vcsperf.core.pastbytes",
-        description="Run a Python-2-era script or module with its string "
-        "literals rewritten to bytes (see the module's documentation).")
-    parser.add_argument("-p", "--package", action="append", default=[],
-                        help="rewrite this package too (repeatable)")
-    parser.add_argument("-d", "--path", action="append", default=[],
-                        help="rewrite modules under this directory too "
-                        "(repeatable; a script's own directory always is)")
-    parser.add_argument("--kwargs-name", action="append", default=[],
-                        help="keep str keys for this **kwargs dict name")
-    parser.add_argument("-m", dest="as_module", action="store_true",
-                        help="run TARGET as a module, like python -m")
-    parser.add_argument("target", metavar="TARGET",
-                        help="the script (or with -m the module) to run")
-    parser.add_argument("args", nargs=argparse.REMAINDER,
-                        help="its arguments")
-    args = parser.parse_args(argv)
-    rules = Rules(kwargs_names=args.kwargs_name) if args.kwargs_name \
-        else DEFAULT_RULES
-    if args.as_module:
-        import runpy
-        install(args.package, args.path, rules)
-        sys.argv = [args.target] + args.args
-        runpy.run_module(args.target, run_name="__main__", alter_sys=True)
-        return 0
-    script = os.path.abspath(args.target)
-    script_dir = os.path.dirname(script)
-    install(args.package, args.path + [script_dir], rules)
-    sys.argv = [args.target] + args.args
-    sys.path[0] = script_dir
-    loader = PastBytesLoader("__main__", script, rules)
-    with open(script, "rb") as fh:
-        code = compile_source(fh.read(), script, rules)
-    main_module = types.ModuleType("__main__")
-    main_module.__dict__.update(__file__=script, __loader__=loader,
-                                __builtins__=__builtins__, __cached__=None,
-                                __spec__=None)
-    sys.modules["__main__"] = main_module
-    exec(code, main_module.__dict__)
-    return 0
-
-
-if __name__ == "__main__":
-    # Run the imported module, not this __main__ copy, so that finders and
-    # loaders are instances of the one set of classes.
-    from vcsperf.core import pastbytes
-    sys.exit(pastbytes.main())
