@@ -49,7 +49,6 @@ extension compiles.
 
 import os
 
-from mercurial.i18n import _
 from mercurial import (
     cmdutil,
     extensions,
@@ -57,11 +56,11 @@ from mercurial import (
     registrar,
     util,
 )
+from mercurial.i18n import _
 from mercurial.utils import stringutil
 
-from vcsperf.core import pastbytes
-
 from hgext3rd import _hgcompat
+from vcsperf.core import pastbytes
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG

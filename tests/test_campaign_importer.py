@@ -33,9 +33,9 @@ from hypothesis import HealthCheck, given, seed, settings, strategies as st
 
 import campaign
 import pastbytes_hostile as hostile
+import vcsperf
 from test_all_extensions import SUITE
 from test_pastbytes import REWRITE_TOOL, other_pythons
-import vcsperf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROWTH = 8

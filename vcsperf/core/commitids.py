@@ -30,7 +30,14 @@ import re
 import time
 
 from vcsperf.core.commitkeys import (
-    BUG, BUG_DIGITS, ID, REVIEW, TRAILER, KeyRules, bug_number)
+    BUG,
+    BUG_DIGITS,
+    ID,
+    REVIEW,
+    TRAILER,
+    KeyRules,
+    bug_number,
+)
 from vcsperf.core.spawn import git_bytes
 
 #: 2000-01-01T00:00:00Z, the origin of the ID's time component.
