@@ -33,7 +33,6 @@ def test_ruff_finds_nothing():
     assert status == 0, "ruff check found problems:\n" + output
 
 
-@pytest.mark.slow
 def test_mypy_finds_nothing_in_the_typed_packages():
     status, output = _run_tool("mypy")
     assert status == 0, "mypy found problems:\n" + output
