@@ -23,7 +23,9 @@ PACKAGES = sorted(
 setup(
     packages=["zstdwire", "pastbytes", "gitbridge", "vcsperf", "vcsperf.core",
               "vcsperf.harness", "vcsperf.bench", "vcsperf.check"] + PACKAGES,
-    package_data={"vcsperf.harness": ["data/*.tsv"]},
+    # py.typed: zstdwire and the core are annotated (PEP 561).
+    package_data={"vcsperf.harness": ["data/*.tsv"],
+                  "vcsperf.core": ["py.typed"], "zstdwire": ["py.typed"]},
     package_dir={"hgext3rd": "hgext"},
     py_modules=MODULES,
     scripts=["bin/gitbridge"],

@@ -100,8 +100,12 @@ import time
 
 from vcsperf.core import bundlestore
 from vcsperf.core.errors import Abort, print_abort
-from vcsperf.core.pooling import (LockPolicy, PidLock, describe_owner,
-                                  format_bytes as _size)
+from vcsperf.core.pooling import (
+    LockPolicy,
+    PidLock,
+    describe_owner,
+    format_bytes as _size,
+)
 from vcsperf.core.process import CommandError, git, git_output
 
 LIST_NAME = "bundle-list"

@@ -16,8 +16,7 @@ import inspect
 import sys
 import traceback
 
-from mercurial import (cmdutil, dispatch, extensions, pycompat, revlog,
-                       scmutil)
+from mercurial import cmdutil, dispatch, extensions, pycompat, revlog, scmutil
 from mercurial.revlogutils import deltas
 
 from vcsperf.core import __version__
@@ -38,11 +37,11 @@ BUGLINK = b'the issue tracker of the vcsperf repository you installed from'
 # 7.2 moved them to mercurial.repo.factory and mercurial.cmd_impls.clone
 # and deprecates the names in hg.
 try:
-    from mercurial.repo import factory as repofactory
     from mercurial.cmd_impls import clone as cloneimpl
+    from mercurial.repo import factory as repofactory
 except ImportError:
     from mercurial import hg as repofactory
-    from mercurial import hg as cloneimpl
+    cloneimpl = repofactory
 
 # Mercurial < 7.1: scmutil.cleanupnodes, since moved to cmdutil.cleanup_nodes.
 cleanup_nodes = getattr(cmdutil, 'cleanup_nodes', None) or \

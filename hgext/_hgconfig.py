@@ -15,10 +15,9 @@
 
 import re
 
-from mercurial.i18n import _
 from mercurial import error, pycompat, util
+from mercurial.i18n import _
 from mercurial.utils import stringutil
-
 
 _WHOLE_NUMBER = re.compile(br'[+-]?[0-9]+')
 

@@ -208,8 +208,6 @@ import subprocess
 import tempfile
 import time
 
-from mercurial.i18n import _
-from mercurial.node import bin, nullrev
 from mercurial import (
     bundlecaches,
     cmdutil,
@@ -223,6 +221,8 @@ from mercurial import (
     streamclone,
     util,
 )
+from mercurial.i18n import _
+from mercurial.node import bin, nullrev
 from mercurial.utils import procutil, stringutil
 
 from hgext3rd import _hgcompat

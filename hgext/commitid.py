@@ -98,7 +98,6 @@ import contextlib
 import json
 import time
 
-from mercurial.i18n import _
 from mercurial import (
     cmdutil,
     context,
@@ -116,12 +115,12 @@ from mercurial import (
     wireprotov1server,
 )
 from mercurial.hgweb import webcommands
+from mercurial.i18n import _
 from mercurial.interfaces import repository
 from mercurial.utils import stringutil, urlutil
 
-from vcsperf.core import commitids, commitkeys
-
 from hgext3rd import _commitindex, _hgcompat, _hgnet
+from vcsperf.core import commitids, commitkeys
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG

@@ -49,7 +49,6 @@ extension compiles.
 
 import os
 
-from mercurial.i18n import _
 from mercurial import (
     cmdutil,
     extensions,
@@ -57,10 +56,10 @@ from mercurial import (
     registrar,
     util,
 )
+from mercurial.i18n import _
 from mercurial.utils import stringutil
 
 import pastbytes
-
 from hgext3rd import _hgcompat
 
 testedwith = _hgcompat.TESTEDWITH

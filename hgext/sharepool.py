@@ -166,8 +166,6 @@ import os
 import re
 import ssl
 
-from mercurial.i18n import _
-from mercurial.node import hex, nullid
 from mercurial import (
     commands,
     configitems,
@@ -181,12 +179,13 @@ from mercurial import (
     scmutil,
     util,
 )
+from mercurial.i18n import _
+from mercurial.node import hex, nullid
 from mercurial.utils import stringutil, urlutil
-
-from vcsperf.core import pooledcheckout, pooling
 
 from hgext3rd import _hgcompat, _hgnet
 from hgext3rd._hgcompat import cloneimpl, repofactory
+from vcsperf.core import pooledcheckout, pooling
 
 urlerr = util.urlerr
 mpatch = policy.importmod('mpatch')

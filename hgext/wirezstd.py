@@ -85,7 +85,7 @@ limits are fixed: no legitimate stream comes near them.
 import itertools
 import re
 
-from mercurial.i18n import _
+import zstandard
 from mercurial import (
     bundle2,
     commands,
@@ -98,13 +98,11 @@ from mercurial import (
     wireprototypes,
     wireprotov1server,
 )
+from mercurial.i18n import _
 from mercurial.utils import compression, stringutil
 
-import zstandard
-
-from zstdwire import errors as zerrors, streams
-
 from hgext3rd import _hgcompat, _hgconfig
+from zstdwire import errors as zerrors, streams
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG

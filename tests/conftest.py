@@ -18,9 +18,8 @@ import os
 import pytest
 from mercurial import util as hgutil
 
-from vcsperf.harness import history, objectstore, servers, tools
-
 import campaign
+from vcsperf.harness import history, objectstore, servers, tools
 
 
 class Commands:

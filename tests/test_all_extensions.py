@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from vcsperf.harness import tools
 from vcsperf.core.commitids import find_ids
+from vcsperf.harness import tools
 
 SUITE = ("zstdstore", "wirezstd", "bundlegen", "sharepool", "commitid",
          "pastbytes")

@@ -510,6 +510,7 @@ def test_a_bundle_larger_than_a_part_goes_up_in_checksummed_parts(
     can stop it) stores the file's bytes; a second upload sends
     nothing."""
     import hashlib
+
     from vcsperf.core import bundlestore
     objectserver.make_bucket("parts")
     destination = bundlestore.Destination("parts", {

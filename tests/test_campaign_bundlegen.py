@@ -17,18 +17,27 @@ import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from mercurial import (bundlecaches, configitems, error, hg as hglib,
-                       ui as uimod, util)
-
-from vcsperf.harness import tools
-from vcsperf.harness.servers import FileServer
+from mercurial import (
+    bundlecaches,
+    configitems,
+    error,
+    hg as hglib,
+    ui as uimod,
+    util,
+)
 
 import campaign
-from test_bundlegen import (EXT, OFFER, _tip, check_published,
-                            stock_stream_clone)
-from test_all_extensions import SUITE
-
 from hgext3rd import bundlegen
+from test_all_extensions import SUITE
+from test_bundlegen import (
+    EXT,
+    OFFER,
+    _tip,
+    check_published,
+    stock_stream_clone,
+)
+from vcsperf.harness import tools
+from vcsperf.harness.servers import FileServer
 
 pytestmark = pytest.mark.campaign
 

@@ -13,13 +13,12 @@ import shutil
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import campaign
 from gitbridge import bundlegen
 from vcsperf.core import bundlestore
 from vcsperf.core.errors import Abort
 from vcsperf.harness import objectstore, tools
 from vcsperf.harness.servers import FileServer
-
-import campaign
 
 pytestmark = pytest.mark.campaign
 

@@ -18,9 +18,15 @@ from hypothesis import given, settings, strategies as st
 from mercurial import store as hgstore
 
 import campaign
-from checkout_drivers import GitDriver, HgDriver
-from checkout_drivers import (  # noqa: F401 (fixtures)
-    git_served, hg_served, hg_source, hgrc, module_hgserve)
+from checkout_drivers import (
+    GitDriver,
+    HgDriver,
+    git_served,  # noqa: F401 (a fixture)
+    hg_served,  # noqa: F401 (a fixture)
+    hg_source,  # noqa: F401 (a fixture)
+    hgrc,  # noqa: F401 (a fixture)
+    module_hgserve,  # noqa: F401 (a fixture)
+)
 from vcsperf.core import pooling
 from vcsperf.harness.proxies import Fault, FlakyProxy
 from vcsperf.harness.servers import GitServer
@@ -419,7 +425,7 @@ def _server_fault_rounds(pool, proxy, tally, prepare):
 @pytest.mark.slow
 @_TIMEOUT
 def test_robustcheckout_survives_a_server_that_stalls_trickles_cuts_or_lies(
-        hg, hg_source, hg_served, tmp_path, tally):
+        hg, hg_source, hg_served, tmp_path, tally):  # noqa: F811 (a fixture)
     """hg robustcheckout through a proxy of hg serve that stalls (before
     answering or midway), trickles, cuts or flips bytes of a seeded
     request, for a new pool or a store that lacks the revision."""
@@ -441,7 +447,7 @@ def test_robustcheckout_survives_a_server_that_stalls_trickles_cuts_or_lies(
 @pytest.mark.slow
 @_TIMEOUT
 def test_gitbridge_survives_a_server_that_stalls_trickles_cuts_or_lies(
-        git, git_served, tmp_path, tally):
+        git, git_served, tmp_path, tally):  # noqa: F811 (a fixture)
     """gitbridge checkout through a proxy of git http-backend that stalls,
     trickles, cuts or flips bytes of a seeded request, for a new pool or
     a store that lacks the commit."""

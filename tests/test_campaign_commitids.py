@@ -24,15 +24,20 @@ import subprocess
 import time
 
 import pytest
-from hypothesis import HealthCheck, assume, given, seed, settings
-from hypothesis import strategies as st
+from hypothesis import (
+    HealthCheck,
+    assume,
+    given,
+    seed,
+    settings,
+    strategies as st,
+)
 from mercurial.changelog import stripdesc
 
 import campaign
 from pastbytes_hostile import repeat
 from test_all_extensions import HGRC
 from vcsperf.core import commitids
-from vcsperf.harness import tools
 
 LINE_ENDS = ["\n", "\r\n", "\r"]
 PIECES = [
@@ -95,8 +100,8 @@ def trailer_failures(message, cwd):
             failures.append("IDs in hg: %r" % commitids.find_ids(hg))
         if commitids.find_id(hg) != (commitids.find_id(message) or NEW_ID):
             failures.append("the message's own ID was not kept")
-    for given, stored in ((for_git, git), (for_hg, hg)):
-        for text in (given, stored):
+    for supplied, stored in ((for_git, git), (for_hg, hg)):
+        for text in (supplied, stored):
             if commitids.ensure_id(text, commitids.new_id) != text:
                 failures.append("a second ensure_id changed %r" % text)
     return failures

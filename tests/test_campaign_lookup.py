@@ -24,12 +24,10 @@ extension (issue 27): the index in ``.hg/cache``, ``hg commitid-lookup``
   descriptions, nothing in it is deleted.
 """
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -41,7 +39,7 @@ import campaign
 from test_all_extensions import HGRC
 from test_commitindex_hg import scan, wire_lookup
 from vcsperf.core import commitindex, commitkeys
-from vcsperf.harness import servers, tools
+from vcsperf.harness import servers
 
 pytestmark = pytest.mark.campaign
 

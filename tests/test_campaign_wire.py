@@ -319,7 +319,7 @@ def _crafted_response(rng, unbundle):
 
 
 @pytest.mark.slow
-def test_crafted_responses_through_the_real_client(crafted_server, hg, env,
+def test_crafted_responses_through_the_real_client(crafted_server, hg, env,  # noqa: F811 (a fixture)
                                                    hgrepo, tmp_path, tally):
     """Over HTTP (the server naming wirezstd or core's zstd), over SSH,
     and as a zstd bundle given to ``hg unbundle``: one clean abort within

@@ -13,10 +13,9 @@ import time
 
 import pytest
 
+import campaign
 from vcsperf.check import runner
 from vcsperf.harness import tools
-
-import campaign
 
 FEATURES = ["dictionaries", "wire", "bundles", "checkouts", "commit IDs",
             "importer"]

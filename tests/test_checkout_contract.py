@@ -16,10 +16,21 @@ import time
 import pytest
 
 from checkout_drivers import (
-    STALE_WLOCK, GitDriver, HgDriver, abort_line, damage_delta_bases,
-    foreign_lock, garbage_dirstate, hg_commit, network_clones)
-from checkout_drivers import (  # noqa: F401 (fixtures)
-    git_served, hg_served, hg_source, hgrc, module_hgserve)
+    STALE_WLOCK,
+    GitDriver,
+    HgDriver,
+    abort_line,
+    damage_delta_bases,
+    foreign_lock,
+    garbage_dirstate,
+    git_served,  # noqa: F401 (a fixture)
+    hg_commit,
+    hg_served,  # noqa: F401 (a fixture)
+    hg_source,  # noqa: F401 (a fixture)
+    hgrc,  # noqa: F401 (a fixture)
+    module_hgserve,  # noqa: F401 (a fixture)
+    network_clones,
+)
 from test_pooling import _dead_pid, _host
 from vcsperf.harness.proxies import Fault, FlakyProxy
 from vcsperf.harness.servers import GitServer

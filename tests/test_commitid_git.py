@@ -14,8 +14,8 @@ import sysconfig
 
 import pytest
 
-from vcsperf.harness import tools
 from vcsperf.core.commitids import find_id, find_ids
+from vcsperf.harness import tools
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -3,14 +3,19 @@ placement, skip rules (examples and hypothesis properties) and mapping."""
 
 import os
 import re
-import sys
 import subprocess
+import sys
 
 from hypothesis import given, settings, strategies as st
 
 from vcsperf.core import commitids
-from vcsperf.core.commitids import (Commit, ensure_id, find_id, find_ids,
-                                    map_series)
+from vcsperf.core.commitids import (
+    Commit,
+    ensure_id,
+    find_id,
+    find_ids,
+    map_series,
+)
 
 EXAMPLES = int(os.environ.get("VCSPERF_EXAMPLES", "300"))
 

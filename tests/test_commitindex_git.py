@@ -12,12 +12,11 @@ import subprocess
 
 import pytest
 
-from vcsperf.harness import tools
-
 from vcsperf.core.commitids import message_keys
 from vcsperf.core.commitindex import read_docket
 from vcsperf.core.errors import Abort
 from vcsperf.core.spawn import git_bytes
+from vcsperf.harness import tools
 
 COMMITTER = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
 

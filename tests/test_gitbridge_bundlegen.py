@@ -17,11 +17,10 @@ import threading
 
 import pytest
 
+import campaign
 from gitbridge import bundlegen
 from vcsperf.harness import history, objectstore, tools
 from vcsperf.harness.servers import FileServer, GitServer
-
-import campaign
 
 
 def _commit(git, work, count, tag):

@@ -13,8 +13,12 @@ import sys
 import pytest
 
 import checkout_drivers
-from checkout_drivers import GITCONFIG, abort_line, git_commit
-from checkout_drivers import git_served  # noqa: F401 (a fixture)
+from checkout_drivers import (
+    GITCONFIG,
+    abort_line,
+    git_commit,
+    git_served,  # noqa: F401 (a fixture)
+)
 from vcsperf.harness import tools
 from vcsperf.harness.proxies import Fault, FlakyProxy
 
@@ -39,7 +43,7 @@ def gitbridge(env, home):
 
 
 @pytest.fixture
-def served(git_served):
+def served(git_served):  # noqa: F811 (a fixture)
     """git_served: ``commits``, ``work``, ``repo_url``."""
     return git_served
 

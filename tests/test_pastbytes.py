@@ -278,7 +278,7 @@ def test_syntax_error_is_pythons_own(legacy_tree):
         compile(bad.encode(), str(legacy_tree / "legacy" / "bad.py"), "exec")
     pastbytes.install(packages=["legacy"])
     with pytest.raises(SyntaxError) as ours:
-        import legacy.bad   # noqa: F401
+        import legacy.bad  # noqa: F401
     assert (ours.value.msg, ours.value.lineno, ours.value.offset,
             ours.value.filename) == (plain.value.msg, plain.value.lineno,
                                      plain.value.offset, plain.value.filename)
@@ -293,7 +293,7 @@ def test_zip_modules_are_refused(tmp_path):
     try:
         pastbytes.install(packages=["zippedlegacy"])
         with pytest.raises(ImportError, match="zipimporter provides it"):
-            import zippedlegacy     # noqa: F401
+            import zippedlegacy  # noqa: F401
     finally:
         sys.path.remove(str(archive))
         pastbytes.uninstall()

@@ -17,22 +17,32 @@ import pytest
 
 import checkout_drivers
 from checkout_drivers import (
-    SPARSE_PROFILE, STALE_WLOCK, abort_line, damage_delta_bases,
-    foreign_lock, garbage_dirstate, hg_commit, make_hg_source,
-    network_clones)
-from checkout_drivers import (  # noqa: F401 (fixtures)
-    hg_served, hg_source, hgrc, module_hgserve)
+    SPARSE_PROFILE,
+    STALE_WLOCK,
+    abort_line,
+    damage_delta_bases,
+    foreign_lock,
+    garbage_dirstate,
+    hg_commit,
+    hg_served,  # noqa: F401 (a fixture)
+    hg_source,  # noqa: F401 (a fixture)
+    hgrc,  # noqa: F401 (a fixture)
+    make_hg_source,
+    module_hgserve,  # noqa: F401 (a fixture)
+    network_clones,
+)
 from vcsperf.core import pooling
 from vcsperf.harness.proxies import Fault, FlakyProxy
 
+
 @pytest.fixture
-def source(hg_source):
+def source(hg_source):  # noqa: F811 (a fixture)
     """The module's source repository; tests must not change it."""
     return hg_source
 
 
 @pytest.fixture
-def served(hg_served):
+def served(hg_served):  # noqa: F811 (a fixture)
     return hg_served
 
 

@@ -386,7 +386,7 @@ def test_ssh_server_refusing_a_pull_reads_as_with_stock_hg(
 @pytest.mark.parametrize("name", ["zeros-4g", "window-2g",
                                   "content-size-2e62"])
 def test_crafted_response_aborts_within_the_memory_bound(
-        name, transport, crafted_server, hg, env, tmp_path):
+        name, transport, crafted_server, hg, env, tmp_path):  # noqa: F811 (a fixture)
     data, what = craftedwire.crafted_responses()[name]
     if transport == "ssh":
         crafted_server.response.write_bytes(data)

@@ -12,9 +12,8 @@ import pytest
 from mercurial import bundle2, store, ui as uimod, util
 from mercurial.utils import urlutil
 
-from vcsperf.bench import zstdstore as storebench
-
 import campaign
+from vcsperf.bench import zstdstore as storebench
 
 ENABLE = "[extensions]\nzstdstore =\n"
 

@@ -14,3 +14,5 @@ tools around the suite, one layer per folder:
 
 # The suite's release, kept in the core (the layer the adapters may name).
 from .core import __version__
+
+__all__ = ["__version__"]

@@ -15,12 +15,23 @@ python-zstandard (the C extension and cffi); choose one with
 """
 
 from .chunks import ChunkCompressor, ChunkDecompressor, frame_parameters
-from .errors import (DictionaryCorrupt, DictionaryError, DictionaryMissing,
-                     FrameError, StreamTruncated, TrainingError,
-                     ZstdWireError)
+from .errors import (
+    DictionaryCorrupt,
+    DictionaryError,
+    DictionaryMissing,
+    FrameError,
+    StreamTruncated,
+    TrainingError,
+    ZstdWireError,
+)
 from .store import DictionaryStore, StoredDictionary
-from .streams import (MAX_WINDOW_LOG, StreamCompressor, StreamReader,
-                      compression_parameters, decompress_chunks)
+from .streams import (
+    MAX_WINDOW_LOG,
+    StreamCompressor,
+    StreamReader,
+    compression_parameters,
+    decompress_chunks,
+)
 from .training import select_recent, train
 
 __all__ = [

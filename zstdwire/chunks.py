@@ -7,8 +7,12 @@ one shot.  One-shot ``ZstdDecompressor.decompress`` with reused objects
 measured about 1.5x faster than a ``decompressobj`` per chunk.
 """
 
+from __future__ import annotations
+
 import array
 import functools
+from collections.abc import Iterable
+from typing import Protocol
 
 import zstandard
 
@@ -18,7 +22,7 @@ _CONTENTSIZE_KNOWN_MAX = 1 << 62
 _BLOCK_MAX = 128 * 1024
 
 
-def _most_output(frame):
+def _most_output(frame: bytes) -> int:
     # Every block costs at least 4 bytes (3 of header, 1 of RLE content)
     # and yields at most 128 KiB, so a corrupt size field is caught before
     # one-shot decompression allocates it.
@@ -35,7 +39,9 @@ class ChunkCompressor:
     turn it off.
     """
 
-    def __init__(self, dictionary=None, level=3, checksum=True):
+    def __init__(self,
+                 dictionary: zstandard.ZstdCompressionDict | None = None,
+                 level: int = 3, checksum: bool = True) -> None:
         # libzstd reads level 0 as its default, 3; precompute_compress
         # wants the level spelled out.
         level = level or 3
@@ -50,9 +56,16 @@ class ChunkCompressor:
             level=level, dict_data=dictionary, write_content_size=True,
             write_dict_id=True, write_checksum=checksum)
 
-    def compress(self, data):
+    def compress(self, data: bytes) -> bytes:
         """Return one zstd frame holding ``data``."""
         return self._cctx.compress(data)
+
+
+class DictionarySource(Protocol):
+    """What a ``ChunkDecompressor`` finds dictionaries in (a
+    ``DictionaryStore``)."""
+
+    def get(self, dict_id: int) -> zstandard.ZstdCompressionDict: ...
 
 
 class ChunkDecompressor:
@@ -65,13 +78,15 @@ class ChunkDecompressor:
     dictionaries, which take precedence.
     """
 
-    def __init__(self, store=None, dictionaries=()):
+    def __init__(self, store: DictionarySource | None = None,
+                 dictionaries: Iterable[zstandard.ZstdCompressionDict] = ()
+                 ) -> None:
         self._store = store
         self._known = {d.dict_id(): d for d in dictionaries}
         self._dctxs = {0: zstandard.ZstdDecompressor()}
-        self._multi = None
+        self._multi: bool | None = None
 
-    def _context(self, dict_id):
+    def _context(self, dict_id: int) -> zstandard.ZstdDecompressor:
         dctx = self._dctxs.get(dict_id)
         if dctx is None:
             dictionary = self._known.get(dict_id)
@@ -85,7 +100,7 @@ class ChunkDecompressor:
                 dict_data=_digested_once(dictionary))
         return dctx
 
-    def decompress(self, frame):
+    def decompress(self, frame: bytes) -> bytes:
         """Return the content of one frame; raise ``FrameError`` when the
         frame is truncated, corrupt, or followed by extra bytes, and a
         ``DictionaryError`` when its dictionary is unusable."""
@@ -116,7 +131,7 @@ class ChunkDecompressor:
         return data
 
     @staticmethod
-    def _decode_empty(dctx, frame):
+    def _decode_empty(dctx: zstandard.ZstdDecompressor, frame: bytes) -> bytes:
         # One-shot decompress returns b"" for a header that claims size 0
         # without reading the frame, so a corrupt size byte would pass.
         dobj = dctx.decompressobj()
@@ -125,7 +140,7 @@ class ChunkDecompressor:
             raise FrameError("zstd frame is truncated or has extra bytes")
         return data
 
-    def decompress_many(self, frames):
+    def decompress_many(self, frames: Iterable[bytes]) -> list[bytes]:
         """Decompress a list of frames; returns a list of bytes."""
         frames = [bytes(f) for f in frames]
         segments = array.array("Q")
@@ -136,7 +151,8 @@ class ChunkDecompressor:
             offset += len(frame)
         return self.decompress_segments(b"".join(frames), segments)
 
-    def decompress_segments(self, data, segments):
+    def decompress_segments(self, data: bytes,
+                            segments: array.array[int]) -> list[bytes]:
         """Decompress the frames of the buffer ``data`` found at
         ``segments``, an ``array.array("Q")`` of offset, length, offset,
         length...; returns a list of bytes.
@@ -160,7 +176,9 @@ class ChunkDecompressor:
                 # of the frames' claims.
                 pass
             else:
-                return [segment.tobytes() for segment in result]
+                # Iterable by __getitem__, which the stubs do not say.
+                return [segment.tobytes()
+                        for segment in result]  # type: ignore[attr-defined]
         # Copies, not views: given views (which a raised error's traceback
         # keeps), the cffi backend of python-zstandard 0.25 crashed the
         # interpreter in its garbage collector.
@@ -169,7 +187,7 @@ class ChunkDecompressor:
                     view[segments[i]:segments[i] + segments[i + 1]]))
                 for i in range(0, len(segments), 2)]
 
-    def _has_multi(self):
+    def _has_multi(self) -> bool:
         # The cffi backend defines the method but raises NotImplementedError.
         if self._multi is None:
             probe = zstandard.ZstdCompressor().compress(b"probe")
@@ -191,17 +209,19 @@ class _DigestOnceDict(zstandard.ZstdCompressionDict):
     """
 
     @functools.cached_property
-    def _ddict(self):
-        return zstandard.ZstdCompressionDict._ddict.fget(self)
+    def _ddict(self) -> object:
+        # The cffi backend's property, which the type stubs leave out.
+        return zstandard.ZstdCompressionDict._ddict.fget(self)  # type: ignore[attr-defined]
 
 
-def _digested_once(dictionary):
+def _digested_once(dictionary: zstandard.ZstdCompressionDict
+                   ) -> zstandard.ZstdCompressionDict:
     if isinstance(getattr(type(dictionary), "_ddict", None), property):
         return _DigestOnceDict(dictionary.as_bytes())
     return dictionary
 
 
-def frame_parameters(frame):
+def frame_parameters(frame: bytes) -> zstandard.FrameParameters:
     """``zstandard.get_frame_parameters`` with errors as ``FrameError``."""
     try:
         return zstandard.get_frame_parameters(frame)

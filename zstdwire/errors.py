@@ -4,6 +4,8 @@ Every failure to decode is one of these, never wrong data.  Adapters turn
 them into their own user-facing errors (``abort:`` lines in Mercurial).
 """
 
+from __future__ import annotations
+
 
 class ZstdWireError(Exception):
     """Base class of every zstdwire error."""
@@ -16,7 +18,7 @@ class TrainingError(ZstdWireError):
 class DictionaryError(ZstdWireError):
     """A dictionary file is unusable.  ``path`` names the file."""
 
-    def __init__(self, message, path):
+    def __init__(self, message: str, path: str) -> None:
         super().__init__("%s: %s" % (path, message))
         self.path = path
 

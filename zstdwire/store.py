@@ -19,6 +19,8 @@ File layout (all integers big-endian)::
     payload      size bytes
 """
 
+from __future__ import annotations
+
 import hashlib
 import os
 import random
@@ -46,13 +48,14 @@ class StoredDictionary:
 
     __slots__ = ("dict_id", "kind", "dictionary")
 
-    def __init__(self, dict_id, kind, dictionary):
+    def __init__(self, dict_id: int, kind: str,
+                 dictionary: zstandard.ZstdCompressionDict) -> None:
         self.dict_id = dict_id
         self.kind = kind
         self.dictionary = dictionary
 
 
-def encode(dictionary, kind):
+def encode(dictionary: zstandard.ZstdCompressionDict, kind: str) -> bytes:
     """Return the file contents for ``dictionary`` labelled ``kind``."""
     payload = dictionary.as_bytes()
     label = kind.encode("ascii")
@@ -63,7 +66,8 @@ def encode(dictionary, kind):
             + payload)
 
 
-def decode(data, path):
+def decode(data: bytes, path: str
+           ) -> tuple[str, zstandard.ZstdCompressionDict]:
     """Parse file contents; raise ``DictionaryCorrupt`` naming ``path``."""
     if len(data) < _FIXED.size:
         raise DictionaryCorrupt("truncated dictionary header", path)
@@ -99,15 +103,15 @@ class DictionaryStore:
     ``DictionaryMissing`` or ``DictionaryCorrupt`` naming the file.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory: str) -> None:
         self.directory = directory
-        self._loaded = {}
+        self._loaded: dict[int, zstandard.ZstdCompressionDict] = {}
         self._lock = threading.Lock()
 
-    def path(self, dict_id):
+    def path(self, dict_id: int) -> str:
         return os.path.join(self.directory, "%d" % dict_id)
 
-    def ids(self):
+    def ids(self) -> list[int]:
         """The dict IDs present, sorted."""
         try:
             names = os.listdir(self.directory)
@@ -115,7 +119,7 @@ class DictionaryStore:
             return []
         return sorted(int(name) for name in names if _is_id(name))
 
-    def unused_id(self):
+    def unused_id(self) -> int:
         """A dict ID no file of the store has, for a dictionary about to be
         trained: random in the range zstd leaves to unregistered
         dictionaries (2^15 to 2^31 - 1), as zstd's own IDs are.  Random,
@@ -132,10 +136,11 @@ class DictionaryStore:
         raise DictionaryError("no unused dictionary ID found",
                               self.directory)
 
-    def __contains__(self, dict_id):
+    def __contains__(self, dict_id: int) -> bool:
         return os.path.exists(self.path(dict_id))
 
-    def add(self, dictionary, kind):
+    def add(self, dictionary: zstandard.ZstdCompressionDict, kind: str
+            ) -> int:
         """Store ``dictionary`` under its dict ID and return the ID.
 
         Adding a dictionary that is already stored is a no-op.  A different
@@ -168,7 +173,7 @@ class DictionaryStore:
         _fsync_directory(self.directory)
         return dict_id
 
-    def load(self, dict_id):
+    def load(self, dict_id: int) -> StoredDictionary:
         """Read and verify one dictionary file; returns StoredDictionary."""
         path = self.path(dict_id)
         try:
@@ -184,7 +189,7 @@ class DictionaryStore:
                 % (dictionary.dict_id(), dict_id), path)
         return StoredDictionary(dict_id, kind, dictionary)
 
-    def get(self, dict_id):
+    def get(self, dict_id: int) -> zstandard.ZstdCompressionDict:
         """The ``ZstdCompressionDict`` for ``dict_id``, loaded once."""
         try:
             return self._loaded[dict_id]
@@ -196,13 +201,13 @@ class DictionaryStore:
             return self._loaded[dict_id]
 
 
-def _is_id(name):
+def _is_id(name: str) -> bool:
     """Whether a file name is one ``path()`` gives: decimal, no sign, no
     leading zero (``str.isdigit`` also takes "²")."""
     return name.isascii() and name.isdigit() and name == "%d" % int(name)
 
 
-def _fsync_directory(directory):
+def _fsync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -6,8 +6,12 @@ refuse larger windows ("Frame requires too much memory").  Output made with
 threads is an ordinary zstd frame that any decoder reads.
 """
 
+from __future__ import annotations
+
 import collections
 import sys
+from collections.abc import Iterable, Iterator
+from typing import IO, Protocol
 
 import zstandard
 
@@ -35,7 +39,16 @@ STEP_OUTPUT_MAX = (STEP_INPUT // 4 + 1) * (128 << 10)
 _WINDOW_TOO_LARGE = "Frame requires too much memory"
 
 
-def compression_parameters(level=3, threads=0, long_distance=False):
+class Readable(Protocol):
+    """What a ``StreamReader`` reads from: a binary file object, or
+    anything else whose ``read(size)`` returns bytes, empty at the end."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def compression_parameters(level: int = 3, threads: int = 0,
+                           long_distance: bool = False
+                           ) -> zstandard.ZstdCompressionParameters:
     """``ZstdCompressionParameters`` for ``level`` with the window capped.
 
     ``threads`` is the number of worker threads (0 compresses in the calling
@@ -62,13 +75,14 @@ def compression_parameters(level=3, threads=0, long_distance=False):
 class StreamCompressor:
     """Compress an iterable of byte chunks into one zstd frame."""
 
-    def __init__(self, level=3, threads=0, long_distance=False):
+    def __init__(self, level: int = 3, threads: int = 0,
+                 long_distance: bool = False) -> None:
         self.parameters = compression_parameters(level, threads,
                                                  long_distance)
         self._cctx = zstandard.ZstdCompressor(
             compression_params=self.parameters)
 
-    def compress_chunks(self, chunks):
+    def compress_chunks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
         """Yield compressed bytes for an iterable of input chunks."""
         cobj = self._cctx.compressobj()
         for chunk in chunks:
@@ -77,7 +91,7 @@ class StreamCompressor:
                 yield out
         yield cobj.flush()
 
-    def copy(self, source, dest):
+    def copy(self, source: IO[bytes], dest: IO[bytes]) -> tuple[int, int]:
         """Compress file object ``source`` into ``dest``; returns
         ``(bytes_read, bytes_written)``."""
         return self._cctx.copy_stream(source, dest, read_size=READ_SIZE)
@@ -98,23 +112,23 @@ class StreamReader:
     step two or three times while it joins its pieces).
     """
 
-    def __init__(self, source):
+    def __init__(self, source: Readable) -> None:
         self._source = source
         self._dctx = zstandard.ZstdDecompressor(
             max_window_size=1 << MAX_WINDOW_LOG)
-        self._dobj = None
+        self._dobj: zstandard.ZstdDecompressionObj | None = None
         self._input = memoryview(b"")
         # Decoded steps not read yet, whole (slicing a step would copy
         # it), and how far into the first one reads have got.
-        self._decoded = collections.deque()
+        self._decoded: collections.deque[bytes] = collections.deque()
         self._offset = 0
         self._available = 0
         self._ended = False
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def _fill(self, size):
+    def _fill(self, size: int) -> None:
         """Decode until ``size`` bytes are available or the source ends."""
         while self._available < size and not self._ended:
             if not self._input:
@@ -129,7 +143,7 @@ class StreamReader:
                 self._input = memoryview(data)
             self._step()
 
-    def _step(self):
+    def _step(self) -> None:
         if self._dobj is None or self._dobj.eof:
             self._dobj = self._dctx.decompressobj()
         # bytes, not a view: given views, the cffi backend of
@@ -154,7 +168,7 @@ class StreamReader:
             self._decoded.append(out)
             self._available += len(out)
 
-    def read(self, size=-1):
+    def read(self, size: int | None = -1) -> bytes:
         """Return ``size`` bytes (all when ``size`` is negative or None);
         fewer only at the end of the stream."""
         if size is None or size < 0:
@@ -178,7 +192,7 @@ class StreamReader:
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def decompress_chunks(chunks):
+def decompress_chunks(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """Yield decoded bytes for an iterable of compressed chunks; raises
     ``StreamTruncated`` if the input stops inside a frame."""
     reader = StreamReader(_IterReader(chunks))
@@ -190,8 +204,8 @@ def decompress_chunks(chunks):
 
 
 class _IterReader:
-    def __init__(self, chunks):
+    def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
 
-    def read(self, size):
+    def read(self, size: int) -> bytes:
         return next(self._chunks, b"")

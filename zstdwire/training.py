@@ -5,7 +5,10 @@ trained on recent revisions compresses new revisions better than one
 trained on all of history, because content drifts.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Iterable
 
 import zstandard
 
@@ -31,8 +34,9 @@ MIN_SAMPLES = 8
 MIN_DICT_SIZE = 256
 
 
-def select_recent(entries_newest_first, budget=DEFAULT_SAMPLE_BUDGET,
-                  max_sample_size=MAX_SAMPLE_SIZE):
+def select_recent(entries_newest_first: Iterable[bytes],
+                  budget: int = DEFAULT_SAMPLE_BUDGET,
+                  max_sample_size: int = MAX_SAMPLE_SIZE) -> list[bytes]:
     """Take samples from an iterable of ``bytes``, newest first, until
     ``budget`` bytes are taken.
 
@@ -55,8 +59,9 @@ def select_recent(entries_newest_first, budget=DEFAULT_SAMPLE_BUDGET,
     return samples
 
 
-def train(samples, dict_size=DEFAULT_DICT_SIZE, level=3, threads=None,
-          dict_id=0):
+def train(samples: Iterable[bytes], dict_size: int = DEFAULT_DICT_SIZE,
+          level: int = 3, threads: int | None = None,
+          dict_id: int = 0) -> zstandard.ZstdCompressionDict:
     """Train a dictionary with fastcover on ``samples`` (a list of bytes).
 
     ``level`` is the compression level the dictionary will be used at; the
@@ -83,9 +88,11 @@ def train(samples, dict_size=DEFAULT_DICT_SIZE, level=3, threads=None,
     if threads is None:
         threads = os.cpu_count() or 1
     try:
+        # The stubs take only a list of exactly bytes | bytearray |
+        # memoryview (invariant): a list of bytes is one.
         dictionary = zstandard.train_dictionary(
-            dict_size, samples, level=level, threads=threads, steps=8,
-            dict_id=dict_id)
+            dict_size, samples,  # type: ignore[arg-type]
+            level=level, threads=threads, steps=8, dict_id=dict_id)
     except zstandard.ZstdError as err:
         raise TrainingError("zstd could not train a dictionary from %d "
                             "samples (%d bytes): %s"

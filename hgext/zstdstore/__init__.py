@@ -80,7 +80,6 @@ checks the dictionaries and the ``active`` file it receives, and refuses
 damaged ones before the clone is used.
 """
 
-from mercurial.i18n import _
 from mercurial import (
     cmdutil,
     error,
@@ -91,12 +90,13 @@ from mercurial import (
     streamclone,
     util,
 )
+from mercurial.i18n import _
 from mercurial.revlogutils import randomaccessfile
 from mercurial.upgrade_utils import engine as upgrade_engine
 
 import zstdwire
-
 from hgext3rd import _hgcompat, _hgconfig
+
 from . import engine, maintenance, readpath
 
 testedwith = _hgcompat.TESTEDWITH

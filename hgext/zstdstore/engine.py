@@ -9,18 +9,17 @@ import json
 import os
 import threading
 
-from mercurial.i18n import _
+import zstandard
 from mercurial import (
     error,
     store,
     util,
 )
+from mercurial.i18n import _
 from mercurial.revlogutils import constants as revlogconst
 from mercurial.utils import compression, stringutil
 
-import zstandard
 import zstdwire
-
 from hgext3rd import _hgcompat, _hgconfig
 
 #: Measured on ipython's history: level 6 stores filelogs in 0.85 of core

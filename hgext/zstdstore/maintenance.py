@@ -10,15 +10,15 @@ import os
 import struct
 import time
 
-from mercurial.i18n import _
+import zstandard
 from mercurial import (
     error,
     pycompat,
 )
+from mercurial.i18n import _
 from mercurial.revlogutils import constants as revlogconst
 from mercurial.utils import stringutil
 
-import zstandard
 import zstdwire
 
 from .engine import (
@@ -33,7 +33,6 @@ from .engine import (
     configured_level,
     dicts_dir,
 )
-
 
 # Reading and writing revlogs -------------------------------------------
 

@@ -13,13 +13,13 @@ import operator
 import sys
 import weakref
 
-from mercurial.i18n import _
 from mercurial import error
+from mercurial.i18n import _
 from mercurial.revlogutils import flagutil
 
 from hgext3rd import _hgcompat
-from .engine import ENGINE, HEADER, OPT_KIND
 
+from .engine import ENGINE, HEADER, OPT_KIND
 
 # Readers while hg zstd-recompress replaces revlogs ------------------------
 #

@@ -27,7 +27,7 @@ import hashlib
 import json
 import time
 
-from mercurial import context, error, hg, phases, registrar, scmutil
+from mercurial import context, error, hg, registrar, scmutil
 
 cmdtable = {}
 command = registrar.command(cmdtable)

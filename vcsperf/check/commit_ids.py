@@ -10,6 +10,7 @@ from vcsperf.check.outcome import Failed
 from vcsperf.core import commitids
 from vcsperf.harness import tools
 
+
 def rewritten(quick):
     """Changesets the feature rewrites, at most."""
     return 12 if quick else 100

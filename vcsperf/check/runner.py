@@ -100,12 +100,12 @@ import threading
 import time
 
 from vcsperf.bench import zstdstore
+from vcsperf.check import sample, tree
 from vcsperf.check.checkouts import checkouts, git_checkouts
 from vcsperf.check.clones import bundles, wire
 from vcsperf.check.commit_ids import commit_ids, rewritten
 from vcsperf.check.importer import QUICK_FILES, importer
 from vcsperf.check.outcome import Failed, command_failure
-from vcsperf.check import sample, tree
 from vcsperf.check.store import dictionaries
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort, print_abort

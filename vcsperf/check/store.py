@@ -11,6 +11,7 @@ from vcsperf.check import checkcmds
 from vcsperf.check.outcome import Failed, command_failure
 from vcsperf.harness import tools
 
+
 def _fulltexts(check, repo, env):
     """{revlog: line of hg check-fulltexts} for ``repo``."""
     lines = {}

@@ -5,8 +5,6 @@ take (``os.fsdecode``)."""
 
 import os
 
-from vcsperf.harness import tools
-
 
 class File:
     """A file of a revision: ``path`` (``str``, relative), ``size`` in

@@ -24,14 +24,28 @@ stores every "\r" as "\n"), so both find the same ID in any message.  All
 of it takes time linear in the message's length.
 """
 
+from __future__ import annotations
+
 import collections
 import os
 import re
 import time
 
 from vcsperf.core.commitkeys import (
-    BUG, BUG_DIGITS, ID, REVIEW, TRAILER, KeyRules, bug_number)
+    BUG,
+    BUG_DIGITS,
+    ID,
+    REVIEW,
+    TRAILER,
+    KeyRules,
+    bug_number,
+)
 from vcsperf.core.spawn import git_bytes
+
+# For the annotations only: Git's hook imports this module for every commit.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 #: 2000-01-01T00:00:00Z, the origin of the ID's time component.
 EPOCH = 946684800
@@ -60,7 +74,7 @@ _AUTOSQUASH = re.compile(r"(fixup|squash|amend)! ")
 _WHITESPACE = " \t\r\n\f\v"
 
 
-def _base62(number):
+def _base62(number: int) -> str:
     digits = []
     while number:
         number, digit = divmod(number, 62)
@@ -68,7 +82,7 @@ def _base62(number):
     return "".join(reversed(digits)).rjust(ID_LENGTH, ALPHABET[0])
 
 
-def new_id(now=None):
+def new_id(now: float | None = None) -> str:
     """A fresh ID: 32 bits from the operating system's CSPRNG above 32
     bits of seconds since 2000-01-01 UTC (``now`` in Unix seconds, default
     the current time), in base62, 11 characters."""
@@ -77,7 +91,7 @@ def new_id(now=None):
     return _base62((random_bits << 32) | (seconds & 0xFFFFFFFF))
 
 
-def derived_id(seed):
+def derived_id(seed: bytes) -> str:
     """A reproducible ID: the first 64 bits of the SHA-256 of ``seed``
     (bytes).  For tests; commits with equal seeds get equal IDs."""
     # Imported here: the Git hook imports this module for every commit and
@@ -86,18 +100,18 @@ def derived_id(seed):
     return _base62(int.from_bytes(hashlib.sha256(seed).digest()[:8], "big"))
 
 
-def find_id(message):
+def find_id(message: str) -> str | None:
     """The ID of the first ``MozReview-Commit-ID:`` line, or None."""
     match = _ID_LINE.search(message)
     return match.group(1) if match else None
 
 
-def find_ids(message):
+def find_ids(message: str) -> list[str]:
     """Every ID line's ID, in order (more than one after a fold)."""
     return _ID_LINE.findall(message)
 
 
-def replace_id(message, commit_id):
+def replace_id(message: str, commit_id: str) -> str:
     """``message`` with the ID of its first ID line replaced."""
     match = _ID_LINE.search(message)
     if match is None:
@@ -114,7 +128,7 @@ class _Message:
     alone.
     """
 
-    def __init__(self, text, comment):
+    def __init__(self, text: str, comment: str | None) -> None:
         parts = _LINE_END.split(text)
         lines = [parts[i] + parts[i + 1] for i in range(0, len(parts) - 1, 2)]
         if parts[-1]:
@@ -123,7 +137,7 @@ class _Message:
         # New lines end as the first line does.
         self.eol = parts[1] if len(parts) > 1 else "\n"
         self.comment = comment
-        self.tail = []
+        self.tail: list[str] = []
         if comment:
             scissors = "%s ------------------------ >8 " \
                 "------------------------" % comment
@@ -133,19 +147,19 @@ class _Message:
                     break
         self.lines = lines
 
-    def is_comment(self, line):
-        return bool(self.comment) and line.startswith(self.comment)
+    def is_comment(self, line: str) -> bool:
+        return line.startswith(self.comment) if self.comment else False
 
-    def is_content(self, line):
+    def is_content(self, line: str) -> bool:
         return bool(line.strip(_WHITESPACE)) and not self.is_comment(line)
 
-    def content_indexes(self):
+    def content_indexes(self) -> list[int]:
         return [i for i, line in enumerate(self.lines) if self.is_content(line)]
 
-    def text(self, lines):
+    def text(self, lines: list[str]) -> str:
         """``lines`` (given line ends where they lack them), then the
         tail; the message ends with a line end if it did before."""
-        out = []
+        out: list[str] = []
         for line in lines:
             if out and out[-1].endswith("\r") and line.startswith("\n"):
                 out[-1] += "\n"    # "\r" then "\n" would be one line end
@@ -156,13 +170,14 @@ class _Message:
         return "".join(out + self.tail)
 
 
-def skip_reason(message, parents=1, comment=None):
+def skip_reason(message: str, parents: int = 1,
+                comment: str | None = None) -> str | None:
     """Why this commit gets no ID (``"merge"``, ``"empty"``, ``"autosquash"``
     for ``fixup!``/``squash!``/``amend!`` messages), or None."""
     return _skip_reason(_Message(message, comment), parents)
 
 
-def _skip_reason(msg, parents):
+def _skip_reason(msg: _Message, parents: int) -> str | None:
     if parents > 1:
         return "merge"
     content = msg.content_indexes()
@@ -173,7 +188,8 @@ def _skip_reason(msg, parents):
     return None
 
 
-def ensure_id(message, make_id, parents=1, comment=None):
+def ensure_id(message: str, make_id: Callable[[], str], parents: int = 1,
+              comment: str | None = None) -> str:
     """``message`` with exactly one ID line, unless a skip rule applies.
 
     A message with one ID is returned as it is.  A message without one
@@ -196,7 +212,9 @@ def ensure_id(message, make_id, parents=1, comment=None):
     if len(ids) == 1:
         return message
     if ids:
-        commit_id = _ID_LINE.match(msg.lines[ids[0]]).group(1)
+        first = _ID_LINE.match(msg.lines[ids[0]])
+        assert first is not None  # ids are the lines that match
+        commit_id = first.group(1)
         dropped = set(ids) | _id_paragraph_breaks(msg, ids)
         lines = [line for i, line in enumerate(msg.lines) if i not in dropped]
     else:
@@ -215,7 +233,7 @@ def ensure_id(message, make_id, parents=1, comment=None):
     return msg.text(body + [id_line] + rest)
 
 
-def _id_paragraph_breaks(msg, ids):
+def _id_paragraph_breaks(msg: _Message, ids: list[int]) -> set[int]:
     """The blank lines that gave the ID lines at ``ids`` paragraphs of
     their own: each one's blank line before, unless trailers follow the
     ID, which the blank line still sets apart.  A fold joins messages
@@ -228,7 +246,7 @@ def _id_paragraph_breaks(msg, ids):
             and not (i + 1 < len(lines) and _TRAILER_LINE.match(lines[i + 1]))}
 
 
-def _ends_in_trailers(msg, body):
+def _ends_in_trailers(msg: _Message, body: list[str]) -> bool:
     """Whether the last paragraph of ``body`` is a trailer block: every
     line ``Key: value`` or an indented continuation, and not the first
     paragraph (a subject such as "Bug: crash" is no trailer)."""
@@ -263,19 +281,20 @@ _BUG = re.compile(r"(?<![A-Za-z0-9])[Bb]ug ([0-9]{1,%d})(?![0-9A-Za-z])"
                   % BUG_DIGITS)
 
 
-def _trailer_pattern(name):
+def _trailer_pattern(name: str) -> re.Pattern[str]:
     if name == TRAILER:
         return _ID_LINE
     return re.compile(_TRAILER_VALUE % (re.escape(name), _ID_VALUE))
 
 
-def message_keys(message, rules=KeyRules()):
+def message_keys(message: str, rules: KeyRules = KeyRules()
+                 ) -> set[tuple[str, str]]:
     """The set of ``(kind, key)`` that ``message`` carries: ``(ID,
     "4Aq2kO7Vx9d")``, ``(REVIEW, "D123")`` or ``(REVIEW, "I<hex>")``,
     ``(BUG, "1234567")`` (no leading zeros)."""
     # The substring tests spare most messages the patterns (an index
     # build reads every message).
-    keys = set()
+    keys: set[tuple[str, str]] = set()
     for name in rules.id_trailers:
         if name in message:
             keys.update((ID, found)
@@ -304,7 +323,8 @@ class Commit(collections.namedtuple(
     directly or not (empty where there is no such data, as in Git).
     """
 
-    def __new__(cls, node, commit_id=None, predecessors=()):
+    def __new__(cls, node: str, commit_id: str | None = None,
+                predecessors: Iterable[str] = ()) -> Commit:
         return super().__new__(cls, node, commit_id, frozenset(predecessors))
 
 
@@ -332,14 +352,15 @@ class Mapping(collections.namedtuple(
       commit carries, old and new series each counted on its own.
     """
 
-    def successors(self, old):
+    def successors(self, old: Commit) -> list[Commit]:
         """New commits that list ``old`` as a predecessor (a fold's
         result, or a split's parts)."""
         return [match.new for match in self.matches
                 if old.node in match.new.predecessors]
 
 
-def map_series(old, new, positional=False):
+def map_series(old: Sequence[Commit], new: Sequence[Commit],
+               positional: bool = False) -> Mapping:
     """Match each commit of the ``new`` series to one of the ``old``
     series, in this order of evidence:
 
@@ -353,11 +374,12 @@ def map_series(old, new, positional=False):
     Each old commit goes to at most one new commit; a new commit that
     finds its old commit taken gets a ``Conflict`` and stays unmatched.
     """
-    taken = {}
-    found = {}
-    conflicts = []
+    taken: dict[str, Commit] = {}
+    found: dict[str, Match] = {}
+    conflicts: list[Conflict] = []
 
-    def claim(commit, candidates, how):
+    def claim(commit: Commit, candidates: Iterable[Commit], how: str
+              ) -> None:
         candidates = list(candidates)
         for old_commit in candidates:
             if old_commit.node not in taken:
@@ -368,7 +390,7 @@ def map_series(old, new, positional=False):
             conflicts.append(Conflict(commit, candidates[0],
                                       taken[candidates[0].node], how))
 
-    def unmatched():
+    def unmatched() -> list[Commit]:
         return [c for c in new if c.node not in found]
 
     old_by_node = {commit.node: commit for commit in old}
@@ -407,13 +429,13 @@ def map_series(old, new, positional=False):
         duplicate_ids=_duplicate_ids(old, new))
 
 
-def _same_id(new_commit, old_commit):
+def _same_id(new_commit: Commit, old_commit: Commit) -> bool:
     return new_commit.commit_id is not None and \
         new_commit.commit_id == old_commit.commit_id
 
 
-def _duplicate_ids(*series):
-    duplicates = {}
+def _duplicate_ids(*series: Iterable[Commit]) -> dict[str, list[str]]:
+    duplicates: dict[str, list[str]] = {}
     for commits in series:
         nodes = collections.defaultdict(list)
         for commit in commits:
@@ -427,7 +449,8 @@ def _duplicate_ids(*series):
 
 # Reading a series from a repository ------------------------------------------
 
-def git_messages(repo_path, revisions):
+def git_messages(repo_path: str, revisions: Iterable[str]
+                 ) -> Iterator[tuple[str, str]]:
     """``(sha, message)`` of the commits that ``revisions`` (arguments of
     ``git log``, such as ``main..topic`` or ``^SHA``) name in a Git
     repository, parents first."""
@@ -442,7 +465,8 @@ def git_messages(repo_path, revisions):
                                                       "surrogateescape")
 
 
-def read_series(repo_path, revisions, hidden=False, env=None):
+def read_series(repo_path: str, revisions: str, hidden: bool = False,
+                env: dict[str, str] | None = None) -> list[Commit]:
     """The commits that ``revisions`` names in a Git repository (a range
     such as ``main..topic``) or a Mercurial one (a revset, which sees
     obsolete changesets with ``hidden``), oldest first, as ``Commit``
@@ -456,7 +480,7 @@ def read_series(repo_path, revisions, hidden=False, env=None):
     from vcsperf.core.process import hg_output
     out = hg_output(repo_path, *(["--hidden"] if hidden else []), "log",
                     "-r", revisions, "-T", "{node}\\n{desc}\\0", env=env)
-    series = []
+    series: list[Commit] = []
     for entry in out.split("\0"):
         node, _, message = entry.partition("\n")
         if node:
@@ -464,7 +488,8 @@ def read_series(repo_path, revisions, hidden=False, env=None):
     return series
 
 
-def with_predecessors(repo_path, old, new, env=None):
+def with_predecessors(repo_path: str, old: list[Commit], new: list[Commit],
+                      env: dict[str, str] | None = None) -> list[Commit]:
     """``new`` with the predecessors that the Mercurial repository's
     obsolescence markers give among ``old`` (the same repository)."""
     if not old:
@@ -474,7 +499,7 @@ def with_predecessors(repo_path, old, new, env=None):
                     " or ".join(c.node for c in old), "-T",
                     "{node}{revset('successors(%d)', rev) % ' {node}'}\\n",
                     env=env)
-    predecessors = {}
+    predecessors: dict[str, list[str]] = {}
     for line in out.splitlines():
         node, *successors = line.split()
         for successor in successors:
@@ -484,7 +509,8 @@ def with_predecessors(repo_path, old, new, env=None):
             for c in new]
 
 
-def map_ids(old_repo, old_revs, new_repo, new_revs, positional=False):
+def map_ids(old_repo: str, old_revs: str, new_repo: str, new_revs: str,
+            positional: bool = False) -> Mapping:
     """Map the ``new`` series onto the ``old`` one (see ``map_series``),
     using obsolescence markers when both are the same Mercurial
     repository.  Obsolete changesets count in the old series only."""

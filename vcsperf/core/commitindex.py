@@ -33,6 +33,8 @@ a header that does not check out, or a file shorter than the docket says,
 raises ``CorruptIndex``.  Callers rebuild on it, never trust.
 """
 
+from __future__ import annotations
+
 import mmap
 import os
 import stat
@@ -45,6 +47,14 @@ try:
     from _blake2 import blake2b
 except ImportError:  # a Python without the module: the same function
     from hashlib import blake2b
+
+# For the annotations only, so a lookup imports no typing machinery.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    #: ``(uid, count)`` of a data file, as a docket names it.
+    FileRef = tuple[bytes, int]
 
 FORMAT = 2
 ENTRY = struct.Struct(">8sI")
@@ -70,7 +80,7 @@ class CorruptIndex(Exception):
     """The index is unreadable, or not in this format: rebuild it."""
 
 
-def key_hash(kind, key):
+def key_hash(kind: str, key: str) -> bytes:
     """The 8 bytes an entry stores for ``(kind, key)``."""
     return blake2b(("%s\0%s" % (kind, key)).encode(
         "utf-8", "surrogateescape"), digest_size=8).digest()
@@ -80,11 +90,12 @@ class Docket:
     """What one version of the index is made of.  ``table``, ``tail`` and
     ``nodes`` are ``(uid, count)``; a uid of empty bytes means no file."""
 
-    def __init__(self, table, tail, nodes, node_width, rules, covers):
+    def __init__(self, table: FileRef, tail: FileRef, nodes: FileRef,
+                 node_width: int, rules: bytes, covers: bytes) -> None:
         self.table, self.tail, self.nodes = table, tail, nodes
         self.node_width, self.rules, self.covers = node_width, rules, covers
 
-    def pack(self):
+    def pack(self) -> bytes:
         body = _DOCKET.pack(
             _DOCKET_MAGIC, FORMAT, self.table[0], self.table[1],
             self.tail[0], self.tail[1], self.nodes[0], self.nodes[1],
@@ -93,7 +104,7 @@ class Docket:
         return data + struct.pack(">I", zlib.crc32(data))
 
     @classmethod
-    def unpack(cls, data):
+    def unpack(cls, data: bytes) -> Docket:
         if len(data) < _DOCKET.size + 4 or \
                 struct.unpack(">I", data[-4:])[0] != zlib.crc32(data[:-4]):
             raise CorruptIndex("bad docket checksum")
@@ -110,7 +121,7 @@ class Docket:
                    (_uid(nodes_uid), nodes_count), node_width, rules, covers)
 
 
-def _uid(raw):
+def _uid(raw: bytes) -> bytes:
     """A data file's uid: hex digits (its name's part), or empty."""
     uid = raw.rstrip(b"\0")
     if uid.strip(b"0123456789abcdef"):
@@ -118,11 +129,11 @@ def _uid(raw):
     return uid
 
 
-def _new_uid():
+def _new_uid() -> bytes:
     return os.urandom(8).hex().encode("ascii")
 
 
-def read_docket(directory, name):
+def read_docket(directory: str, name: str) -> Docket | None:
     """The current docket, or None when there is no index."""
     try:
         fd = _open_regular(os.path.join(directory, name), os.O_RDONLY)
@@ -136,7 +147,7 @@ def read_docket(directory, name):
         return Docket.unpack(fh.read(size + 1))
 
 
-def _open_regular(path, flags, mode=0o666):
+def _open_regular(path: str, flags: int, mode: int = 0o666) -> int:
     """A descriptor of the regular file at ``path``, never of what a
     symbolic link there points to, nor of a directory, device or FIFO
     (which blocks no open: ``O_NONBLOCK``), which raise ``CorruptIndex``;
@@ -157,7 +168,7 @@ def _open_regular(path, flags, mode=0o666):
     return fd
 
 
-def _path(directory, name, uid, part):
+def _path(directory: str, name: str, uid: bytes, part: str) -> str:
     return os.path.join(directory, "%s-%s.%s" % (name, uid.decode(), part))
 
 
@@ -165,9 +176,10 @@ class _Records:
     """The records of one data file, mapped, of which the docket counts
     ``count``."""
 
-    def __init__(self, directory, name, part, uid, count, width):
+    def __init__(self, directory: str, name: str, part: str, uid: bytes,
+                 count: int, width: int) -> None:
         self.count, self.width = count, width
-        self.map = None
+        self.map: mmap.mmap | None = None
         if not uid:
             if count:
                 raise CorruptIndex("%s entries without a file" % part)
@@ -186,16 +198,17 @@ class _Records:
                 or record_width != width or own_uid.rstrip(b"\0") != uid:
             raise CorruptIndex("bad %s header" % part)
 
-    def record(self, position):
+    def record(self, position: int) -> bytes:
         start = _HEADER_SIZE + position * self.width
+        assert self.map is not None  # a file with records is mapped
         return self.map[start:start + self.width]
 
-    def data(self):
+    def data(self) -> bytes:
         if self.map is None:
             return b""
         return self.map[_HEADER_SIZE:_HEADER_SIZE + self.count * self.width]
 
-    def close(self):
+    def close(self) -> None:
         if self.map is not None:
             self.map.close()
 
@@ -205,14 +218,15 @@ class Index:
     ``FileNotFoundError`` when there is none and ``CorruptIndex`` when it
     cannot be used."""
 
-    def __init__(self, directory, name):
+    def __init__(self, directory: str, name: str) -> None:
         self.directory, self.name = directory, name
         # A writer may replace the files between the docket and the
         # opening; then the docket read again names the new ones.
         for attempt in (1, 2):
-            self.docket = read_docket(directory, name)
-            if self.docket is None:
+            docket = read_docket(directory, name)
+            if docket is None:
                 raise FileNotFoundError(os.path.join(directory, name))
+            self.docket = docket
             try:
                 self._open()
                 return
@@ -220,7 +234,7 @@ class Index:
                 if attempt == 2:
                     raise CorruptIndex("the index files are gone")
 
-    def _open(self):
+    def _open(self) -> None:
         docket = self.docket
         self.table = _Records(self.directory, self.name, "table",
                               *docket.table, ENTRY.size)
@@ -229,21 +243,21 @@ class Index:
         self.nodes = _Records(self.directory, self.name, "nodes",
                               *docket.nodes, docket.node_width)
 
-    def __enter__(self):
+    def __enter__(self) -> Index:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         for records in (self.table, self.tail, self.nodes):
             records.close()
 
     @property
-    def covers(self):
+    def covers(self) -> bytes:
         return self.docket.covers
 
-    def lookup(self, kind, key):
+    def lookup(self, kind: str, key: str) -> list[int]:
         """The revisions indexed for ``(kind, key)``, sorted (what a hash
         collision or damaged entries may add to)."""
         wanted = key_hash(kind, key)
@@ -270,16 +284,16 @@ class Index:
             position = tail.find(wanted, position + 1)
         return sorted(set(revs))
 
-    def node(self, rev):
+    def node(self, rev: int) -> bytes:
         """The node indexed as revision ``rev``, as bytes."""
         if not 0 <= rev < self.nodes.count:
             raise CorruptIndex("revision %d has no node" % rev)
         return self.nodes.record(rev)
 
-    def node_count(self):
+    def node_count(self) -> int:
         return self.nodes.count
 
-    def verify(self):
+    def verify(self) -> None:
         """Read everything: raise ``CorruptIndex`` when the table's
         entries do not match their checksum or are out of order."""
         data = self.table.data()
@@ -290,12 +304,13 @@ class Index:
             raise CorruptIndex("table entries out of order")
 
 
-def _header(part, uid, width, crc=0):
+def _header(part: str, uid: bytes, width: int, crc: int = 0) -> bytes:
     fields = _HEADER.pack(_DATA_MAGIC[part], FORMAT, width, crc, uid)
     return fields + struct.pack(">I", zlib.crc32(fields))
 
 
-def _write_new(directory, name, part, width, records, crc=0):
+def _write_new(directory: str, name: str, part: str, width: int,
+               records: bytes, crc: int = 0) -> bytes:
     """A new data file of ``records`` (bytes), written then renamed;
     its uid."""
     uid = _new_uid()
@@ -304,7 +319,7 @@ def _write_new(directory, name, part, width, records, crc=0):
     return uid
 
 
-def _atomic_write(path, data):
+def _atomic_write(path: str, data: bytes) -> None:
     # A new name (O_EXCL), so nothing already there is written through.
     temporary = "%s.tmp-%s" % (path, _new_uid().decode())
     fd = _open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -317,7 +332,8 @@ def _atomic_write(path, data):
         raise
 
 
-def _append(directory, name, part, uid, count, width, records):
+def _append(directory: str, name: str, part: str, uid: bytes, count: int,
+            width: int, records: bytes) -> None:
     """``records`` appended after the ``count`` that a docket names (what
     a crashed writer left past them is overwritten)."""
     with os.fdopen(_open_regular(_path(directory, name, uid, part),
@@ -327,12 +343,15 @@ def _append(directory, name, part, uid, count, width, records):
         fh.truncate()
 
 
-def _pack(triples):
+def _pack(triples: Iterable[tuple[str, str, int]]) -> list[bytes]:
     return [ENTRY.pack(key_hash(kind, key), rev) for kind, key, rev in triples]
 
 
-def write(directory, name, triples, covers, rules, base=None, nodes=(),
-          node_width=0, tail_limit=TAIL_LIMIT):
+def write(directory: str, name: str,
+          triples: Iterable[tuple[str, str, int]], covers: bytes,
+          rules: bytes, base: Index | None = None,
+          nodes: Iterable[bytes] = (), node_width: int = 0,
+          tail_limit: int = TAIL_LIMIT) -> Docket:
     """Index ``triples`` (``(kind, key, rev)``) and write a docket with
     ``covers`` and ``rules`` (bytes).  With ``base`` (an open ``Index`` with
     the same rules) the entries are added to it, else the index starts from
@@ -375,11 +394,11 @@ def write(directory, name, triples, covers, rules, base=None, nodes=(),
     return docket
 
 
-def _split(data):
+def _split(data: bytes) -> list[bytes]:
     return [data[i:i + ENTRY.size] for i in range(0, len(data), ENTRY.size)]
 
 
-def _remove_unnamed(directory, name, docket):
+def _remove_unnamed(directory: str, name: str, docket: Docket) -> None:
     """Remove the data files the docket no longer names (a reader that has
     one open keeps it; one that has yet to open it reads the docket
     again)."""
@@ -398,7 +417,7 @@ def _remove_unnamed(directory, name, docket):
                 pass
 
 
-def remove(directory, name):
+def remove(directory: str, name: str) -> None:
     """Remove the index (the docket first, so no reader finds half)."""
     try:
         os.unlink(os.path.join(directory, name))

@@ -5,6 +5,13 @@ Apart from ``commitids`` (which extracts the keys from messages, with
 regular expressions) because a Git lookup needs only this, and importing
 ``re`` and compiling those patterns would be a quarter of its time."""
 
+from __future__ import annotations
+
+# For the annotations only, so a lookup imports no typing machinery.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 #: The kinds of key a message carries that the commit index looks up.
 ID, REVIEW, BUG = "id", "review", "bug"
 #: The commit-ID trailer (``vcsperf.core.commitids``), always looked for.
@@ -27,24 +34,24 @@ class KeyRules:
     reviews from ``Differential Revision:`` and ``Change-Id:`` lines, and
     bug numbers from the summary line."""
 
-    def __init__(self, id_trailers=()):
+    def __init__(self, id_trailers: Iterable[str] = ()) -> None:
         self.id_trailers = (TRAILER,) + tuple(
             name for name in id_trailers if name != TRAILER)
 
     @property
-    def fingerprint(self):
+    def fingerprint(self) -> bytes:
         """Bytes that change when the rules do (an index built with other
         rules is rebuilt)."""
         return ("v1 " + " ".join(self.id_trailers)).encode("utf-8")
 
 
-def _digits(text):
+def _digits(text: str) -> bool:
     """Whether ``text`` is ASCII digits (``str.isdigit`` also takes other
     scripts' digits, and more, such as "\u00b2")."""
     return bool(text) and text.isascii() and text.isdigit()
 
 
-def bug_number(digits):
+def bug_number(digits: str) -> str:
     """The bug key of ``digits`` (ASCII digits, at most ``BUG_DIGITS``
     of them) without leading zeros; raises ``ValueError`` otherwise."""
     if not _digits(digits) or len(digits) > BUG_DIGITS:
@@ -53,13 +60,13 @@ def bug_number(digits):
     return digits.lstrip("0") or "0"
 
 
-def _shown(text):
+def _shown(text: str) -> str:
     """``text`` for an error message: its repr, cut short."""
     shown = ascii(text)
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
-def parse_key(text):
+def parse_key(text: str) -> tuple[str, str]:
     """``(kind, key)`` for a key as people type it: ``D123`` and a
     ``Change-Id`` (``I`` and 40 hex digits) are reviews, ``bug 123``,
     ``bug123`` and ``Bug 123`` bugs, anything else a commit ID; an explicit
@@ -72,6 +79,7 @@ def parse_key(text):
     if len(text) > KEY_LENGTH:
         raise ValueError("key longer than %d characters: %s"
                          % (KEY_LENGTH, _shown(text)))
+    kind: str | None
     kind, colon, value = text.partition(":")
     if colon and kind in (ID, REVIEW, BUG):
         text = value

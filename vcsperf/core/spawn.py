@@ -6,6 +6,8 @@ Apart from ``process`` (the runner of everything else) because a
 most of them Python's start-up: ``subprocess`` and what it imports would
 add about a fifth."""
 
+from __future__ import annotations
+
 import os
 import select
 
@@ -14,7 +16,8 @@ from vcsperf.core.errors import Abort
 _BLOCK = 1 << 16
 
 
-def git_bytes(repo_path, *args, input=b"", ok=(0,)):
+def git_bytes(repo_path: str, *args: str, input: bytes = b"",
+              ok: tuple[int, ...] = (0,)) -> bytes:
     """The stdout of ``git -C REPO_PATH ARGS`` as bytes, with ``input``
     (bytes) on its stdin: for commit messages, which need not be UTF-8.
     ``ok``: the exit statuses that are no failure; on another, ``Abort``
@@ -32,7 +35,7 @@ def git_bytes(repo_path, *args, input=b"", ok=(0,)):
     finally:
         for fd in (stdin, out_w, err_w):
             os.close(fd)
-    read = {out: [], err: []}
+    read: dict[int, list[bytes]] = {out: [], err: []}
     pending = memoryview(input)
     poller = select.poll()
     for fd in read:
