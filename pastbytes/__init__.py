@@ -22,10 +22,24 @@ its Mercurial side).  The adapters, the benchmarks, the check and the
 - ``__main__``: ``python -m pastbytes``, a script or module run with it.
 """
 
-from .importer import (PastBytesFinder, PastBytesLoader, compile_source,
-                       find_spec_elsewhere, install, load_path, uninstall)
-from .rewrite import (DEFAULT_RENAMES, DEFAULT_RULES, FORMAT_VERSION, Rules,
-                      ScanError, decode, transform)
+from .importer import (
+    PastBytesFinder,
+    PastBytesLoader,
+    compile_source,
+    find_spec_elsewhere,
+    install,
+    load_path,
+    uninstall,
+)
+from .rewrite import (
+    DEFAULT_RENAMES,
+    DEFAULT_RULES,
+    FORMAT_VERSION,
+    Rules,
+    ScanError,
+    decode,
+    transform,
+)
 
 __all__ = [
     "DEFAULT_RENAMES", "DEFAULT_RULES", "FORMAT_VERSION", "PastBytesFinder",

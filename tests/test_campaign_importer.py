@@ -34,7 +34,6 @@ from hypothesis import HealthCheck, given, seed, settings, strategies as st
 import campaign
 import pastbytes
 import pastbytes_hostile as hostile
-import vcsperf
 from test_all_extensions import SUITE
 from test_pastbytes import REWRITE_TOOL, other_pythons
 
