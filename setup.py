@@ -23,9 +23,10 @@ PACKAGES = sorted(
 setup(
     packages=["zstdwire", "pastbytes", "gitbridge", "vcsperf", "vcsperf.core",
               "vcsperf.harness", "vcsperf.bench", "vcsperf.check"] + PACKAGES,
-    # py.typed: zstdwire and the core are annotated (PEP 561).
+    # py.typed: zstdwire, pastbytes and the core are annotated (PEP 561).
     package_data={"vcsperf.harness": ["data/*.tsv"],
-                  "vcsperf.core": ["py.typed"], "zstdwire": ["py.typed"]},
+                  "vcsperf.core": ["py.typed"], "zstdwire": ["py.typed"],
+                  "pastbytes": ["py.typed"]},
     package_dir={"hgext3rd": "hgext"},
     py_modules=MODULES,
     scripts=["bin/gitbridge"],

@@ -6,6 +6,8 @@ rewritten on import.
     python -m pastbytes -p legacy -m legacy.tool [ARGS]
 """
 
+from __future__ import annotations
+
 import argparse
 import builtins
 import os
@@ -16,8 +18,12 @@ import types
 from pastbytes.importer import PastBytesLoader, compile_source, install
 from pastbytes.rewrite import DEFAULT_RULES, Rules
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-def main(argv=None):
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pastbytes",
         description="Run a Python-2-era script or module with its string "

@@ -18,6 +18,8 @@ module that only a zip, frozen or sourceless loader provides is refused
 with ``ImportError`` rather than loaded unrewritten.
 """
 
+from __future__ import annotations
+
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -27,8 +29,20 @@ import sys
 
 from . import rewrite
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from importlib.machinery import ModuleSpec
+    from types import CodeType, ModuleType
+    from typing import Literal
 
-def compile_source(data, path, rules=rewrite.DEFAULT_RULES, optimize=-1):
+    #: A directory, in any form ``os.fsdecode`` takes.
+    DirPath = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+
+def compile_source(data: bytes, path: str,
+                   rules: rewrite.Rules = rewrite.DEFAULT_RULES,
+                   optimize: int = -1) -> CodeType:
     """Compile source bytes with the rewrite.  A syntax error in the
     original is raised exactly as Python raises it."""
     try:
@@ -48,7 +62,7 @@ def compile_source(data, path, rules=rewrite.DEFAULT_RULES, optimize=-1):
     raise failure       # the original compiles: the rewrite is to blame
 
 
-def _pyc_header(mtime, size):
+def _pyc_header(mtime: float, size: int) -> bytes:
     return (importlib.util.MAGIC_NUMBER + bytes(4)
             + (int(mtime) & 0xFFFFFFFF).to_bytes(4, "little")
             + (size & 0xFFFFFFFF).to_bytes(4, "little"))
@@ -58,12 +72,13 @@ class PastBytesLoader(importlib.machinery.SourceFileLoader):
     """A source loader that compiles the rewritten source and caches it in
     a pyc of its own (timestamp-validated, like Python's)."""
 
-    def __init__(self, fullname, path, rules=rewrite.DEFAULT_RULES):
+    def __init__(self, fullname: str, path: str,
+                 rules: rewrite.Rules = rewrite.DEFAULT_RULES) -> None:
         super().__init__(fullname, path)
         self.rules = rules
-        self._cache_path = False
+        self._cache_path: str | None | Literal[False] = False
 
-    def cache_path(self):
+    def cache_path(self) -> str | None:
         """Where the rewritten bytecode is cached, or None when this
         Python caches no bytecode."""
         if self._cache_path is False:
@@ -74,10 +89,14 @@ class PastBytesLoader(importlib.machinery.SourceFileLoader):
                 self._cache_path = None
         return self._cache_path
 
-    def source_to_code(self, data, path, *, _optimize=-1):
+    # Narrower than InspectLoader's static method, which also compiles
+    # str and syntax trees: SourceLoader.get_code passes the file's bytes.
+    def source_to_code(  # type: ignore[override]
+            self, data: bytes, path: str, *,
+            _optimize: int = -1) -> CodeType:
         return compile_source(data, path, self.rules, _optimize)
 
-    def get_code(self, fullname):
+    def get_code(self, fullname: str) -> CodeType:
         source_path = self.get_filename(fullname)
         bytecode_path = self.cache_path()
         stats = self.path_stats(source_path)
@@ -103,7 +122,9 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
     """Gives the modules of ``packages``, and those found under ``paths``,
     a :class:`PastBytesLoader`; every other module is left alone."""
 
-    def __init__(self, packages=(), paths=(), rules=rewrite.DEFAULT_RULES):
+    def __init__(self, packages: Iterable[str] = (),
+                 paths: Iterable[DirPath] = (),
+                 rules: rewrite.Rules = rewrite.DEFAULT_RULES) -> None:
         self.packages = tuple(packages)
         self.rules = rules
         dirs = []
@@ -113,16 +134,16 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
         self.paths = tuple(sorted(set(os.path.normcase(d) for d in dirs)))
         self._prefixes = tuple(d + os.sep for d in self.paths)
 
-    def wants_name(self, fullname):
+    def wants_name(self, fullname: str) -> bool:
         return any(fullname == p or fullname.startswith(p + ".")
                    for p in self.packages)
 
-    def covers(self, filename):
+    def covers(self, filename: str) -> bool:
         """Whether ``filename`` lies under one of the configured
         directories."""
         return _absolute(filename).startswith(self._prefixes)
 
-    def _may_find_under_paths(self, path):
+    def _may_find_under_paths(self, path: Sequence[str] | None) -> bool:
         for entry in (sys.path if path is None else path):
             entry = _absolute(entry or os.curdir) + os.sep
             if entry.startswith(self._prefixes) or \
@@ -130,7 +151,8 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
                 return True
         return False
 
-    def find_spec(self, fullname, path=None, target=None):
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         by_name = self.wants_name(fullname)
         if not by_name and not (self.paths and
                                 self._may_find_under_paths(path)):
@@ -142,9 +164,11 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
                                 self.covers(spec.origin)):
             return None
         # A lazy loader (Mercurial's demandimport installs one) wraps the
-        # loader that reads the file: replace that one.
+        # loader that reads the file: replace that one.  (typeshed does not
+        # declare a LazyLoader's ``loader``, hence the ignores.)
         lazy = isinstance(spec.loader, importlib.util.LazyLoader)
-        loader = spec.loader.loader if lazy else spec.loader
+        loader = (spec.loader.loader  # type: ignore[union-attr]
+                  if lazy else spec.loader)
         if loader is importlib.machinery.BuiltinImporter or \
                 isinstance(loader, importlib.machinery.ExtensionFileLoader):
             return None             # compiled code: nothing to rewrite
@@ -159,21 +183,23 @@ class PastBytesFinder(importlib.abc.MetaPathFinder):
         # The spec is the other finder's fresh copy: adapt it in place.
         ours = PastBytesLoader(spec.name, spec.origin, self.rules)
         if lazy:
-            spec.loader.loader = ours
+            spec.loader.loader = ours  # type: ignore[union-attr]
         else:
             spec.loader = ours
         spec.cached = ours.cache_path()
         return spec
 
 
-def _absolute(path):
+def _absolute(path: str) -> str:
     # Import paths are mostly absolute already; abspath is slow.
     if not os.path.isabs(path):
         path = os.path.abspath(path)
     return os.path.normcase(path)
 
 
-def find_spec_elsewhere(fullname, path=None, target=None):
+def find_spec_elsewhere(fullname: str, path: Sequence[str] | None = None,
+                        target: ModuleType | None = None
+                        ) -> ModuleSpec | None:
     """The spec that the rest of ``sys.meta_path`` finds: what importing
     finds without pastbytes."""
     for finder in sys.meta_path:
@@ -187,7 +213,9 @@ def find_spec_elsewhere(fullname, path=None, target=None):
     return None
 
 
-def install(packages=(), paths=(), rules=rewrite.DEFAULT_RULES):
+def install(packages: Iterable[str] = (),
+            paths: Iterable[DirPath] = (),
+            rules: rewrite.Rules = rewrite.DEFAULT_RULES) -> PastBytesFinder:
     """Rewrite the modules of ``packages`` (names: the package and its
     submodules) and every module found under ``paths`` (directories) when
     they are imported from now on.  Returns the finder."""
@@ -196,7 +224,7 @@ def install(packages=(), paths=(), rules=rewrite.DEFAULT_RULES):
     return finder
 
 
-def uninstall(finder=None):
+def uninstall(finder: PastBytesFinder | None = None) -> None:
     """Remove ``finder`` (by default every pastbytes finder) from
     ``sys.meta_path``.  Modules already imported stay as they are."""
     sys.meta_path[:] = [f for f in sys.meta_path
@@ -204,12 +232,14 @@ def uninstall(finder=None):
                                 isinstance(f, PastBytesFinder)))]
 
 
-def load_path(filename, module_name, rules=rewrite.DEFAULT_RULES):
+def load_path(filename: str, module_name: str,
+              rules: rewrite.Rules = rewrite.DEFAULT_RULES) -> ModuleType:
     """Import the file ``filename`` as ``module_name`` with the rewrite
     (for hosts that load plugins by path, as Mercurial does)."""
     loader = PastBytesLoader(module_name, filename, rules)
     spec = importlib.util.spec_from_file_location(module_name, filename,
                                                   loader=loader)
+    assert spec is not None     # None only when no loader is given
     spec.cached = loader.cache_path()
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module

@@ -51,11 +51,17 @@ pattern can backtrack more than linearly, and the local scans note what
 they pass, so that nested calls never look at the same text twice.
 """
 
+from __future__ import annotations
+
 import hashlib
 import io
 import re
 import sys
 import tokenize
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Container, Iterable
 
 #: Bump when a rule changes what the rewrite produces: cached pyc files of
 #: older versions are then ignored.
@@ -117,7 +123,8 @@ class Rules:
     keys, ``__main__`` and string statements always apply.
     """
 
-    def __init__(self, renames=DEFAULT_RENAMES, kwargs_names=()):
+    def __init__(self, renames: Iterable[tuple[str, str]] = DEFAULT_RENAMES,
+                 kwargs_names: Iterable[str] = ()) -> None:
         self.renames = dict(renames)
         self.kwargs_names = tuple(kwargs_names)
         for name in list(self.renames.values()) + list(self.renames) + \
@@ -128,7 +135,7 @@ class Rules:
         self._after_group = self._after_group_pattern()
         self._tag = self._make_tag()
 
-    def _scan_pattern(self):
+    def _scan_pattern(self) -> str:
         # One search finds, left to right, everything the rewrite looks
         # at; strings and comments are consumed whole, so nothing inside
         # them is ever mistaken for code.  The pattern starts with the set
@@ -159,7 +166,7 @@ class Rules:
         return "[%s](?:%s)" % ("".join(map(re.escape, sorted(set(first)))),
                                "|".join(events))
 
-    def _after_group_pattern(self):
+    def _after_group_pattern(self) -> re.Pattern[str]:
         # ``'abc'.encode(...)`` gave bytes on Python 2 too: keep the str.
         tails = [r"[=!]=\s*__name__\b", r"\.\s*encode\s*\("]
         if self.kwargs_names:
@@ -167,12 +174,12 @@ class Rules:
                          % "|".join(self.kwargs_names))
         return re.compile(r"\s*(?:%s)" % "|".join(tails))
 
-    def tag(self):
+    def tag(self) -> str:
         """The pyc optimization tag: changes with the format and the
         rules, and with ``-O``."""
         return self._tag
 
-    def _make_tag(self):
+    def _make_tag(self) -> str:
         tag = "pastbytes%d" % FORMAT_VERSION
         if self.renames != dict(DEFAULT_RENAMES) or self.kwargs_names:
             digest = hashlib.sha1(repr((sorted(self.renames.items()),
@@ -182,12 +189,12 @@ class Rules:
             tag += "o%d" % sys.flags.optimize
         return tag
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Rules) and \
             (self.renames, self.kwargs_names) == \
             (other.renames, other.kwargs_names)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((tuple(sorted(self.renames.items())), self.kwargs_names))
 
 
@@ -201,7 +208,8 @@ class ScanError(ValueError):
     that Python compiles, a bug in the rewrite."""
 
 
-def transform(text, rules=DEFAULT_RULES, encoding="utf-8"):
+def transform(text: str, rules: Rules = DEFAULT_RULES,
+              encoding: str = "utf-8") -> str:
     """The rewritten source of ``text`` (a str): what the importer
     compiles and what ``contrib/pastbytes_rewrite.py`` writes.
     ``encoding`` is the file's, for non-ASCII characters in literals that
@@ -210,7 +218,8 @@ def transform(text, rules=DEFAULT_RULES, encoding="utf-8"):
     return _Rewrite(text, rules, encoding).result()
 
 
-def _literal(text, quote_at, fields=0):
+def _literal(text: str, quote_at: int,
+             fields: int = 0) -> tuple[int, int, str]:
     """``(start, end, kind)`` of the string literal whose opening quote is
     at ``quote_at``: ``kind`` is ``"plain"`` (unprefixed, not
     triple-quoted: the ones to rewrite), ``"bytes"`` or ``"other"``; ``end``
@@ -235,7 +244,7 @@ _PREFIXES = frozenset(["r", "u", "b", "br", "rb", "f", "fr", "rf", "t", "tr",
                        "rt"])
 
 
-def _string_start(text, quote_at):
+def _string_start(text: str, quote_at: int) -> int:
     """Where the string literal whose opening quote is at ``quote_at``
     starts: at its prefix, if the word before the quote is one."""
     start = quote_at
@@ -248,7 +257,7 @@ def _string_start(text, quote_at):
     return quote_at
 
 
-def _starts_name(text, at):
+def _starts_name(text: str, at: int) -> bool:
     """Whether a name starting at ``at`` is a whole word, not an
     attribute (``x.getattr``) or the end of a longer name."""
     if at == 0:
@@ -257,7 +266,7 @@ def _starts_name(text, at):
     return not (before.isalnum() or before in "_.")
 
 
-def _gap(text, pos):
+def _gap(text: str, pos: int) -> tuple[int, bool]:
     """``(end, newline)``: where the blanks, comments and line
     continuations from ``pos`` end, and whether they hold a line end that
     no backslash continues.  One piece at a time, each taken whole by a
@@ -265,10 +274,13 @@ def _gap(text, pos):
     newline = False
     while True:
         blanks = _BLANKS.match(text, pos)
+        assert blanks is not None       # it matches the empty string
         newline = newline or blanks.group(1) is not None
         pos = blanks.end()
         if text.startswith("#", pos):
-            pos = _COMMENT.match(text, pos).end()
+            comment = _COMMENT.match(text, pos)
+            assert comment is not None      # "#" starts one
+            pos = comment.end()
             continue
         continuation = _LINE_CONTINUATION.match(text, pos)
         if continuation is None:
@@ -279,15 +291,15 @@ def _gap(text, pos):
 class _FString:
     """Finds the end of an f-string as Python 3.12+ tokenizes it."""
 
-    def __init__(self, text, raw, fields):
+    def __init__(self, text: str, raw: bool, fields: int) -> None:
         self.text = text
         self.raw = raw
         self.fields = fields
 
-    def end(self, quote_at, quote):
+    def end(self, quote_at: int, quote: str) -> int:
         return self._literal(quote_at + len(quote), quote, "", self.fields)
 
-    def _literal(self, i, quote, closer, fields):
+    def _literal(self, i: int, quote: str, closer: str, fields: int) -> int:
         # Literal text, up to the closing quote (or to ``closer``, the
         # ``}`` that ends a format spec); -1 if unterminated.
         text = self.text
@@ -323,7 +335,7 @@ class _FString:
             i += 1
         return -1
 
-    def _field(self, i, quote, fields):
+    def _field(self, i: int, quote: str, fields: int) -> int:
         # A replacement field's expression, up to its ``}``.
         if fields > _MAX_FSTRING_FIELDS:
             raise ScanError("f-strings nested too deeply")
@@ -338,7 +350,9 @@ class _FString:
                     return -1
                 continue
             if c == "#":
-                i = _COMMENT.match(text, i).end()
+                comment = _COMMENT.match(text, i)
+                assert comment is not None      # "#" starts one
+                i = comment.end()
                 continue
             if c in "([{":
                 depth += 1
@@ -362,15 +376,16 @@ class _Depth:
     bracket) and incrementally: the scan asks in text order, so each
     stretch of code is looked at once."""
 
-    def __init__(self, text):
+    def __init__(self, text: str) -> None:
         self.text = text
-        self.opaque = []      # (start, end) of strings and comments
+        # (start, end) of strings and comments
+        self.opaque: list[tuple[int, int]] = []
         self._counted = [0, 0]      # [opaque spans passed, position]
         self._depth = 0
         self._stacked = [0, 0]
-        self._open = []       # the open brackets, innermost last
+        self._open: list[str] = []  # the open brackets, innermost last
 
-    def _code_until(self, cursor, pos):
+    def _code_until(self, cursor: list[int], pos: int) -> str:
         """The code from ``cursor`` to ``pos``; moves the cursor there."""
         opaque = self.opaque
         done, at = cursor
@@ -386,13 +401,13 @@ class _Depth:
         cursor[:] = done, at
         return "".join(code)
 
-    def at(self, pos):
+    def at(self, pos: int) -> int:
         code = self._code_until(self._counted, pos)
         self._depth += (code.count("(") + code.count("[") + code.count("{")
                         - code.count(")") - code.count("]") - code.count("}"))
         return self._depth
 
-    def innermost(self, pos):
+    def innermost(self, pos: int) -> str:
         """The innermost bracket open at ``pos`` ('' at top level)."""
         for bracket in _BRACKETS.findall(self._code_until(self._stacked, pos)):
             if bracket in "([{":
@@ -403,20 +418,22 @@ class _Depth:
 
 
 class _Rewrite:
-    def __init__(self, text, rules, encoding):
+    def __init__(self, text: str, rules: Rules, encoding: str) -> None:
         self.text = text
         self.rules = rules
         self.encoding = encoding
         self.depth = _Depth(text)
-        self.keep = set()        # starts of literal groups that stay str
-        self._items = {}         # bracket (just after it): its item starts
-        self.edits = []          # (anchor, start, end, replacement)
+        self.keep: set[int] = set()  # starts of literal groups that stay str
+        # bracket (just after it): its item starts
+        self._items: dict[int, list[int]] = {}
+        # (anchor, start, end, replacement)
+        self.edits: list[tuple[int, int, int, str]] = []
         self.literals = not any(
             _UNICODE_LITERALS.search(m.group(1) or m.group(2) or "")
             for m in _FUTURE_IMPORT.finditer(text))
         self._line = (0, 0)      # (a position, where its line starts)
 
-    def result(self):
+    def result(self) -> str:
         self._scan()
         if not self.edits:
             return self.text
@@ -429,7 +446,7 @@ class _Rewrite:
         out.append(self.text[pos:])
         return "".join(out)
 
-    def _scan(self):
+    def _scan(self) -> None:
         text = self.text
         search = self.rules._scan.search
         opaque = self.depth.opaque
@@ -467,7 +484,7 @@ class _Rewrite:
             elif _starts_name(text, m.start()):   # dunder, kwargs
                 self.keep.add(pos)      # the literal that follows
 
-    def _line_start(self, pos):
+    def _line_start(self, pos: int) -> int:
         """Where the line holding ``pos`` starts.  The scan asks in text
         order, so the text between two questions is searched once."""
         since, start = self._line
@@ -478,7 +495,7 @@ class _Rewrite:
         self._line = (pos, start)
         return start
 
-    def _switch(self, at, word, enabled):
+    def _switch(self, at: int, word: str, enabled: bool) -> bool:
         line_start = self._line_start(at)
         if self.text[line_start:at].strip():
             if word == "off":       # exempt this line only
@@ -487,7 +504,7 @@ class _Rewrite:
             return enabled
         return word == "on"
 
-    def _group(self, quote_at, enabled):
+    def _group(self, quote_at: int, enabled: bool) -> int:
         """Scan the implicitly concatenated group whose first opening
         quote is at ``quote_at``, decide it as a whole, and return where
         it ends."""
@@ -529,14 +546,14 @@ class _Rewrite:
                                    self._as_bytes(start, end_)))
         return end
 
-    def _stays_str(self, start, end):
+    def _stays_str(self, start: int, end: int) -> bool:
         """What follows or surrounds the group makes it stay ``str``."""
         if self.text[end:end + 1] in _ENDS_GROUP:
             return False
         return bool(self.rules._after_group.match(self.text, end)) or \
             self._is_statement(start, end)
 
-    def _is_statement(self, start, end):
+    def _is_statement(self, start: int, end: int) -> bool:
         text = self.text
         if not _STATEMENT_END.match(text, end):
             return False
@@ -550,14 +567,14 @@ class _Rewrite:
             return False        # continues the line before
         return self.depth.at(start) == 0
 
-    def _as_bytes(self, start, end):
+    def _as_bytes(self, start: int, end: int) -> str:
         literal = self.text[start:end]
         if not literal.isascii():
             literal = _NON_ASCII.sub(self._escape, literal)
         # ``if'a'`` is valid; ``ifb'a'`` would be a name.
         return ("b" if _starts_name(self.text, start) else " b") + literal
 
-    def _escape(self, match):
+    def _escape(self, match: re.Match[str]) -> str:
         found = match.group()
         if found[0] == "\\":
             if found.isascii():
@@ -565,10 +582,11 @@ class _Rewrite:
             return "\\\\" + self._escape_char(found[1])
         return self._escape_char(found)
 
-    def _escape_char(self, char):
+    def _escape_char(self, char: str) -> str:
         return "".join("\\x%02x" % b for b in char.encode(self.encoding))
 
-    def _keep_items(self, pos, which, keywords=False):
+    def _keep_items(self, pos: int, which: Container[int] | None,
+                    keywords: bool = False) -> None:
         """Keep ``str`` for the literals that start the items (arguments,
         dict keys) ``which`` (indexes; None for all) of the bracket opened
         just before ``pos``."""
@@ -581,7 +599,7 @@ class _Rewrite:
                     start = keyword.end()
             self.keep.add(start)
 
-    def _item_starts(self, pos):
+    def _item_starts(self, pos: int) -> list[int]:
         """Start positions of the top-level items of the bracket opened
         just before ``pos``, for the few calls the rules look into.  A
         walk notes the items of every bracket it passes, so that nested
@@ -603,7 +621,9 @@ class _Rewrite:
                 if pos < 0:
                     break
             elif c == "#":
-                pos = _COMMENT.match(text, pos - 1).end()
+                comment = _COMMENT.match(text, pos - 1)
+                assert comment is not None      # "#" starts one
+                pos = comment.end()
             elif c in "([{":
                 items = self._items[pos] = [_gap(text, pos)[0]]
                 walking.append(items)
@@ -614,7 +634,7 @@ class _Rewrite:
         return starts
 
 
-def decode(data):
+def decode(data: bytes) -> tuple[str, str]:
     """``(text, encoding)`` of Python source bytes, as Python reads them
     (PEP 263 cookie or BOM, default UTF-8); newlines are kept: what
     :func:`transform` takes."""

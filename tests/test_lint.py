@@ -1,8 +1,8 @@
 """The linter and the type checker, run by the suite so CI runs them.
 
 ruff (pyflakes and import order) over all of our Python, and mypy over
-the typed packages (zstdwire and the core), each as configured in
-pyproject.toml, from the venv that runs the tests: the ``test`` extra
+the typed packages (zstdwire, pastbytes and the core), each as configured
+in pyproject.toml, from the venv that runs the tests: the ``test`` extra
 installs both.  A venv without one (mypy needs Python 3.10 or later)
 skips its test.
 """
