@@ -24,7 +24,10 @@ def _store_holds_data(repo):
 
 
 def trypullbundlefromurl(orig, ui, repo, url, *args, **kwargs):
-    """Wraps ``exchange.trypullbundlefromurl``."""
+    """``exchange.trypullbundlefromurl``, but a bundle that fails to
+    apply, and leaves nothing in the store, is one warning line and the
+    clone goes on as a normal one (when ``ui.clonebundlefallback`` is
+    set)."""
     try:
         return orig(ui, repo, url, *args, **kwargs)
     except (error.Abort, IOError) as err:
