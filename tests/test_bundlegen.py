@@ -609,7 +609,7 @@ def test_systemd_unit_may_write_every_documented_output():
     [paths] = re.findall(r"\nReadWritePaths=(.*)\n", unit)
     writable = [path.lstrip("-") for path in paths.split()]
     documented = []
-    for name in ("hgext/bundlegen.py", "README.md",
+    for name in ("hgext/bundlegen/__init__.py", "README.md",
                  "contrib/bundlegen/hgrc.example",
                  "contrib/bundlegen/README.md"):
         with open(os.path.join(here, os.pardir, name)) as fh:

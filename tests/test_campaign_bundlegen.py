@@ -118,14 +118,15 @@ def test_any_base_url_is_refused_or_parses_back(base, parser_repo, tally):
     manifest line written with it parses, by Mercurial's own parser, into
     the same URL and attributes."""
     try:
-        checked = bundlegen.check_base_url(base)
+        checked = bundlegen.settings.check_base_url(base)
     except error.Abort as err:
         tally.case(one_line(err), "refusal of %r spans lines" % base)
         assert one_line(err)
         return
     url = checked + b"/" + NAME
     for spec in SPECS:
-        line = bundlegen.manifest_line(parser_repo, url, spec, DIGEST)
+        line = bundlegen.manifest.manifest_line(parser_repo, url, spec,
+                                                DIGEST)
         ok = parsed_as(parser_repo, line, url, spec)
         tally.case(ok, "base URL %r, spec %r: %r" % (base, spec, line))
         assert ok
@@ -163,7 +164,8 @@ def test_any_bundle_spec_is_refused_or_parses_back(spec, base, parser_repo,
     into the same URL, spec and digest, and understand the spec."""
     url = base + b"/" + NAME
     try:
-        line = bundlegen.manifest_line(parser_repo, url, spec, DIGEST)
+        line = bundlegen.manifest.manifest_line(parser_repo, url, spec,
+                                                DIGEST)
     except error.Abort as err:
         tally.case(one_line(err), "refusal of spec %r spans lines" % spec)
         assert one_line(err)
@@ -192,14 +194,14 @@ MANIFESTISH = st.one_of(
 def test_any_published_manifest_is_read_or_refused(data, parser_repo, tally):
     """Any bytes in ``.hg/clonebundles.manifest``: read into entries, or
     one abort line naming the line; never another exception."""
-    parser_repo.vfs.write(bundlegen.MANIFEST, data)
+    parser_repo.vfs.write(bundlegen.manifest.MANIFEST, data)
     try:
-        entries = bundlegen._read_manifest(parser_repo)
+        entries = bundlegen.manifest.read_manifest(parser_repo)
     except error.Abort as err:
         ok = one_line(err) and b"clonebundles.manifest line" in err.message
     else:
         ok = all(b"URL" in entry for entry in entries)
-        bundlegen._file_names(entries)
+        bundlegen.manifest.file_names(entries)
     tally.case(ok, "manifest %r" % data)
     assert ok
 
@@ -219,13 +221,13 @@ def test_any_setting_is_refused_or_in_range(name, value, bundlegen_ui, tally):
     ui = bundlegen_ui.copy()
     ui.setconfig(b"bundlegen", name.encode(), value.encode("utf-8"))
     try:
-        checked = bundlegen._Settings(ui, b"/srv/bundles",
-                                      b"https://cdn.example.com/b")
+        checked = bundlegen.settings.Settings(
+            ui, b"/srv/bundles", b"https://cdn.example.com/b")
     except error.Abort as err:
         ok = one_line(err) and b"bundlegen." in err.message + (err.hint or b"")
     else:
         ok = (checked.formats and set(checked.formats) <= set(
-            bundlegen.FORMATS) and 1 <= checked.zstd_level <= 22
+            bundlegen.formats.FORMATS) and 1 <= checked.zstd_level <= 22
             and checked.jobs >= 1 and checked.zstd_threads >= 0
             and checked.expire_days >= 0)
     tally.case(ok, "%s = %r" % (name, value))
