@@ -23,4 +23,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
+# setuptools builds in ./build and copies what it finds there into the
+# install: a module since moved or removed would come back from it.
+rm -rf build
 .venv/bin/python -m pip install -q -c constraints.txt ".$extras"
