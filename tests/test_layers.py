@@ -5,11 +5,11 @@ in our packages, read from its source (ast), against the rules below.
     vcsperf/core/      what the adapters share   imports: zstdwire
     hgext/, gitbridge/ the adapters              imports: core, zstdwire
     vcsperf/harness/   processes, servers,       imports: core, zstdwire
-                       histories
+                       histories, measurements
     vcsperf/bench/     the benchmarks            imports: harness, core,
                                                           zstdwire
-    vcsperf/check/     vcsperf check and demo    imports: bench, harness,
-                                                          core, zstdwire
+    vcsperf/check/     vcsperf check and demo    imports: harness, core,
+                                                          zstdwire
     vcsperf/cli.py     the console script        imports: every vcsperf layer
 
 Each layer may import its own modules too (an adapter only its own: hgext
@@ -35,7 +35,7 @@ ALLOWED = {
     "gitbridge": {"core", "zstdwire"},
     "harness": {"core", "zstdwire"},
     "bench": {"harness", "core", "zstdwire"},
-    "check": {"bench", "harness", "core", "zstdwire"},
+    "check": {"harness", "core", "zstdwire"},
     "cli": {"check", "bench", "harness", "core", "zstdwire"},
 }
 #: Layers that run with the standard library and these packages only.

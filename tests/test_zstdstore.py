@@ -12,7 +12,7 @@ import pytest
 from mercurial import bundle2, store, ui as uimod, util
 from mercurial.utils import urlutil
 
-from vcsperf.bench import zstdstore as storebench
+from vcsperf.harness import measure
 
 import campaign
 
@@ -20,7 +20,7 @@ ENABLE = "[extensions]\nzstdstore =\n"
 
 
 def revlog_bytes(repo):
-    sizes = storebench.store_bytes(str(repo))
+    sizes = measure.store_bytes(str(repo))
     return sizes["total"] - sizes["dictionaries"]
 
 

@@ -10,6 +10,7 @@ from vcsperf.check.outcome import Failed
 from vcsperf.core import commitids
 from vcsperf.harness import tools
 
+
 def rewritten(quick):
     """Changesets the feature rewrites, at most."""
     return 12 if quick else 100
@@ -55,7 +56,7 @@ def _linear_slice(check, env, length):
     return best[0][1], best[-1][1], len(best)
 
 
-def commit_ids(check, work):
+def commitid(check, work):
     core = check.hg_env()
     ours = check.hg_env(
         ["commitid", "rebase", "histedit"],
