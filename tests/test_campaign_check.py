@@ -20,6 +20,7 @@ in tests/test_check.py), on small repositories.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -28,10 +29,11 @@ import sys
 import pytest
 
 import campaign
-from vcsperf.check import runner
+from vcsperf.check import features as check_features, runner
+from vcsperf.check.resume import LOCK_FILE, MARKER_FILE, RUN_DIR, STATE_FILE
 from vcsperf.harness import tools
 
-FEATURES = ["dictionaries", "bundles", "wire", "checkouts", "commit_ids",
+FEATURES = ["dictionaries", "bundles", "wire", "checkouts", "commit IDs",
             "importer"]
 
 
@@ -46,12 +48,13 @@ def _small_repo(hg, path, commits=2):
 def _only(monkeypatch, features=(), replace=None):
     """Every feature skipped but ``features``; ``replace``: {name:
     function} run instead of a feature."""
-    for name in FEATURES:
-        if name not in features:
-            monkeypatch.setattr(runner, name,
-                                lambda check, work: "not in this test")
-    for name, function in (replace or {}).items():
-        monkeypatch.setattr(runner, name, function)
+    functions = dict.fromkeys(
+        [name for name in FEATURES if name not in features],
+        lambda check, work: "not in this test")
+    functions.update(replace or {})
+    monkeypatch.setattr(check_features, "FEATURES", tuple(
+        dataclasses.replace(f, function=functions.get(f.name, f.function))
+        for f in check_features.FEATURES))
 
 
 def _tree(top):
@@ -160,10 +163,12 @@ def test_hostile_file_names(hg, tmp_path, monkeypatch, tally):
 # Special files --------------------------------------------------------------
 
 _RUN_IMPORTER = """
-import json, sys
-from vcsperf.check import runner
-for name in ("dictionaries", "bundles", "wire", "checkouts", "commit_ids"):
-    setattr(runner, name, lambda check, work: "not in this test")
+import dataclasses, json, sys
+from vcsperf.check import features, runner
+features.FEATURES = tuple(
+    f if f.name == "importer" else dataclasses.replace(
+        f, function=lambda check, work: "not in this test")
+    for f in features.FEATURES)
 report = runner.Check(sys.argv[1], scratch=sys.argv[2]).run()
 print(json.dumps([f for f in report["features"] if f["name"] == "importer"]))
 """
@@ -251,7 +256,7 @@ def test_resume_directory_behind_its_back(hg, tmp_path, monkeypatch,
         elsewhere = tmp_path / ("elsewhere%d" % number)
         elsewhere.mkdir()
         (elsewhere / "keep.txt").write_text("keep\n")
-        run_dir = resume / runner.RUN_DIR
+        run_dir = resume / RUN_DIR
         details = ""
 
         def during(check, work, what=what):
@@ -260,19 +265,19 @@ def test_resume_directory_behind_its_back(hg, tmp_path, monkeypatch,
             elif what == "files added to DIR during a feature":
                 (resume / "added.txt").write_text("added\n")
             elif what == "lock removed during a feature":
-                os.unlink(run_dir / runner.LOCK_FILE)
+                os.unlink(run_dir / LOCK_FILE)
 
         def interrupted(check, work):
             raise KeyboardInterrupt()
 
         # a first run stops after its first feature, leaving its state
-        _only(monkeypatch, replace={"commit_ids": interrupted})
+        _only(monkeypatch, replace={"commit IDs": interrupted})
         with contextlib.suppress(KeyboardInterrupt):
             runner.Check(str(repo), resume=str(resume)).run()
         if what == "state damaged":
-            details = _damage_state(tally.rng, run_dir / runner.STATE_FILE)
+            details = _damage_state(tally.rng, run_dir / STATE_FILE)
         elif what == "marker removed":
-            os.unlink(run_dir / runner.MARKER_FILE)
+            os.unlink(run_dir / MARKER_FILE)
         elif what == "run directory a symlink":
             tools.run(["rm", "-rf", str(run_dir)], None)
             os.symlink(elsewhere, run_dir)
@@ -286,7 +291,7 @@ def test_resume_directory_behind_its_back(hg, tmp_path, monkeypatch,
         user_after = _tree(resume) if resume.exists() else {}
         kept = all(user_after.get(name) == content
                    for name, content in user_before.items()
-                   if not name.startswith(runner.RUN_DIR))
+                   if not name.startswith(RUN_DIR))
         tally.case(kind != "crash" and kept
                    and _tree(elsewhere) == elsewhere_before
                    and (what != "files added to DIR during a feature"
@@ -337,7 +342,7 @@ def test_read_only_places(env, hg, tmp_path, monkeypatch, tally):
                 with contextlib.suppress(KeyboardInterrupt):
                     runner.Check(str(repo), resume=str(top)).run()
                 _only(monkeypatch)
-                target = top / runner.RUN_DIR
+                target = top / RUN_DIR
             elif place == "scratch":
                 options = {"scratch": str(top)}
             elif place == "json directory":

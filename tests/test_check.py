@@ -2,6 +2,7 @@
 every feature passes, damage in the copy and in the original reported as
 failures, Ctrl-C and SIGTERM leaving nothing behind, and the disk check."""
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -14,7 +15,13 @@ import time
 import pytest
 
 import campaign
-from vcsperf.check import runner
+from vcsperf.check import (
+    copying,
+    features as check_features,
+    resources,
+    runner,
+)
+from vcsperf.check.resume import RUN_DIR, STATE_FILE
 from vcsperf.harness import tools
 
 FEATURES = ["dictionaries", "wire", "bundles", "checkouts", "commit IDs",
@@ -71,7 +78,7 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
                               env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL,
                               start_new_session=True)
-    state = resume / runner.RUN_DIR / runner.STATE_FILE
+    state = resume / RUN_DIR / STATE_FILE
     try:
         deadline = time.monotonic() + 300
         while not (state.exists() and json.loads(state.read_text())[
@@ -151,8 +158,9 @@ def test_damage_in_the_copy_fails_the_feature(env, real_hg_repo, tmp_path,
     fails, the next goes on (the importer; the others, which the quick
     run's test runs, are skipped here to save their minutes), the original
     is untouched."""
-    for name in ("wire", "bundles", "checkouts", "commit_ids"):
-        monkeypatch.setattr(runner, name, lambda check, work: "skipped")
+    _replace_features(monkeypatch, dict.fromkeys(
+        ("wire", "bundles", "checkouts", "commit IDs"),
+        lambda check, work: "skipped"))
     run_hg = runner.Check.hg
     damaged = []
 
@@ -217,16 +225,19 @@ def test_damaged_original_is_reported_not_touched(env, real_hg_repo,
     assert os.listdir(scratch) == []
 
 
-FEATURE_FUNCTIONS = ["dictionaries", "bundles", "wire", "checkouts",
-                     "commit_ids", "importer"]
+def _replace_features(monkeypatch, functions):
+    """The features named in ``functions`` ({name: function(check,
+    work)}) run those functions instead."""
+    monkeypatch.setattr(check_features, "FEATURES", tuple(
+        dataclasses.replace(f, function=functions.get(f.name, f.function))
+        for f in check_features.FEATURES))
 
 
 def _only_the_copy(monkeypatch, feature=None):
     """Every feature skipped (or running ``feature``): the run makes the
     copy, fingerprints the original and reports, in seconds."""
-    for name in FEATURE_FUNCTIONS:
-        monkeypatch.setattr(runner, name, feature or (
-            lambda check, work: "not in this test"))
+    _replace_features(monkeypatch, dict.fromkeys(FEATURES, feature or (
+        lambda check, work: "not in this test")))
 
 
 def _directory_times(root):
@@ -307,12 +318,12 @@ def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
     store = hgrepo / ".hg" / "store"
     for name in ("lock", "journal"):
         os.symlink("elsewhere:1", store / name)
-        assert not runner.copy_repository(str(tmp_path / "share"),
-                                         str(tmp_path / "copy"))
+        assert not copying.copy_repository(str(tmp_path / "share"),
+                                          str(tmp_path / "copy"))
         assert not (tmp_path / "copy").exists()
         os.unlink(store / name)
-    assert runner.copy_repository(str(tmp_path / "share"),
-                                 str(tmp_path / "copy"))
+    assert copying.copy_repository(str(tmp_path / "share"),
+                                  str(tmp_path / "copy"))
     hg("verify", "-q", cwd=tmp_path / "copy")
     assert "shared" not in (tmp_path / "copy/.hg/requires").read_text()
 
@@ -417,12 +428,12 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     _only_the_copy(monkeypatch, feature)
     with pytest.raises(KeyboardInterrupt):
         runner.Check(str(real_hg_repo), resume=str(resume)).run()
-    state = json.loads((resume / runner.RUN_DIR / runner.STATE_FILE
+    state = json.loads((resume / RUN_DIR / STATE_FILE
                         ).read_text())["state"]
     assert sorted(calls[:2]) == ["commit-IDs", "dictionaries"]
     assert [f["name"] for f in state["features"]] == ["dictionaries",
                                                       "commit IDs"]
-    assert (resume / runner.RUN_DIR / "copy" / ".hg" / "store").is_dir()
+    assert (resume / RUN_DIR / "copy" / ".hg" / "store").is_dir()
     with pytest.raises(runner.Abort, match="other options"):
         runner.Check(str(real_hg_repo), quick=True, resume=str(resume)).run()
     report = runner.Check(str(real_hg_repo), resume=str(resume)).run()
@@ -437,7 +448,7 @@ def test_a_timed_step_has_the_machine_alone():
     """Untimed work of two features shares the machine; a timed step
     starts only when the other's untimed work has ended, and the other's
     next untimed work waits for the timed step's end."""
-    machine = runner.Machine()
+    machine = resources.Machine()
     events = []
     sharing, release = threading.Event(), threading.Event()
 
@@ -462,6 +473,34 @@ def test_a_timed_step_has_the_machine_alone():
     timed.join(60)
     other.join(60)
     assert events == ["untimed ends", "timed", "untimed again"]
+
+
+def test_a_feature_without_rates_fails_at_import(tmp_path, monkeypatch):
+    """A row of the features table is checked when it is made, so a
+    module that makes a bad one fails when it is imported, not when a run
+    reaches the feature: no rates, a rate per a unit the estimates do not
+    measure, a negative one, a name twice, a feature beside none."""
+    row = check_features.FEATURES[0]
+    for change in ({"seconds_per": {}}, {"disk_per": {}},
+                   {"seconds_per": {"MB per hour": 1}},
+                   {"disk_per": {"work": -1}}, {"function": None},
+                   {"name": ""}):
+        with pytest.raises(ValueError):
+            dataclasses.replace(row, **change)
+    with pytest.raises(ValueError, match="two features"):
+        check_features.table(row, row)
+    with pytest.raises(ValueError, match="beside"):
+        check_features.table(dataclasses.replace(row, beside="nothing"))
+    (tmp_path / "morefeatures.py").write_text(
+        "from vcsperf.check.features import Feature, table\n"
+        "FEATURES = table(Feature('new', print, seconds_per={},\n"
+        "                         disk_per={'tree': 1}))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="'new' has no seconds_per"):
+        __import__("morefeatures")
+    # The table's own rows are whole: every one has both kinds of rates.
+    assert all(f.seconds_per and f.disk_per
+               for f in check_features.FEATURES)
 
 
 def _timed(machine, events):
@@ -511,12 +550,11 @@ def _small_repo(hg, path, commits=6, config=()):
 
 
 def _run_only(monkeypatch, features, repo, **options):
-    """Run the check with only ``features`` (FEATURE_FUNCTIONS names), the
-    others skipped; the report."""
-    for name in FEATURE_FUNCTIONS:
-        if name not in features:
-            monkeypatch.setattr(runner, name,
-                                lambda check, work: "not in this test")
+    """Run the check with only ``features`` (FEATURES names), the others
+    skipped; the report."""
+    _replace_features(monkeypatch, dict.fromkeys(
+        [name for name in FEATURES if name not in features],
+        lambda check, work: "not in this test"))
     return runner.Check(str(repo), **options).run()
 
 
@@ -562,11 +600,11 @@ def test_resume_keeps_what_it_did_not_make(hg, tmp_path, monkeypatch):
     by the run goes at the end when it is empty, not otherwise."""
     repo = _small_repo(hg, tmp_path / "repo", 2)
     foreign = tmp_path / "foreign"
-    (foreign / runner.RUN_DIR).mkdir(parents=True)
-    (foreign / runner.RUN_DIR / "data").write_text("not the check's\n")
+    (foreign / RUN_DIR).mkdir(parents=True)
+    (foreign / RUN_DIR / "data").write_text("not the check's\n")
     with pytest.raises(runner.Abort, match="not made by vcsperf check"):
         _run_only(monkeypatch, [], repo, resume=str(foreign))
-    assert (foreign / runner.RUN_DIR / "data").read_text() == \
+    assert (foreign / RUN_DIR / "data").read_text() == \
         "not the check's\n"
     made = tmp_path / "made"
 
@@ -575,7 +613,7 @@ def test_resume_keeps_what_it_did_not_make(hg, tmp_path, monkeypatch):
 
     _run_only(monkeypatch, [], repo, resume=str(made))
     assert not made.exists()
-    monkeypatch.setattr(runner, "importer", drop_a_file)
+    _replace_features(monkeypatch, {"importer": drop_a_file})
     assert runner.Check(str(repo), resume=str(made)).run()["passed"]
     assert os.listdir(made) == ["added-meanwhile"]
 
@@ -599,8 +637,8 @@ def test_json_written_by_rename(hg, tmp_path, monkeypatch):
     repo = _small_repo(hg, tmp_path / "repo", 2)
     out = tmp_path / "out"
     out.mkdir()
-    for name in FEATURE_FUNCTIONS:
-        monkeypatch.setattr(runner, name, lambda check, work: "skipped")
+    _replace_features(monkeypatch, dict.fromkeys(
+        FEATURES, lambda check, work: "skipped"))
     renames = []
     replace = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: (
@@ -621,7 +659,7 @@ def test_repository_that_has_commit_ids(hg, tmp_path, monkeypatch):
                        ["--config", "extensions.commitid="])
     assert "MozReview-Commit-ID:" in hg("log", "-r", "tip", "-T", "{desc}",
                                         cwd=repo)
-    report = _run_only(monkeypatch, ["commit_ids"], repo,
+    report = _run_only(monkeypatch, ["commit IDs"], repo,
                        scratch=str(tmp_path))
     assert _statuses(report) == {"commit IDs": ("passed", None)}
 
@@ -645,7 +683,7 @@ def _with_hidden_changeset(hg, path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("feature", ["dictionaries", "checkouts",
-                                     "commit_ids", "wire"])
+                                     "commit IDs", "wire"])
 def test_repository_with_obsolescence_markers(hg, tmp_path, monkeypatch,
                                               feature):
     """issue 27: with hidden changesets the dictionaries compared a clone
@@ -674,7 +712,7 @@ def test_repository_with_subrepos(hg, tmp_path, monkeypatch):
     for i in range(3):
         (repo / "b.txt").write_text("%d\n" % i)
         hg("commit", "-q", "-m", "after %d" % i, cwd=repo)
-    report = _run_only(monkeypatch, ["commit_ids", "checkouts"], repo,
+    report = _run_only(monkeypatch, ["commit IDs", "checkouts"], repo,
                        scratch=str(tmp_path), quick=True)
     assert _statuses(report) == {"checkouts": ("passed", None),
                                  "commit IDs": ("passed", None)}
@@ -706,10 +744,12 @@ def test_file_names_the_importer_takes(hg, tmp_path, monkeypatch, name):
 
 
 _IMPORTER_ONLY = """
-import json, sys
-from vcsperf.check import runner
-for name in ("dictionaries", "bundles", "wire", "checkouts", "commit_ids"):
-    setattr(runner, name, lambda check, work: "not in this test")
+import dataclasses, json, sys
+from vcsperf.check import features, runner
+features.FEATURES = tuple(
+    f if f.name == "importer" else dataclasses.replace(
+        f, function=lambda check, work: "not in this test")
+    for f in features.FEATURES)
 report = runner.Check(sys.argv[1], scratch=sys.argv[2]).run()
 print(json.dumps(report["features"]))
 """
@@ -745,8 +785,8 @@ def test_demo_workdir_keeps_the_files_there(tmp_path, monkeypatch):
     sources = history.installed_sources
     monkeypatch.setattr(history, "installed_sources", lambda: list(
         sources(distributions=("pycparser",)))[:3])
-    for name in FEATURE_FUNCTIONS + ["git_checkouts"]:
-        monkeypatch.setattr(runner, name, lambda check, work: "skipped")
+    _replace_features(monkeypatch, dict.fromkeys(
+        FEATURES + ["git checkouts"], lambda check, work: "skipped"))
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine\n")

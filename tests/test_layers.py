@@ -8,12 +8,11 @@ in our packages, read from its source (ast), against the rules below.
     hgext/, gitbridge/ the adapters              imports: core, zstdwire,
                                                           pastbytes
     vcsperf/harness/   processes, servers,       imports: core, zstdwire
-                       histories
+                       histories, measurements
     vcsperf/bench/     the benchmarks            imports: harness, core,
                                                           zstdwire, pastbytes
-    vcsperf/check/     vcsperf check and demo    imports: bench, harness,
-                                                          core, zstdwire,
-                                                          pastbytes
+    vcsperf/check/     vcsperf check and demo    imports: harness, core,
+                                                          zstdwire, pastbytes
     vcsperf/cli.py     the console script        imports: every vcsperf
                                                           layer, zstdwire,
                                                           pastbytes
@@ -45,8 +44,9 @@ ALLOWED = {
     "gitbridge": {"core", "zstdwire", "pastbytes"},
     "harness": {"core", "zstdwire"},
     "bench": {"harness", "core", "zstdwire", "pastbytes"},
-    "check": {"bench", "harness", "core", "zstdwire", "pastbytes"},
-    "cli": {"check", "bench", "harness", "core", "zstdwire", "pastbytes"},
+    "check": {"harness", "core", "zstdwire", "pastbytes"},
+    "cli": {"check", "bench", "harness", "core", "zstdwire",
+            "pastbytes"},
 }
 #: Layers that run with the standard library and these packages only.
 PLAIN = {"zstdwire": {"zstandard"},

@@ -13,13 +13,13 @@ from mercurial import bundle2, store, ui as uimod, util
 from mercurial.utils import urlutil
 
 import campaign
-from vcsperf.bench import zstdstore as storebench
+from vcsperf.harness import measure
 
 ENABLE = "[extensions]\nzstdstore =\n"
 
 
 def revlog_bytes(repo):
-    sizes = storebench.store_bytes(str(repo))
+    sizes = measure.store_bytes(str(repo))
     return sizes["total"] - sizes["dictionaries"]
 
 

@@ -6,7 +6,8 @@ tools around the suite, one layer per folder:
   ours the adapters import nothing else but ``zstdwire`` and
   ``pastbytes``, the bytes-literal importer;
 - ``harness``: real ``hg`` and ``git`` processes, servers on 127.0.0.1,
-  real-content histories, for the tests, benchmarks and the check;
+  real-content histories, for the tests, benchmarks and the check, and
+  the measurements the benchmarks and the check both take;
 - ``bench``: one module per benchmark, run as ``vcsperf bench NAME``;
 - ``check``: ``vcsperf check`` and ``vcsperf demo``.
 

@@ -16,17 +16,17 @@ Measured, each with core first:
 - the wire: bytes received and server CPU for a full ``clone --pull`` and
   for a pull of the last 100 changesets, core zstd against wirezstd.
 
-Its measurements serve ``vcsperf check`` too.
+The wire's pulls are ``harness.measure``'s, which ``vcsperf check`` takes
+too.
 """
 
 import os
-import re
 import shutil
 import sys
 import time
 
 from vcsperf.bench import benchcli
-from vcsperf.harness import servers, tools
+from vcsperf.harness import measure, servers, tools
 
 #: zstd-max's level, and core's high-level zstd bundle beside it.
 MAX_LEVEL = 19
@@ -37,20 +37,12 @@ TARGETS = (
     ("full pull bytes, ours vs core zstd", "pull_bytes", "<=", 0.9),
     ("full pull server CPU, ours vs core", "pull_cpu", "<=", 1.2),
 )
-_RECEIVED = re.compile(r"received (\d+) bytes in responses")
 
 
 def _timed(fn):
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def cpu_seconds(pid):
-    """CPU time (user + system) that process ``pid`` has used so far."""
-    with open("/proc/%d/stat" % pid) as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _bundles(level):
@@ -124,51 +116,6 @@ def measure_clones(repo, work, core, bundles, level):
     return results
 
 
-def pull(env, repo, dest, serve_args, base):
-    """Bytes received and server CPU seconds for pulling ``repo`` into
-    ``dest`` (a local clone of the repository ``base``, or an empty
-    repo)."""
-    if base:
-        tools.hg(["clone", "-q", "-U", base, dest], env)
-    else:
-        tools.hg(["init", dest], env)
-    with servers.HgServer(env, repo, *serve_args) as server:
-        before = cpu_seconds(server.pid)
-        start = time.perf_counter()
-        out = tools.hg(["pull", "--debug", "-R", dest, server.url], env)
-        seconds = time.perf_counter() - start
-        cpu = cpu_seconds(server.pid) - before
-    changesets = int(tools.hg(["log", "-R", dest, "-r", "tip", "-T",
-                               "{rev}"], env)) + 1
-    shutil.rmtree(dest, ignore_errors=True)
-    received = int(_RECEIVED.search(out).group(1))
-    return {"bytes": received, "server_cpu": cpu, "seconds": seconds,
-            "changesets": changesets}
-
-
-def measure_wire(repo, work, core, ours):
-    """Pulls of the whole history and of the last 100 changesets, by core
-    zstd and by wirezstd."""
-    results = {}
-    last100 = tools.hg(["log", "-R", repo, "-r", "first(last(all(), 101))",
-                        "-T", "{node}"], core)
-    # All but the last 100, made once and cloned by hardlinks for each
-    # side: a hardlinked clone with the rest stripped (Mercurial breaks a
-    # hardlink before it writes; a clone -r pulls, and costs what a full
-    # pull does).
-    older = os.path.join(work, "all-but-100")
-    tools.hg(["clone", "-q", "-U", repo, older], core)
-    tools.hg(["-R", older, "debugstrip", "-q", "--no-backup", "-r",
-              "not ::%s" % last100], core)
-    for label, base in (("full pull", None), ("pull of last 100", older)):
-        for side, env, config in (("core zstd", core, ()),
-                                  ("wirezstd", ours,
-                                   ("--config", "extensions.wirezstd="))):
-            results["%s, %s" % (label, side)] = pull(
-                env, repo, os.path.join(work, "pulled"), config, base)
-    return results
-
-
 def ratios(bundles, wire, level):
     slowest = max(bundles[name]["seconds"] for name in
                   ("ours zstd-max", "core gzip-v2", "core stream"))
@@ -224,7 +171,7 @@ def run(source, workdir, level=MAX_LEVEL):
     results = {
         "bundles": bundles,
         "clones": measure_clones(repo, workdir, core, bundles, level),
-        "wire": measure_wire(repo, workdir, core, ours),
+        "wire": measure.measure_wire(repo, workdir, core, ours),
     }
     for r in bundles.values():
         r.pop("path", None)

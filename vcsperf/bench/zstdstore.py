@@ -13,7 +13,7 @@ batch chunk read (``chunkread``, an hg extension), and the wall time of
 end-to-end commands (``COMMANDS``); reads and commands run in turns (zlib,
 zstd, zstd-dict, zlib...) so that a machine whose speed drifts shifts all
 three alike.
-``store_bytes`` serves ``vcsperf check`` too.
+Store bytes are ``harness.measure``'s, which ``vcsperf check`` takes too.
 """
 
 import json
@@ -26,9 +26,9 @@ import time
 
 from vcsperf.bench import benchcli, chunkread, hgchunks
 from vcsperf.harness import servers, tools
+from vcsperf.harness.measure import CLASSES, store_bytes
 
 ENGINES = ("zlib", "zstd", "zstd-dict")
-CLASSES = ("changelog", "manifest", "filelog")
 TARGETS = (
     ("changelog bytes vs core zstd", "changelog_bytes", "<=", 0.75),
     ("store bytes vs core zstd", "total_bytes", "<=", 0.92),
@@ -39,25 +39,6 @@ TARGETS = (
     ("filelog read speed vs core zstd", "filelog_speed", ">=", 1.0),
     ("hg log time vs core zstd", "log_seconds", "<=", 1.0),
 )
-
-
-def store_bytes(repo):
-    sizes = dict.fromkeys(CLASSES + ("dictionaries",), 0)
-    store = os.path.join(repo, ".hg", "store")
-    for root, _, files in os.walk(store):
-        rel = os.path.relpath(root, store)
-        for name in files:
-            size = os.path.getsize(os.path.join(root, name))
-            if rel.startswith("zstd-dicts"):
-                sizes["dictionaries"] += size
-            elif rel.startswith("data"):
-                sizes["filelog"] += size
-            elif name.startswith("00changelog"):
-                sizes["changelog"] += size
-            elif name.startswith("00manifest") or rel.startswith("meta"):
-                sizes["manifest"] += size
-    sizes["total"] = sum(sizes.values())
-    return sizes
 
 
 def timed(argv, env, cwd=None):

@@ -1,7 +1,12 @@
-"""``vcsperf check``: ``runner`` copies the repository, runs each feature
-(one module each: ``store``, ``clones``, ``checkouts``, ``commit_ids``,
-``importer``; ``checkcmds`` is the hg extension they call; ``sample`` the
-slice ``--quick`` works on; ``tree`` the files of a revision, names as
-hg stores them) and reports;
-and ``vcsperf demo``.  Imports the core, the harness and the benchmarks'
-measurements."""
+"""``vcsperf check`` and ``vcsperf demo``.  ``runner`` runs the check:
+the features of ``features``, one row each and one module each named
+after it (``dictionaries``, ``wire``, ``bundles``, ``checkouts``,
+``commitid``, ``importer``; ``checkcmds`` is the hg extension they call;
+``sample`` the slice ``--quick`` works on; ``tree`` the files of a
+revision, names as hg stores them; ``outcome`` how a feature fails), on a
+copy of the repository (``copying``), within the machine's disk and
+cores (``resources``), estimated before (``estimates``), resumable
+(``resume``), shown as it runs (``console``) and reported (``report``).
+``demo`` builds the repositories it checks.  Imports the core and the
+harness.
+"""

@@ -25,6 +25,9 @@ def _usable_node(check, env, rev):
 #: that has them does: robustcheckout stream-clones its pool, which a
 #: server with markers refuses to a client that cannot take them.
 CLIENT_CONFIG = "[experimental]\nevolution = all\n"
+#: The fact that names the revisions checked out, which the report of a
+#: quick run gives with its sample.
+REVISIONS = "revisions"
 
 
 def checkouts(check, work):
@@ -58,7 +61,7 @@ def checkouts(check, work):
                 check.hg(["log", "-R", dest, "-r", ".", "-T", "{node}"],
                          ours),
                 check.hg(["status", "-R", dest], ours)))
-    check.fact("revisions", revs)
+    check.fact(REVISIONS, revs)
 
 
 def _pooled_checkouts(check, work, targets, plain_name, plain, pooled_name,

@@ -8,7 +8,7 @@ import sys
 import tempfile
 import time
 
-from vcsperf.check import runner
+from vcsperf.check import report, runner
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.harness import history, tools
 
@@ -32,7 +32,7 @@ def run_demo(workdir=None, keep=False, json_path=None):
     ``keep``, and check them; the exit status of ``vcsperf check``.
     Nothing else of ``workdir`` is touched."""
     try:
-        runner.check_output(json_path)
+        report.check_output(json_path)
     except Abort as abort:
         return print_abort(abort)
     if workdir:

@@ -1,6 +1,6 @@
-"""The ``wire`` and ``bundles`` features of ``vcsperf check``: pulls by
-core zstd and by wirezstd; clone bundles built, served and cloned from by
-a stock hg, beside the wire's pull by core."""
+"""The ``bundles`` feature of ``vcsperf check``: clone bundles built by
+``hg bundlegen``, served and cloned from by a stock hg, each clone
+verified, beside the wire's pull of everything by core."""
 
 import concurrent.futures
 import json
@@ -8,12 +8,9 @@ import os
 import shutil
 import time
 
-from vcsperf.bench import wirezstd
 from vcsperf.check.outcome import Failed, command_failure
+from vcsperf.check.wire import PULL_SECONDS
 from vcsperf.harness import servers, tools
-
-#: The wire feature's fact the bundles feature compares clone times with.
-PULL_SECONDS = "full pull seconds, core zstd"
 
 
 def _node_set(check, repo, env, revset="heads(all())"):
@@ -66,7 +63,7 @@ def bundles(check, work):
             os.unlink(manifest)
             # The wire feature's full pull by core is this clone: it is
             # not done twice, unless that feature failed before it.
-            plain = check.fact_of("wire", PULL_SECONDS)
+            plain = check.fact_of(PULL_SECONDS)
             if plain is None:
                 with check.step("plain clone --pull over HTTP"):
                     plain = _clone(check, work, core, core, ["--pull"],
@@ -119,27 +116,3 @@ def _verify(check, env, dest, heads):
             raise Failed("a clone does not hold the repository's heads")
     finally:
         shutil.rmtree(dest, ignore_errors=True)
-
-
-def wire(check, work):
-    core = check.hg_env()
-    ours = check.hg_env(["wirezstd"])
-    with check.step("pulls, core zstd and wirezstd"):
-        results = wirezstd.measure_wire(check.base, work, core, ours)
-    check.fact(PULL_SECONDS, round(results["full pull, core zstd"]["seconds"],
-                                   3))
-    for label in ("full pull", "pull of last 100"):
-        core_r, ours_r = (results["%s, %s" % (label, side)]
-                          for side in ("core zstd", "wirezstd"))
-        check.compare("%s, bytes received" % label, core_r["bytes"],
-                      ours_r["bytes"], "bytes", "lower", "core zstd")
-        check.compare("%s, server CPU" % label, core_r["server_cpu"],
-                      ours_r["server_cpu"], "seconds", "lower", "core zstd")
-        if ours_r["changesets"] != core_r["changesets"]:
-            raise Failed("%s: wirezstd brought %d changesets, core %d"
-                         % (label, ours_r["changesets"],
-                            core_r["changesets"]))
-    full = results["full pull, wirezstd"]
-    if full["changesets"] != check.base_changesets:
-        raise Failed("the full pull brought %d of %d changesets"
-                     % (full["changesets"], check.base_changesets))

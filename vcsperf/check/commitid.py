@@ -56,7 +56,7 @@ def _linear_slice(check, env, length):
     return best[0][1], best[-1][1], len(best)
 
 
-def commit_ids(check, work):
+def commitid(check, work):
     core = check.hg_env()
     ours = check.hg_env(
         ["commitid", "rebase", "histedit"],

@@ -6,10 +6,9 @@ verified, every full text compared with the copy's."""
 import json
 import os
 
-from vcsperf.bench import zstdstore
 from vcsperf.check import checkcmds
 from vcsperf.check.outcome import Failed, command_failure
-from vcsperf.harness import tools
+from vcsperf.harness import measure, tools
 
 
 def _fulltexts(check, repo, env):
@@ -67,8 +66,8 @@ def dictionaries(check, work):
     with check.step("read full texts, zstd-dict"):
         after = _fulltexts(check, repo, ours)
     engine = check.info["engine"]
-    sizes = {"core": zstdstore.store_bytes(check.base),
-             "ours": zstdstore.store_bytes(repo)}
+    sizes = {"core": measure.store_bytes(check.base),
+             "ours": measure.store_bytes(repo)}
     for name in ("changelog", "manifest", "filelog", "total"):
         check.compare("store bytes, %s" % name, sizes["core"][name],
                       sizes["ours"][name], "bytes", "lower", engine)

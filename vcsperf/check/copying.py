@@ -1,0 +1,159 @@
+"""The repository under test, only read: its history copied by hardlinks
+without its locks (``copy_repository``), the fingerprint of its ``.hg``
+taken before and after the run (``fingerprint``, ``original_changes``),
+and the scratch and resume directories that would reach into it refused
+(``refuse_places``)."""
+
+import os
+import shutil
+
+from vcsperf.core.errors import Abort
+
+#: Copies of a repository that is being written to before the copy is
+#: made by pull instead.
+COPY_ATTEMPTS = 3
+
+
+def fingerprint(repo):
+    """Size, device and inode, and modification time of every file under
+    ``repo/.hg``, by name: what any write changes (an append the size and
+    time, a write-then-rename the inode, a new or removed file the
+    names)."""
+    prints = {}
+    top = os.path.join(repo, ".hg")
+    for root, _, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            prints[os.path.relpath(path, top)] = (
+                st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns)
+    return prints
+
+
+#: Files under ``.hg`` that any reader of a repository may change without
+#: changing the repository: locks, which ``hg clone`` takes on its source
+#: and which leave nothing behind, and the caches, which hg rewrites as it
+#: reads.
+_LOCKS = ("wlock", "lock", os.path.join("store", "lock"))
+_CACHES = ("cache" + os.sep, "wcache" + os.sep)
+
+
+def original_changes(before, after):
+    """``(changed, caches)``: the files under ``.hg`` that were written,
+    created or removed between two ``fingerprint``s, and, apart from
+    them, the caches that were."""
+    names = sorted(name for name in set(before) | set(after)
+                   if before.get(name) != after.get(name)
+                   and name not in _LOCKS)
+    caches = [name for name in names if name.startswith(_CACHES)]
+    return [name for name in names if name not in caches], caches
+
+
+#: Files of a store that belong to a lock or a transaction, not history.
+_STORE_LOCK, _STORE_JOURNAL = "lock", "journal"
+_NOT_HISTORY = (_STORE_LOCK, _STORE_JOURNAL, "undo")
+
+
+def _store_path(repo):
+    """The store of ``repo``, which may be a share of another's."""
+    hgdir = os.path.join(repo, ".hg")
+    try:
+        with open(os.path.join(hgdir, "sharedpath")) as fh:
+            shared = fh.read().strip()
+    except FileNotFoundError:
+        return os.path.join(hgdir, "store")
+    return os.path.join(hgdir, shared, "store")
+
+
+def _quiet_state(store):
+    """What any write to ``store`` changes -- the directory's modification
+    time (a lock or journal comes and goes) and the changelog's identity
+    -- or None while it is being written."""
+    if any(os.path.lexists(os.path.join(store, name))
+           for name in (_STORE_LOCK, _STORE_JOURNAL)):
+        return None
+    state = [os.stat(store).st_mtime_ns]
+    for name in ("00changelog.i", "00changelog.d"):
+        try:
+            st = os.stat(os.path.join(store, name))
+        except FileNotFoundError:
+            state.append(None)
+            continue
+        state.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return state
+
+
+def copy_repository(source, dest):
+    """Copy the history of ``source`` to a new repository ``dest`` with
+    hardlinks (plain copies across filesystems), writing nothing in
+    ``source`` -- ``hg clone`` takes its store lock.  Mercurial breaks a
+    hardlink before it writes to a file, so neither side can change the
+    other.
+
+    Without a lock, the copy is checked instead: the changelog is linked
+    first, so every changeset it names has its data in the files linked
+    after it, and nothing may have written the store meanwhile.  Returns
+    False, with ``dest`` removed, when something did."""
+    store = _store_path(source)
+    before = _quiet_state(store)
+    if before is None:
+        return False
+    os.makedirs(os.path.join(dest, ".hg", "store"))
+    with open(os.path.join(source, ".hg", "requires")) as fh:
+        requires = [line for line in fh.read().split()
+                    if line not in ("shared", "relshared")]
+    with open(os.path.join(dest, ".hg", "requires"), "w") as fh:
+        fh.writelines(line + "\n" for line in requires)
+    bookmarks = os.path.join(source, ".hg", "bookmarks")
+    if os.path.exists(bookmarks):
+        shutil.copyfile(bookmarks, os.path.join(dest, ".hg", "bookmarks"))
+    files = []
+    for root, dirs, names in os.walk(store):
+        relative = os.path.relpath(root, store)
+        for name in dirs:
+            os.mkdir(os.path.join(dest, ".hg", "store", relative, name))
+        files += [os.path.normpath(os.path.join(relative, name))
+                  for name in names
+                  # dot files are temporary (store names never start so)
+                  if not name.startswith(".") and not (
+                      relative == "." and name.startswith(_NOT_HISTORY))]
+    files.sort(key=lambda name: not name.startswith("00changelog"))
+    for name in files:
+        target = os.path.join(dest, ".hg", "store", name)
+        try:
+            os.link(os.path.join(store, name), target)
+        except OSError:  # another filesystem, or no hardlinks there
+            shutil.copyfile(os.path.join(store, name), target)
+    if _quiet_state(store) != before:
+        shutil.rmtree(dest)
+        return False
+    return True
+
+
+def _inside(path, top):
+    """Whether ``path`` is ``top`` or under it, symlinks resolved."""
+    path, top = os.path.realpath(path), os.path.realpath(top)
+    return os.path.commonpath([path, top]) == top
+
+
+def refuse_places(source, git, resume, scratch):
+    """Refuse a scratch or resume directory where the run would write
+    into a repository under test, or whose removal would reach one."""
+    repositories = [source] + ([git] if git else [])
+    inner = [os.path.join(source, ".hg")]
+    if git:
+        dot_git = os.path.join(git, ".git")
+        inner.append(dot_git if os.path.isdir(dot_git) else git)
+    if resume:
+        for repository in repositories:
+            if _inside(repository, resume):
+                raise Abort("--resume %s holds the repository %s"
+                            % (resume, repository),
+                            hint="give --resume a directory outside "
+                            "the repositories under test")
+    for option, path in (("--resume", resume), ("--scratch", scratch)):
+        for top in inner:
+            if path and _inside(path, top):
+                raise Abort("%s %s is inside %s" % (option, path, top),
+                            hint="give %s a directory outside the "
+                            "repositories under test" % option)

@@ -1,0 +1,175 @@
+"""The report of ``vcsperf check``: built from the run (``build``), for
+people (``format_feature`` as each feature ends, ``format_report`` at the
+end), and the ``--json`` file's place checked before the run starts
+(``check_output``)."""
+
+import os
+
+from vcsperf.check import checkouts, resources
+from vcsperf.core import pooling
+from vcsperf.core.errors import Abort
+
+
+def _amount(value, unit):
+    if unit == "bytes":
+        return pooling.format_bytes(value)
+    if unit == "bytes/s":
+        return "%.1f MB/s" % (value / 1e6)
+    if unit == "seconds":
+        return "%.2f s" % value
+    return "%d %s" % (value, unit)
+
+
+def format_feature(feature):
+    lines = ["%-14s %s  (%.1f s)%s" % (
+        feature["name"], feature["status"].upper(), feature["seconds"],
+        ": " + feature["error"] if feature["error"] else "")]
+    for c in feature["comparisons"]:
+        lines.append("    %-36s %-26s %12s  ours %12s  %7s" % (
+            c["what"], c["core_label"], _amount(c["core"], c["unit"]),
+            _amount(c["ours"], c["unit"]),
+            "%.3fx" % c["ratio"] if c["ratio"] is not None else "-"))
+    for name, value in feature["facts"].items():
+        if not isinstance(value, (dict, list)):
+            lines.append("    %s: %s" % (name, value))
+    return "\n".join(lines)
+
+
+def format_report(report):
+    """The whole report for people: the summary, then steps and totals."""
+    lines = ["", "%-14s %-8s %8s  %s" % ("feature", "result", "seconds",
+                                          "headline (ours vs core)")]
+    for feature in report["features"]:
+        head = feature["comparisons"][:1]
+        lines.append("%-14s %-8s %8.1f  %s" % (
+            feature["name"], feature["status"], feature["seconds"],
+            "%s: %.3fx %s" % (head[0]["what"], head[0]["ratio"],
+                              head[0]["core_label"])
+            if head and head[0]["ratio"] is not None else
+            feature["error"] or ""))
+    if "sample" in report:
+        lines += ["", "sample: the newest %d changesets (tip %s); replay "
+                  "with --quick --slice %d" % (
+                      report["sample"]["slice_changesets"],
+                      report["tip"][:12],
+                      report["sample"]["slice_changesets"])]
+    lines += ["", "steps (wall seconds):"]
+    for step in report["steps"]:
+        lines.append("  %-14s %-44s %8.1f" % (step["feature"], step["step"],
+                                              step["seconds"]))
+    memory = report["peak_memory"]
+    scratch = report["scratch"]
+    lines += [
+        "",
+        "peak memory: %s in the largest process (during %s), %s in the "
+        "runner" % (pooling.format_bytes(memory["largest_process_bytes"]),
+                    memory["reached_in"],
+                    pooling.format_bytes(memory["runner_bytes"])),
+        "disk: the scratch directory took at most %s (during %s) of the "
+        "%s estimated (%.2fx)" % (
+            pooling.format_bytes(scratch["peak_used_bytes"]),
+            scratch["peak_reached_in"],
+            pooling.format_bytes(scratch["estimated_bytes"]),
+            scratch["actual_vs_estimate"]),
+        "time: %.1f s against %.1f s estimated (%.2fx)" % (
+            report["seconds"], report["estimate"]["seconds"],
+            report["estimate"]["actual_vs_estimate"] or 0),
+        "original repository unchanged: %s%s" % (
+            "yes" if report["original_unchanged"] else
+            "NO: " + ", ".join(report["original_changed_files"]),
+            " (hg rewrote its caches meanwhile: %s)"
+            % ", ".join(report["original_caches_rewritten"])
+            if report["original_caches_rewritten"] else ""),
+        "total: %.1f s for %d changesets (%.2f min per 10k changesets): %s"
+        % (report["seconds"], report["changesets"],
+           report["minutes_per_10k_changesets"],
+           "PASSED" if report["passed"] else "FAILED"),
+    ]
+    return "\n".join(lines)
+
+
+def check_output(path):
+    """Refuse, before any work, a ``--json`` path the report could not be
+    written to at the end: its directory must exist and be writable, and
+    it must not be a directory."""
+    if path is None:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise Abort("cannot write the report to %s: no directory %s"
+                    % (path, directory), hint="give --json a file in a "
+                    "directory that exists")
+    if os.path.isdir(path):
+        raise Abort("cannot write the report to %s: it is a directory"
+                    % path, hint="give --json a file name")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise Abort("cannot write the report to %s: %s is not writable"
+                    % (path, directory), hint="give --json a file in a "
+                    "directory you can write to")
+
+
+def _seconds_by_part(steps):
+    parts = {}
+    for step in steps:
+        parts[step["feature"]] = round(
+            parts.get(step["feature"], 0) + step["seconds"], 1)
+    return parts
+
+
+def _scratch(check, estimate):
+    """The report's ``scratch``: the disk the run took and its
+    estimate."""
+    disk, need = check.disk, estimate["disk_needed"]
+    return {"path": check.scratch, "kept": check.keep,
+            "estimated_bytes": need, "free_bytes": check.state["free"],
+            "peak_used_bytes": disk.peak,
+            "peak_reached_in": "%s: %s" % disk.peak_where
+            if disk.peak_where else None,
+            "peak_used_bytes_by_feature": disk.peaks,
+            # each with the copy, which stays all along
+            "estimated_bytes_by_feature": {
+                name: estimate["disk"]["copy"] + (
+                    value if name != "copy" else 0)
+                for name, value in estimate["disk"].items()},
+            "actual_vs_estimate": round(disk.peak / need, 3)}
+
+
+def build(check, changed, caches, seconds):
+    """The report (a dict) of ``check``, which ran for ``seconds``;
+    ``changed`` and ``caches``, the files of the original that changed
+    meanwhile (``copying.original_changes``)."""
+    info, estimate = check.info, check.state["estimate"]
+    total = sum(estimate["seconds"].values())
+    report = dict(info)
+    report.update({
+        "scratch": _scratch(check, estimate),
+        "estimate": {
+            "seconds": round(total, 1),
+            "seconds_by_part": estimate["seconds"],
+            "actual_seconds_by_part": _seconds_by_part(check.steps),
+            "actual_vs_estimate": round(seconds / total, 3)
+            if total else None},
+        "features": check.features,
+        "steps": check.steps,
+        "peak_memory": {
+            "runner_bytes": resources.peak_runner_rss(),
+            "largest_process_bytes": max(
+                resources.peak_child_rss(),
+                check.peak_step[1] if check.peak_step else 0),
+            "reached_in": check.peak_step[0] if check.peak_step
+            else None},
+        "original_unchanged": not changed,
+        "original_changed_files": changed[:20],
+        "original_caches_rewritten": caches[:20],
+        "seconds": round(seconds, 1),
+        "minutes_per_10k_changesets": round(
+            seconds / 60 / info["changesets"] * 10000, 2),
+    })
+    if check.quick:
+        report["sample"] = {
+            "tip": info["tip"],
+            "slice_changesets": check.base_changesets,
+            "checkout_revisions": check.fact_of(checkouts.REVISIONS)}
+    report["passed"] = not changed and all(
+        f["status"] != "failed" for f in check.features)
+    return report
