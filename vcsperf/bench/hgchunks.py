@@ -12,8 +12,7 @@ from mercurial import error, hg, ui as uimod
 from mercurial.utils import stringutil
 
 from vcsperf.core.errors import Abort
-
-CLASSES = ("changelog", "manifest", "filelog")
+from vcsperf.harness.measure import CLASSES
 
 
 def open_repo(path):
