@@ -34,6 +34,23 @@ def size(fast, full):
     return full if FULL else fast
 
 
+#: Characters a URL may not carry as they are: controls, spaces, delimiters
+#: and non-ASCII.
+URL_HOSTILE = " \t\x0b\x0c\x01\x7f%?#\"<>\\^`{|}\u00e9\u2028"
+
+
+def hostile_url(rng, plain="aZ09/:.-"):
+    """An http URL with up to 8 characters drawn from ``URL_HOSTILE`` and
+    ``plain``, and one more of ``URL_HOSTILE`` (not ``%``) somewhere among
+    them; it ends with a letter, because hg strips whitespace around a
+    ``--config`` value."""
+    chars = [rng.choice(URL_HOSTILE + plain)
+             for _ in range(rng.randint(0, 8))]
+    chars.insert(rng.randint(0, len(chars)),
+                 rng.choice(URL_HOSTILE.replace("%", "")))
+    return "http://cdn.example.com/" + "".join(chars) + "x"
+
+
 def seed():
     given = os.environ.get("VCSPERF_CAMPAIGN_SEED")
     if given:

@@ -29,6 +29,7 @@ import sys
 import pytest
 
 import campaign
+from test_check import IMPORTER_ONLY
 from vcsperf.check import features as check_features, runner
 from vcsperf.check.resume import LOCK_FILE, MARKER_FILE, RUN_DIR, STATE_FILE
 from vcsperf.harness import tools
@@ -162,17 +163,6 @@ def test_hostile_file_names(hg, tmp_path, monkeypatch, tally):
 
 # Special files --------------------------------------------------------------
 
-_RUN_IMPORTER = """
-import dataclasses, json, sys
-from vcsperf.check import features, runner
-features.FEATURES = tuple(
-    f if f.name == "importer" else dataclasses.replace(
-        f, function=lambda check, work: "not in this test")
-    for f in features.FEATURES)
-report = runner.Check(sys.argv[1], scratch=sys.argv[2]).run()
-print(json.dumps([f for f in report["features"] if f["name"] == "importer"]))
-"""
-
 
 @pytest.mark.slow
 @pytest.mark.campaign
@@ -192,10 +182,11 @@ def test_symlinks_to_special_files(env, hg, tmp_path, tally):
         hg("commit", "-q", "-A", "-m", "symlinks", cwd=repo)
         try:
             proc = campaign.run_bounded(
-                [sys.executable, "-c", _RUN_IMPORTER, str(repo),
+                [sys.executable, "-c", IMPORTER_ONLY, str(repo),
                  str(tmp_path)], env=env, address_space=1 << 30,
                 timeout=120)
-            importer = json.loads(proc.stdout.splitlines()[-1])[0] \
+            importer = [f for f in json.loads(proc.stdout.splitlines()[-1])
+                        if f["name"] == "importer"][0] \
                 if proc.returncode == 0 else {"error": proc.stderr[-300:]}
         except subprocess.TimeoutExpired:
             importer = {"error": "timed out"}

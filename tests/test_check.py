@@ -743,7 +743,9 @@ def test_file_names_the_importer_takes(hg, tmp_path, monkeypatch, name):
     assert report["files_at_tip"] == 4
 
 
-_IMPORTER_ONLY = """
+#: A run of the importer alone (the other features stubbed), printing the
+#: report's features as JSON; test_campaign_check runs it too.
+IMPORTER_ONLY = """
 import dataclasses, json, sys
 from vcsperf.check import features, runner
 features.FEATURES = tuple(
@@ -767,7 +769,7 @@ def test_symlink_to_a_special_file(env, hg, tmp_path, target):
     os.symlink(target, repo / "x.py")
     hg("commit", "-q", "-A", "-m", "a symlink", cwd=repo)
     proc = campaign.run_bounded(
-        [sys.executable, "-c", _IMPORTER_ONLY, str(repo), str(tmp_path)],
+        [sys.executable, "-c", IMPORTER_ONLY, str(repo), str(tmp_path)],
         env=env, address_space=1 << 30, timeout=60)
     assert proc.returncode == 0, proc.stderr
     importer = json.loads(proc.stdout.splitlines()[-1])[-1]
