@@ -41,6 +41,7 @@ import time
 import urllib.parse
 
 from vcsperf.core.errors import Abort
+from vcsperf.core.settings import parse_bool
 
 #: Keys a destination's configuration may hold.
 DESTINATION_KEYS = ("url", "region", "endpoint", "base-url", "attributes",
@@ -108,11 +109,8 @@ class Destination:
                 raise Abort("destination %s: attribute %r is not KEY=VALUE"
                             % (name, item))
             self.attributes.append(tuple(item.split("=", 1)))
-        cdn = (settings.get("cdn") or "false").lower()
-        if cdn not in ("true", "false", "yes", "no", "1", "0"):
-            raise Abort("destination %s: cdn must be true or false, not %r"
-                        % (name, cdn))
-        if cdn in ("true", "yes", "1"):
+        if parse_bool(settings.get("cdn") or "false",
+                      "destination %s: cdn" % name):
             self.attributes.append(("cdn", "true"))
 
     def _s3_base_url(self):

@@ -20,7 +20,9 @@ engine holds what a checkout is:
 - locks: waited for while a live process holds them, taken over from dead
   owners (``vcsperf.core.pooling.LockPolicy``), and said so;
 - the timings and facts of the JSON timings line, and the texts of all it
-  says.
+  says;
+- the rules a request must follow (``check_request``), and with
+  ``vcsperf.core.pooling`` the defaults of every setting.
 
 An adapter subclasses ``PooledCheckout`` and supplies its system: how to
 say things and raise its user error (messages are %-templates that the
@@ -31,11 +33,51 @@ imports no version control system.
 
 import contextlib
 import os
+import re
 
 from vcsperf.core import pooling
 
 #: How often damage found and repaired mid-run may restart the run.
 MAX_RESTARTS = 2
+#: What ``--revision`` may be: 12 to 40 hex digits of a node or commit.
+_REVISION = re.compile("[0-9a-f]{12,40}")
+
+
+def check_request(error, revision, branch, sharebase, attempts,
+                  network_deadline, dest, shown_dest, sources):
+    """Raise ``error(template, *args, hint=...)`` (the adapter's user
+    error, as ``PooledCheckout.error``) for the first rule the request
+    breaks: exactly one of a ``revision`` (lower case) and a ``branch``;
+    a ``sharebase`` (None when neither given nor configured); at least
+    one network attempt; a network deadline ``pooling.valid_deadline``
+    takes; a ``dest`` that removing would not destroy what no checkout
+    made (``pooling.dest_overlap`` with the URLs in ``sources``)."""
+    which = "-r SHA checks out exactly that commit; -b NAME whatever " \
+            "the server names so now"
+    if not revision and not branch:
+        raise error("must specify one of --revision or --branch",
+                    hint=which)
+    if revision and branch:
+        raise error("cannot specify both --revision and --branch",
+                    hint=which)
+    if revision and not _REVISION.fullmatch(os.fsdecode(revision)):
+        raise error("--revision must be a SHA-1 fragment 12-40 characters "
+                    "long", hint="use -b for branch and tag names")
+    if not sharebase:
+        raise error("share base directory not defined; refusing to "
+                    "operate", hint="define share.pool config option or "
+                    "pass --sharebase")
+    if attempts < 1:
+        raise error("--networkattempts must be at least 1")
+    if not pooling.valid_deadline(network_deadline):
+        raise error("the network deadline must be a positive number of "
+                    "seconds, at most a year", hint="check "
+                    "--networkdeadline and sharepool.network-deadline")
+    overlap = pooling.dest_overlap(dest, sharebase, sources)
+    if overlap:
+        raise error("destination %s is or holds %s; refusing to replace it",
+                    shown_dest, overlap,
+                    hint="check out into a directory of its own")
 
 
 class Restart(Exception):

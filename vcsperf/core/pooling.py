@@ -19,12 +19,21 @@ import time
 DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF = 1.5
 DEFAULT_JITTER = (1.0, 5.0)
+#: How long a checkout waits for a lock that a live process on this host
+#: holds, in seconds (``sharepool.lock-timeout``): a clone by another
+#: checkout may take that long.
+DEFAULT_LOCK_TIMEOUT = 3600
+#: How long a transfer may stall (Mercurial's ``http.timeout``, git's
+#: ``http.lowSpeedTime`` as ``sharepool.http-timeout``) before it fails
+#: instead of hanging the job; also how old a lock of another host's
+#: must be before it is taken over (``sharepool.foreign-lock-grace``).
+DEFAULT_HTTP_TIMEOUT = 600
 #: How long one network step (a lookup, a clone, a pull or a fetch) may
 #: take in all.  A server that trickles a byte every few seconds never
 #: trips a timeout per read; this deadline ends such a step as a network
-#: failure.  An hour, as ``sharepool.lock-timeout``: a clone that takes
-#: longer already makes every checkout waiting for its store give up.
-DEFAULT_NETWORK_DEADLINE = 3600.0
+#: failure.  An hour, as the lock timeout: a clone that takes longer
+#: already makes every checkout waiting for its store give up.
+DEFAULT_NETWORK_DEADLINE = float(DEFAULT_LOCK_TIMEOUT)
 #: The longest network deadline, a year: a timer's wait past a time_t's
 #: range raises in the watchdog thread, which would leave the step
 #: without a deadline.
@@ -343,7 +352,8 @@ class LockPolicy:
     or in giving up (False).
     """
 
-    def __init__(self, private=False, grace=600.0, timeout=3600.0):
+    def __init__(self, private=False, grace=DEFAULT_HTTP_TIMEOUT,
+                 timeout=DEFAULT_LOCK_TIMEOUT):
         self.private = private
         self.grace = grace
         self.timeout = timeout
