@@ -169,11 +169,17 @@ class Settings:
     """The ``bundlegen`` settings of a repository's Git config."""
 
     def __init__(self, repo, output=None, base_url=None):
-        if not os.path.isdir(repo) or not _is_repository(repo):
-            raise Abort("%s is not a Git repository" % repo,
-                        hint="--repo names the repository, as it is served")
-        options, table = {}, {}
+        not_repository = Abort("%s is not a Git repository" % repo,
+                               hint="--repo names the repository, as it "
+                               "is served")
+        if not os.path.isdir(repo):
+            raise not_repository
+        # before asking whether it is a repository: git says that of a
+        # repository whose config it cannot parse
         config = gitconfig.read(repo, r"^bundlegen\.")
+        if not _is_repository(repo):
+            raise not_repository
+        options, table = {}, {}
         for key, value in config.entries:
             parts = key.split(".")
             if len(parts) == 2:
