@@ -42,8 +42,17 @@ import threading
 import time
 import urllib.parse
 from types import FrameType, TracebackType
-from typing import (IO, Any, Callable, Dict, Iterable, List, Literal,
-                    Mapping, Tuple)
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Tuple,
+)
 
 from vcsperf.core.errors import Abort
 from vcsperf.core.settings import parse_bool

@@ -36,8 +36,17 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import (Any, Callable, ContextManager, Iterable, Iterator,
-                    NoReturn, Protocol, TypeVar, Union)
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Iterator,
+    NoReturn,
+    Protocol,
+    TypeVar,
+    Union,
+)
 
 from vcsperf.core import pooling
 

@@ -15,7 +15,6 @@ import shutil
 import socket
 import threading
 import time
-from types import TracebackType
 from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
