@@ -105,12 +105,14 @@ def add_commands(subparsers):
                         "(default: git config share.pool)")
     parser.add_argument("--networkattempts", type=int, help="network "
                         "attempts before giving up (default: "
-                        "sharepool.network-attempts, 3)")
+                        "sharepool.network-attempts, %d)"
+                        % pooling.DEFAULT_ATTEMPTS)
     parser.add_argument("--networkdeadline", type=float, metavar="SECONDS",
                         help="seconds each network step (ls-remote, "
                         "clone or fetch) may take before it counts as a "
                         "network failure (default: "
-                        "sharepool.network-deadline, 3600)")
+                        "sharepool.network-deadline, %d)"
+                        % pooling.DEFAULT_NETWORK_DEADLINE)
     parser.add_argument("--sparseprofile", help="file in the repository "
                         "with sparse-checkout patterns")
     parser.add_argument("-U", "--noupdate", action="store_true",

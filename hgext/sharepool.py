@@ -254,15 +254,15 @@ PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
                                    b'(default: share.pool)'), _(b'DIR')),
         (b'', b'networkattempts', 0, _(b'network attempts before giving up '
                                        b'(default: '
-                                       b'sharepool.network-attempts, 3)'),
-         _(b'N')),
+                                       b'sharepool.network-attempts, %d)')
+         % pooling.DEFAULT_ATTEMPTS, _(b'N')),
         (b'', b'networkdeadline', 0, _(b'seconds each network step (a '
                                        b'lookup, clone or pull) may take '
                                        b'before it counts as a network '
                                        b'failure (default: '
                                        b'sharepool.network-deadline, '
-                                       b'3600)'),
-         _(b'SECONDS')),
+                                       b'%d)')
+         % pooling.DEFAULT_NETWORK_DEADLINE, _(b'SECONDS')),
         (b'', b'sparseprofile', b'', _(b'sparse profile to check out (a '
                                        b'path in the repository)'),
          _(b'PATH')),
