@@ -98,6 +98,7 @@ import stat
 import sys
 import time
 
+from gitbridge import gitconfig
 from vcsperf.core import bundlestore
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.pooling import (
@@ -106,7 +107,8 @@ from vcsperf.core.pooling import (
     describe_owner,
     format_bytes as _size,
 )
-from vcsperf.core.process import CommandError, git, git_output
+from vcsperf.core.process import CommandError, git, git_abort
+from vcsperf.core.settings import ACCEPTED_BOOLEANS, as_bool
 
 LIST_NAME = "bundle-list"
 RECORD = "bundles.json"
@@ -149,6 +151,8 @@ def main(args):
                           say=_stderr if args.json else _stdout)
     except Abort as abort:
         return print_abort(abort)
+    except CommandError as failure:
+        return print_abort(git_abort(failure))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -169,18 +173,18 @@ class Settings:
     """The ``bundlegen`` settings of a repository's Git config."""
 
     def __init__(self, repo, output=None, base_url=None):
-        if not os.path.isdir(repo) or not _is_repository(repo):
-            raise Abort("%s is not a Git repository" % repo,
-                        hint="--repo names the repository, as it is served")
-        try:
-            # -z: a value may hold a newline
-            listed = git_output(repo, "config", "-z", "--get-regexp",
-                                r"^bundlegen\.")
-        except Abort:
-            listed = ""  # git config exits 1 when nothing matches
+        not_repository = Abort("%s is not a Git repository" % repo,
+                               hint="--repo names the repository, as it "
+                               "is served")
+        if not os.path.isdir(repo):
+            raise not_repository
+        # before asking whether it is a repository: git says that of a
+        # repository whose config it cannot parse
+        config = gitconfig.read(repo, r"^bundlegen\.")
+        if not _is_repository(repo):
+            raise not_repository
         options, table = {}, {}
-        for entry in filter(None, listed.split("\0")):
-            key, _, value = entry.partition("\n")
+        for key, value in config.entries:
             parts = key.split(".")
             if len(parts) == 2:
                 options[parts[1]] = value
@@ -215,27 +219,30 @@ class Settings:
                             % (name, " of 1 or more" if least else "",
                                value))
             setattr(self, name.replace("-", "_"), int(value))
-        self.advertise = self._advertised_list(options.get("advertise"))
+        self.advertise = self._advertised_list(
+            options.get("advertise", "").strip())
 
     def _advertised_list(self, value):
-        """The URL of the bundle list ``bundlegen.advertise`` names: the
-        base-url's, a destination's, or (``true``) the first of them."""
-        value = (value or "false").strip()
-        if value.lower() in ("false", "no", "off", "0"):
-            return None
+        """The URL of the bundle list ``bundlegen.advertise`` names: none
+        (false, or unset or empty as in git), a place's (the base-url's or
+        a destination's), or (true) the first place's."""
         lists = ([("base-url", "%s/%s" % (self.base_url, LIST_NAME))]
                  if self.base_url else [])
         lists += [(d.name, d.public_url(LIST_NAME))
                   for d in self.destinations]
-        if value.lower() in ("true", "yes", "on", "1"):
-            return lists[0][1]
+        if not value:
+            return None
+        boolean = as_bool(value)
+        if boolean is not None:
+            return lists[0][1] if boolean else None
         for name, url in lists:
             if name == value:
                 return url
-        raise Abort("bundlegen.advertise must be true, false or where the "
-                    "list to advertise is published, not %r" % value,
-                    hint="one of: %s" % ", ".join(
-                        ["true", "false"] + [name for name, _ in lists]))
+        raise Abort("bundlegen.advertise must be a boolean (%s) or where "
+                    "the list to advertise is published, not %r"
+                    % (ACCEPTED_BOOLEANS, value),
+                    hint="published at: %s" % ", ".join(
+                        name for name, _ in lists))
 
     def layout(self):
         return {"base-url": self.base_url,
@@ -244,16 +251,16 @@ class Settings:
 
 def _is_repository(path):
     try:
-        git_output(path, "rev-parse", "--git-dir")
+        git("rev-parse", "--git-dir", cwd=path)
         return True
-    except Abort:
+    except CommandError:
         return False
 
 
 def _tips(repo):
     """refname -> object of every branch and tag."""
-    out = git_output(repo, "for-each-ref", "--format=%(objectname) "
-                     "%(refname)", "refs/heads", "refs/tags")
+    out = git("for-each-ref", "--format=%(objectname) %(refname)",
+              "refs/heads", "refs/tags", cwd=repo)
     return dict(reversed(line.split(" ", 1)) for line in out.splitlines())
 
 
@@ -264,15 +271,15 @@ def _new_commits(repo, tips, old_tips):
              if _has_object(repo, sha)]
     if not tips:
         return 0
-    return int(git_output(repo, "rev-list", "--count", *sorted(
-        set(tips.values())), "--not", *known, "--").strip() or 0)
+    return int(git("rev-list", "--count", *sorted(set(tips.values())),
+                   "--not", *known, "--", cwd=repo).strip() or 0)
 
 
 def _has_object(repo, sha):
     try:
-        git_output(repo, "cat-file", "-e", sha)
+        git("cat-file", "-e", sha, cwd=repo)
         return True
-    except Abort:
+    except CommandError:
         return False
 
 
@@ -567,14 +574,13 @@ def _advertise(repo, list_url, say):
     wanted = (("uploadpack.advertiseBundleURIs", "true"),
               ("bundle.version", "1"), ("bundle.mode", "all"),
               ("bundle.%s.uri" % ADVERTISED_ID, list_url))
+    current = gitconfig.read(repo, "^(%s)$" % "|".join(
+        re.escape(key.lower()) for key, _ in wanted))
     changed = False
     for key, value in wanted:
-        try:
-            current = git_output(repo, "config", "-z", "--get-all", key)
-        except Abort:
-            current = ""  # not set
-        if current != value + "\0":
-            git_output(repo, "config", "--replace-all", key, value)
+        # as git lists it: no upper case in the subsection
+        if current.get_all(key.lower()) != [value]:
+            git("config", "--replace-all", key, value, cwd=repo)
             changed = True
     if changed:
         say("the server of %s now advertises %s" % (repo, list_url))
@@ -591,9 +597,9 @@ def _write_bundle(repo, output, token, kind, old_tips):
     excluded = sorted({sha for sha in old_tips.values()})
     started = time.monotonic()
     try:
-        git("-C", repo, "bundle", "create", "-q", temp, "--branches",
-            "--tags", *(["--not", *excluded] if excluded else []))
-        git("-C", repo, "bundle", "verify", "-q", temp)
+        git("bundle", "create", "-q", temp, "--branches", "--tags",
+            *(["--not", *excluded] if excluded else []), cwd=repo)
+        git("bundle", "verify", "-q", temp, cwd=repo)
     except CommandError as err:
         _unlink(temp)
         raise Abort("git bundle failed: %s" % err.stderr.strip())

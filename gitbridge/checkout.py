@@ -61,9 +61,10 @@ import sys
 from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
+from gitbridge import gitconfig
 from vcsperf.core import pooledcheckout, pooling
 from vcsperf.core.errors import Abort, print_abort
-from vcsperf.core.process import CommandError, git
+from vcsperf.core.process import CommandError, git, git_abort
 
 LAYOUTS = ("alternates", "worktree")
 STORE_SUFFIX = ".git"
@@ -78,15 +79,8 @@ _TRANSIENT = re.compile(
     r"Could not resolve host|Empty reply from server", re.I)
 
 
-def git_config(cwd=None):
-    """``share.pool`` and the ``sharepool.*`` settings from git config."""
-    try:
-        out = git("config", "-z", "--get-regexp", r"^(share\.pool|sharepool\.)",
-                  cwd=cwd)
-    except CommandError:
-        return {}
-    pairs = (item.split("\n", 1) for item in out.split("\0") if item)
-    return {key: value for key, value in pairs}
+#: The settings ``gitbridge checkout`` reads from git config.
+SETTINGS = r"^(share\.pool|sharepool\.)"
 
 
 # The command ---------------------------------------------------------------
@@ -111,12 +105,14 @@ def add_commands(subparsers):
                         "(default: git config share.pool)")
     parser.add_argument("--networkattempts", type=int, help="network "
                         "attempts before giving up (default: "
-                        "sharepool.network-attempts, 3)")
+                        "sharepool.network-attempts, %d)"
+                        % pooling.DEFAULT_ATTEMPTS)
     parser.add_argument("--networkdeadline", type=float, metavar="SECONDS",
                         help="seconds each network step (ls-remote, "
                         "clone or fetch) may take before it counts as a "
                         "network failure (default: "
-                        "sharepool.network-deadline, 3600)")
+                        "sharepool.network-deadline, %d)"
+                        % pooling.DEFAULT_NETWORK_DEADLINE)
     parser.add_argument("--sparseprofile", help="file in the repository "
                         "with sparse-checkout patterns")
     parser.add_argument("-U", "--noupdate", action="store_true",
@@ -131,7 +127,7 @@ def add_commands(subparsers):
 def main(args):
     """The ``gitbridge checkout`` handler: 0, or 255 after ``abort:``."""
     try:
-        request = Request(args, git_config())
+        request = Request(args, gitconfig.read(".", SETTINGS))
         run = Run(request)
     except Abort as abort:
         return print_abort(abort)
@@ -141,40 +137,34 @@ def main(args):
     except Abort as abort:
         return print_abort(abort)
     except CommandError as failure:
-        return print_abort(Abort(
-            "git %s failed (%d): %s"
-            % (" ".join(failure.cmd[1:3]), failure.returncode,
-               (failure.stderr.strip().splitlines() or [""])[-1]),
-            hint="the last line of git's message is shown"))
+        return print_abort(git_abort(failure))
     finally:
         if request.timings:
             print(run.timings_line(), flush=True)
 
 
 class Request:
-    """The command's arguments and settings, checked."""
+    """The command's arguments and settings (a ``gitconfig.GitConfig``),
+    checked."""
 
     def __init__(self, args, config):
         self.revision = (args.revision or "").lower() or None
         self.branch = args.branch
-        if bool(self.revision) == bool(self.branch):
-            raise Abort("specify exactly one of --revision or --branch",
-                        hint="-r SHA checks out exactly that commit; -b NAME "
-                        "whatever the server names so now")
-        if self.revision and not re.match(r"^[0-9a-f]{12,40}$",
-                                          self.revision):
-            raise Abort("--revision must be a SHA-1 fragment 12-40 "
-                        "characters long",
-                        hint="use -b for branch and tag names")
+        number = _config_number(config)
         sharebase = args.sharebase or config.get("share.pool")
-        if not sharebase:
-            raise Abort("share base directory not defined; refusing to "
-                        "operate", hint="set git config share.pool or pass "
-                        "--sharebase")
-        self.sharebase = os.path.realpath(os.path.expanduser(sharebase))
+        self.sharebase = sharebase and os.path.realpath(
+            os.path.expanduser(sharebase))
         self.url = args.url
         self.upstream = args.upstream
         self.dest = os.path.abspath(args.dest)
+        self.attempts = args.networkattempts or int(number(
+            "network-attempts", pooling.DEFAULT_ATTEMPTS))
+        self.network_deadline = args.networkdeadline or number(
+            "network-deadline", pooling.DEFAULT_NETWORK_DEADLINE)
+        pooledcheckout.check_request(
+            _error, self.revision, self.branch, self.sharebase,
+            self.attempts, self.network_deadline, self.dest, args.dest,
+            [self.url, self.upstream])
         self.purge = args.purge
         self.noupdate = args.noupdate
         self.sparseprofile = args.sparseprofile
@@ -184,35 +174,17 @@ class Request:
             raise Abort("unknown layout %r" % self.layout,
                         hint="sharepool.layout is one of %s"
                         % ", ".join(LAYOUTS))
-        number = _config_number(config)
-        self.attempts = args.networkattempts or int(number(
-            "network-attempts", pooling.DEFAULT_ATTEMPTS))
-        if self.attempts < 1:
-            raise Abort("--networkattempts must be at least 1")
-        self.network_deadline = args.networkdeadline or number(
-            "network-deadline", pooling.DEFAULT_NETWORK_DEADLINE)
-        if not pooling.valid_deadline(self.network_deadline):
-            raise Abort("the network deadline must be a positive number "
-                        "of seconds, at most a year",
-                        hint="check --networkdeadline and "
-                        "sharepool.network-deadline")
-        overlap = pooling.dest_overlap(self.dest, self.sharebase,
-                                       [self.url, self.upstream])
-        if overlap:
-            raise Abort("destination %s is or holds %s; refusing to "
-                        "replace it" % (args.dest, overlap),
-                        hint="check out into a directory of its own")
         self.backoff = number("retry-backoff", pooling.DEFAULT_BACKOFF)
         self.jitter = (number("retry-jitter-min", pooling.DEFAULT_JITTER[0]),
                        number("retry-jitter-max", pooling.DEFAULT_JITTER[1]))
-        self.http_timeout = int(number("http-timeout", 600))
+        self.http_timeout = int(number("http-timeout",
+                                       pooling.DEFAULT_HTTP_TIMEOUT))
         self.lock_policy = pooling.LockPolicy(
-            private=config.get("sharepool.private-cache", "").lower()
-            in ("true", "yes", "on", "1"),
+            private=config.boolean("sharepool.private-cache", False),
             grace=number("foreign-lock-grace", self.http_timeout),
-            timeout=number("lock-timeout", 3600))
-        self.timings = args.timings or config.get(
-            "sharepool.timings", "").lower() in ("true", "yes", "on", "1")
+            timeout=number("lock-timeout", pooling.DEFAULT_LOCK_TIMEOUT))
+        self.timings = args.timings or config.boolean("sharepool.timings",
+                                                      False)
 
     @property
     def wanted(self):
@@ -229,6 +201,14 @@ def _config_number(config):
         except ValueError:
             raise Abort("sharepool.%s is not a number: %r" % (name, value))
     return number
+
+
+def _text(template, *args):
+    return template % args if args else template
+
+
+def _error(template, *args, hint=None):
+    return Abort(_text(template, *args), hint=hint)
 
 
 # The steps -------------------------------------------------------------------
@@ -256,7 +236,7 @@ class Run(pooledcheckout.PooledCheckout):
     # voice -------------------------------------------------------------
 
     def text(self, template, *args):
-        return template % args if args else template
+        return _text(template, *args)
 
     def say(self, template, *args):
         print(self.text(template, *args), flush=True)
@@ -266,7 +246,7 @@ class Run(pooledcheckout.PooledCheckout):
         print(self.text(template, *args), file=sys.stderr, flush=True)
 
     def error(self, template, *args, hint=None):
-        return Abort(self.text(template, *args), hint=hint)
+        return _error(template, *args, hint=hint)
 
     def transient(self, exc):
         return _transient(exc)
@@ -782,11 +762,8 @@ def _index_damage(path):
 
 
 def _is_sparse(dest):
-    try:
-        return git("config", "--get", "core.sparseCheckout",
-                   cwd=dest).strip() == "true"
-    except CommandError:
-        return False
+    return gitconfig.read(dest, r"^core\.sparsecheckout$").boolean(
+        "core.sparsecheckout", False)
 
 
 def _key(text):

@@ -19,11 +19,11 @@ import sys
 
 from dulwich.repo import Repo
 
-from gitbridge import commitmsg
+from gitbridge import commitmsg, gitconfig
 from vcsperf.core import commitids
 from vcsperf.core.commitids import map_ids
 from vcsperf.core.errors import Abort, print_abort
-from vcsperf.core.process import completed, git_output
+from vcsperf.core.process import CommandError, git, git_abort
 
 #: Marks a hook file as ours, so reinstalling may replace it.
 HOOK_MARK = "# commit-msg hook installed by `gitbridge install-hook`"
@@ -73,8 +73,8 @@ exit 1
 def hook_paths(repo_path="."):
     """``(hook, chained)``: where the ``commit-msg`` hook is (in
     ``core.hooksPath`` when set), and where ours keeps the one it chains."""
-    hooks = os.path.join(repo_path, git_output(
-        repo_path, "rev-parse", "--git-path", "hooks").strip())
+    hooks = os.path.join(repo_path, git(
+        "rev-parse", "--git-path", "hooks", cwd=repo_path).strip())
     hook = os.path.abspath(os.path.join(hooks, "commit-msg"))
     return hook, os.path.join(os.path.dirname(hook), CHAINED)
 
@@ -184,8 +184,9 @@ def add_ids(repo_path=".", branch=None, base=None):
         raise Abort("no branch %s" % ref.decode())
     tip = repo.refs[ref]
     base_sha = _resolve_base(repo, ref, base)
-    config = repo.get_config_stack()
-    deterministic = config.get_boolean(b"commitid", b"deterministic", False)
+    deterministic = gitconfig.read(
+        repo_path, r"^commitid\.deterministic$").boolean(
+            "commitid.deterministic", False)
     walker = repo.get_walker(include=[tip],
                              exclude=[base_sha] if base_sha else None)
     commits = {entry.commit.id: entry.commit for entry in walker}
@@ -234,22 +235,21 @@ def _branch_ref(repo, branch):
 def _resolve_base(repo, ref, base):
     if base is not None:
         # git's own parser: the whole revision syntax (HEAD~2, @{u}, ...).
-        proc = completed(
-            ["git", "rev-parse", "-q", "--verify", base + "^{commit}"],
-            None, cwd=repo.path)
-        if proc.returncode:
-            raise Abort("unknown revision %s" % base)
-        return proc.stdout.strip().encode()
-    config = repo.get_config_stack()
-    section = (b"branch", ref[len(b"refs/heads/"):])
-    try:
-        remote = config.get(section, b"remote")
-        merge = config.get(section, b"merge")
-    except KeyError:
+        try:
+            return git("rev-parse", "-q", "--verify", base + "^{commit}",
+                       cwd=repo.path).strip().encode()
+        except CommandError:
+            raise Abort("unknown revision %s" % base) from None
+    section = "branch.%s." % ref[len(b"refs/heads/"):].decode(
+        "utf-8", "surrogateescape")
+    config = gitconfig.read(repo.path, r"^branch\.")
+    remote = config.get(section + "remote")
+    merge = config.get(section + "merge")
+    if remote is None or merge is None:
         raise Abort("%s has no upstream" % ref.decode(),
                     hint="say which commits to leave alone with --base REV")
-    upstream = b"refs/remotes/%s/%s" % (
-        remote, merge[len(b"refs/heads/"):])
+    upstream = os.fsencode("refs/remotes/%s/%s" % (
+        remote, merge[len("refs/heads/"):]))
     if upstream not in repo.refs:
         raise Abort("upstream %s not found" % upstream.decode(),
                     hint="fetch it, or use --base REV")
@@ -371,6 +371,8 @@ def _handler(command):
             return command(args)
         except Abort as err:
             return print_abort(err)
+        except CommandError as failure:
+            return print_abort(git_abort(failure))
     return run
 
 

@@ -51,6 +51,7 @@ import os
 import stat
 import sys
 
+from gitbridge import gitconfig
 from vcsperf.core import commitindex, commitkeys
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.spawn import git_bytes
@@ -59,10 +60,9 @@ NAME = "commitindex"
 
 
 def _rules(repo):
-    # Exit status 1: not set.
-    names = git_bytes(repo, "config", "--get-all", "commitid.indexTrailers",
-                      ok=(0, 1)).decode("utf-8").split()
-    return commitkeys.KeyRules(names)
+    config = gitconfig.read(repo, r"^commitid\.indextrailers$")
+    return commitkeys.KeyRules(" ".join(
+        config.get_all("commitid.indextrailers")).split())
 
 
 #: Why opening or writing a file fails where the index cannot be written

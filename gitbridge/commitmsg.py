@@ -2,8 +2,9 @@
 
 Git runs it for every commit, and a commit takes a few milliseconds, so the
 hook imports only what it must: ``vcsperf.core.commitids`` and no dulwich, and
-it starts git with ``os.posix_spawnp`` rather than ``subprocess`` (whose
-import alone took 12 ms here).  It asks git for its settings in one call.
+it runs git through ``vcsperf.core.spawn`` rather than ``subprocess`` (whose
+import alone took 12 ms here).  It asks git for its settings in one call
+(``gitbridge.gitconfig``).
 
 The rules are those of the hg extension (``vcsperf.core.commitids``); on top,
 lines starting with Git's comment character are not content, the ID goes
@@ -14,35 +15,18 @@ recognised by ``MERGE_HEAD`` beside the message file.
 import os
 import sys
 
+from gitbridge import gitconfig
 from vcsperf.core import commitids
+from vcsperf.core.errors import Abort, print_abort
+from vcsperf.core.spawn import git_bytes
 
 SETTINGS = r"^(core\.commentchar|core\.commentstring|commitid\.deterministic)$"
 
 
-def git(*args):
-    """What ``git ARGS`` prints on stdout (its stderr passes through)."""
-    read_end, write_end = os.pipe()
-    try:
-        pid = os.posix_spawnp("git", ("git",) + args, os.environ,
-                              file_actions=[
-                                  (os.POSIX_SPAWN_DUP2, write_end, 1),
-                                  (os.POSIX_SPAWN_CLOSE, read_end)])
-    finally:
-        os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        output = pipe.read()
-    os.waitpid(pid, 0)
-    return output.decode("utf-8", "surrogateescape")
-
-
-def git_settings():
-    """``{name: value}`` for the settings the hook reads."""
-    settings = {}
-    for entry in git("config", "-z", "--get-regexp", SETTINGS).split("\0"):
-        name, _, value = entry.partition("\n")
-        if name:
-            settings[name] = value
-    return settings
+def git(*args, ok=(0,)):
+    """What ``git ARGS`` prints on stdout, run where git runs the hook;
+    ``Abort`` when its exit status is not in ``ok``."""
+    return git_bytes(".", *args, ok=ok).decode("utf-8", "surrogateescape")
 
 
 def comment_prefix(settings):
@@ -54,14 +38,11 @@ def comment_prefix(settings):
     return "#" if prefix == "auto" else prefix
 
 
-def is_true(value):
-    return (value or "").lower() in ("true", "yes", "on", "1")
-
-
 def deterministic_id(message):
     """An ID derived from the parent commit, the author and the message:
     reproducible, for tests."""
-    seed = "\0".join([git("rev-parse", "-q", "--verify", "HEAD"),
+    # exit status 1: no HEAD yet (the first commit)
+    seed = "\0".join([git("rev-parse", "-q", "--verify", "HEAD", ok=(0, 1)),
                       git("var", "GIT_AUTHOR_IDENT"), message])
     return commitids.derived_id(seed.encode("utf-8", "surrogateescape"))
 
@@ -71,11 +52,11 @@ def add_id(message_path):
     write-then-rename); returns whether the file changed."""
     with open(message_path, "rb") as fh:
         message = fh.read().decode("utf-8", "surrogateescape")
-    settings = git_settings()
+    settings = gitconfig.read(".", SETTINGS)
     git_dir = os.path.dirname(os.path.abspath(message_path))
     merging = os.path.basename(message_path) == "MERGE_MSG" or \
         os.path.exists(os.path.join(git_dir, "MERGE_HEAD"))
-    if is_true(settings.get("commitid.deterministic")):
+    if settings.boolean("commitid.deterministic", False):
         def make_id():
             return deterministic_id(message)
     else:
@@ -96,7 +77,10 @@ def main(argv=None):
     if len(argv) != 1:
         sys.stderr.write("usage: commit-msg MESSAGE-FILE\n")
         return 2
-    add_id(argv[0])
+    try:
+        add_id(argv[0])
+    except Abort as abort:
+        return print_abort(abort)
     return 0
 
 

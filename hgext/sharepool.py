@@ -205,7 +205,8 @@ configitem(b'sharepool', b'network-attempts',
 configitem(b'sharepool', b'retry-backoff', default=pooling.DEFAULT_BACKOFF)
 configitem(b'sharepool', b'retry-jitter-min', default=pooling.DEFAULT_JITTER[0])
 configitem(b'sharepool', b'retry-jitter-max', default=pooling.DEFAULT_JITTER[1])
-configitem(b'sharepool', b'lock-timeout', default=3600)
+configitem(b'sharepool', b'lock-timeout',
+           default=pooling.DEFAULT_LOCK_TIMEOUT)
 configitem(b'sharepool', b'network-deadline',
            default=pooling.DEFAULT_NETWORK_DEADLINE)
 configitem(b'sharepool', b'private-cache',
@@ -231,7 +232,6 @@ DIRSTATE_DAMAGE = (error.CorruptedDirstate,) + _PARSE_ERRORS
 #: Raised while reading the store, but not damage a new clone repairs: a
 #: revision censored on purpose, a bundle part the server should not send.
 _NOT_DAMAGE = (error.CensoredNodeError, error.BundleValueError)
-HTTP_TIMEOUT = b'600'
 _POOLED_SHAREDPATH = re.compile(br'[0-9a-f]{40}/\.hg$')
 #: The operations robustcheckout reports to Perfherder, by step name.
 PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
@@ -253,15 +253,15 @@ PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
                                    b'(default: share.pool)'), _(b'DIR')),
         (b'', b'networkattempts', 0, _(b'network attempts before giving up '
                                        b'(default: '
-                                       b'sharepool.network-attempts, 3)'),
-         _(b'N')),
+                                       b'sharepool.network-attempts, %d)')
+         % pooling.DEFAULT_ATTEMPTS, _(b'N')),
         (b'', b'networkdeadline', 0, _(b'seconds each network step (a '
                                        b'lookup, clone or pull) may take '
                                        b'before it counts as a network '
                                        b'failure (default: '
                                        b'sharepool.network-deadline, '
-                                       b'3600)'),
-         _(b'SECONDS')),
+                                       b'%d)')
+         % pooling.DEFAULT_NETWORK_DEADLINE, _(b'SECONDS')),
         (b'', b'sparseprofile', b'', _(b'sparse profile to check out (a '
                                        b'path in the repository)'),
          _(b'PATH')),
@@ -313,27 +313,22 @@ class _Request:
     def __init__(self, ui, url, dest, opts):
         self.revision = opts['revision'].lower()
         self.branch = opts['branch']
-        if not self.revision and not self.branch:
-            raise error.Abort(_(b'must specify one of --revision or '
-                                b'--branch'))
-        if self.revision and self.branch:
-            raise error.Abort(_(b'cannot specify both --revision and '
-                                b'--branch'))
-        if self.revision and not re.match(br'^[0-9a-f]{12,40}$',
-                                          self.revision):
-            raise error.Abort(_(b'--revision must be a SHA-1 fragment 12-40 '
-                                b'characters long'))
         sharebase = opts['sharebase'] or ui.config(b'share', b'pool')
-        if not sharebase:
-            raise error.Abort(
-                _(b'share base directory not defined; refusing to operate'),
-                hint=_(b'define share.pool config option or pass '
-                       b'--sharebase'))
-        self.sharebase = os.path.realpath(util.expandpath(sharebase))
+        self.sharebase = sharebase and os.path.realpath(
+            util.expandpath(sharebase))
         self.url = url
         self.upstream = opts['upstream'] or None
         self.dest_arg = dest
         self.dest = os.path.abspath(util.expandpath(dest))
+        self.attempts = (opts['networkattempts']
+                         or ui.configint(b'sharepool', b'network-attempts'))
+        self.network_deadline = (
+            opts['networkdeadline']
+            or ui.configwith(float, b'sharepool', b'network-deadline'))
+        pooledcheckout.check_request(
+            _abort, self.revision, self.branch, self.sharebase,
+            self.attempts, self.network_deadline, self.dest, dest,
+            [self.url, self.upstream])
         self.purge = opts['purge']
         self.noupdate = opts['noupdate']
         self.sparseprofile = opts['sparseprofile'] or None
@@ -343,28 +338,24 @@ class _Request:
             except KeyError:
                 raise error.Abort(_(b'sparse extension must be enabled to '
                                     b'use --sparseprofile'))
-        self.attempts = (opts['networkattempts']
-                         or ui.configint(b'sharepool', b'network-attempts'))
-        if self.attempts < 1:
-            raise error.Abort(_(b'--networkattempts must be at least 1'))
-        self.network_deadline = (
-            opts['networkdeadline']
-            or ui.configwith(float, b'sharepool', b'network-deadline'))
-        if not pooling.valid_deadline(self.network_deadline):
-            raise error.Abort(_(b'the network deadline must be a positive '
-                                b'number of seconds, at most a year'),
-                              hint=_(b'check --networkdeadline and '
-                                     b'sharepool.network-deadline'))
-        overlap = pooling.dest_overlap(self.dest, self.sharebase,
-                                       [self.url, self.upstream])
-        if overlap:
-            raise error.Abort(_(b'destination %s is or holds %s; refusing '
-                                b'to replace it') % (dest, overlap.encode()),
-                              hint=_(b'check out into a directory of its own'))
 
     @property
     def wanted(self):
         return self.revision or self.branch
+
+
+def _text(template, *args):
+    """A message of the engine's (``vcsperf.core.pooledcheckout``): its
+    %-template translated, then formatted with ``args`` as bytes."""
+    message = _(pycompat.bytestr(template))
+    if not args:
+        return message
+    return message % tuple(os.fsencode(arg) if isinstance(arg, str)
+                           else arg for arg in args)
+
+
+def _abort(template, *args, hint=None):
+    return error.Abort(_text(template, *args), hint=hint and _text(hint))
 
 
 def _tune_for_ci(ui):
@@ -376,7 +367,7 @@ def _tune_for_ci(ui):
         (b'progress', b'delay', b'1.0'),
         (b'progress', b'refresh', b'1.0'),
         (b'progress', b'assume-tty', b'true'),
-        (b'http', b'timeout', HTTP_TIMEOUT),
+        (b'http', b'timeout', b'%d' % pooling.DEFAULT_HTTP_TIMEOUT),
         (b'worker', b'backgroundclose', b'false'),
     ]
     for section, name, value in defaults:
@@ -454,11 +445,7 @@ class _Run(pooledcheckout.PooledCheckout):
     # voice ---------------------------------------------------------------
 
     def text(self, template, *args):
-        message = _(pycompat.bytestr(template))
-        if not args:
-            return message
-        return message % tuple(os.fsencode(arg) if isinstance(arg, str)
-                               else arg for arg in args)
+        return _text(template, *args)
 
     def say(self, template, *args):
         self.ui.write(self.text(template, *args) + b'\n')
@@ -470,8 +457,7 @@ class _Run(pooledcheckout.PooledCheckout):
         self.ui.warn(self.text(template, *args) + b'\n')
 
     def error(self, template, *args, hint=None):
-        return error.Abort(self.text(template, *args),
-                           hint=hint and self.text(hint))
+        return _abort(template, *args, hint=hint)
 
     def network_gave_up(self, gaveup):
         # robustcheckout's message, trailing newline included

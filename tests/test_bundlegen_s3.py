@@ -299,6 +299,27 @@ def _bundle_files(repo):
                   if name.endswith(".hg"))
 
 
+def test_a_destinations_cdn_takes_mercurials_words(small_repo, hg,
+                                                  objectserver):
+    """Issue 28: ``cdn = on`` was refused (the core read true, false,
+    yes, no, 1 and 0 only), though Mercurial reads ``on`` as true; a word
+    that is no boolean is refused naming the words."""
+    repo = small_repo
+    _configure(repo, objectserver, formats="gzip")
+    hgrc = repo / ".hg" / "hgrc"
+    hgrc.write_text(hgrc.read_text().replace("usw2.cdn = true",
+                                             "usw2.cdn = on"))
+    hg("-R", repo, "bundlegen", *EXT)
+    assert _manifest(repo).splitlines()[0].endswith(
+        " ec2region=us-west-2 cdn=true")
+    hgrc.write_text(hgrc.read_text().replace("usw2.cdn = on",
+                                             "usw2.cdn = maybe"))
+    proc = hg.proc("-R", repo, "bundlegen", *EXT)
+    assert is_clean_abort(proc), proc.stderr
+    assert "destination usw2: cdn must be a boolean (yes or no, on or off, " \
+        "true or false, always or never, 1 or 0), not 'maybe'" in proc.stderr
+
+
 def test_destinations_are_checked_before_any_bundle_is_built(
         small_repo, hg, env, objectserver):
     """Issue 27 item 18: a destination that cannot be used (no bucket, no

@@ -346,6 +346,28 @@ def test_deterministic_ids(git, gitrepo, gitbridge, tmp_path, env):
     assert len({i[0] for i in branch_ids(git, gitrepo, "HEAD")}) == 2
 
 
+@pytest.mark.parametrize("word", ["always", "on"])
+def test_deterministic_takes_mercurials_words(git, gitrepo, gitbridge,
+                                              tmp_path, env, word):
+    """Issue 28: the hook took ``always`` for false, and ``commitid-add``
+    ended in a traceback on any word but true and false (it read git
+    config through dulwich); both read ``commitid.deterministic`` in
+    Mercurial's words now, as the hg extension does."""
+    env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = "1700000000 +0000"
+    other = tmp_path / "other"
+    git("init", "-q", other)
+    for repo in (gitrepo, other):
+        git("config", "commitid.deterministic", word, cwd=repo)
+        gitbridge("install-hook", cwd=repo)
+        commit(git, repo, "a", "Same")
+        gitbridge("uninstall-hook", cwd=repo)
+        commit(git, repo, "b", "Without the hook")
+        gitbridge("commitid-add", "--base", "HEAD~1", cwd=repo)
+    ids = branch_ids(git, gitrepo, "HEAD")
+    assert ids == branch_ids(git, other, "HEAD")
+    assert len({i[0] for i in ids}) == 2
+
+
 def test_pre_commit_framework_entry(git, gitrepo, env):
     """The manifest passes pre-commit's own validation, and its entry, run
     as pre-commit runs a commit-msg hook, adds the ID."""

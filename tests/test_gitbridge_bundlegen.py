@@ -334,6 +334,56 @@ def test_an_output_that_cannot_be_a_directory_is_refused(
     assert output.read_text() == "a file\n"
 
 
+def test_booleans_take_mercurials_words(origin, git, gitbridge, tmp_path):
+    """Issue 28: a destination's ``cdn = on`` was refused, and
+    ``bundlegen.advertise = always``; they are Mercurial's words for
+    true.  A word that is no boolean is refused naming the words."""
+    bare, _work = origin
+    base = "https://cdn.example.com/b"
+    for key, value in (("bundlegen.output", tmp_path / "bundles"),
+                       ("bundlegen.base-url", base),
+                       ("bundlegen.usw2.url", "s3://git-bundles/repo"),
+                       ("bundlegen.usw2.cdn", "on")):
+        git("-C", bare, "config", key, str(value))
+    def run(*args, check=True):
+        return gitbridge("bundlegen", "--repo", bare, *args, check=check)
+
+    assert "would write a full bundle" in run("--dry-run").stdout
+    git("-C", bare, "config", "bundlegen.usw2.cdn", "maybe")
+    assert run("--dry-run", check=False).stderr.startswith(
+        "abort: destination usw2: cdn must be a boolean (yes or no, on or "
+        "off, true or false, always or never, 1 or 0), not 'maybe'\n")
+    git("-C", bare, "config", "--remove-section", "bundlegen.usw2")
+    git("-C", bare, "config", "bundlegen.advertise", "always")
+    result = json.loads(run("--json").stdout)
+    assert result["advertised"] == base + "/bundle-list"
+    assert git("-C", bare, "config", "bundle.bundlegen.uri") == \
+        base + "/bundle-list\n"
+    git("-C", bare, "config", "bundlegen.advertise", "maybe")
+    proc = run(check=False)
+    assert proc.stderr.startswith(
+        "abort: bundlegen.advertise must be a boolean (yes or no, on or "
+        "off, true or false, always or never, 1 or 0) or where the list "
+        "to advertise is published, not 'maybe'\n"), proc.stderr
+
+
+def test_a_broken_git_config_is_an_error_not_unset(origin, gitbridge,
+                                                   tmp_path):
+    """Issue 28: a repository config git cannot parse was read as no
+    settings ("needs an output directory"), or its repository as none
+    ("is not a Git repository").  It is git's one line."""
+    bare, _work = origin
+    with open(bare / "config", "a") as fh:
+        fh.write("[bundlegen\n")
+    proc = gitbridge("bundlegen", "--repo", bare, "--output",
+                     tmp_path / "bundles", "--base-url",
+                     "https://cdn.example.com/b", check=False)
+    assert campaign.is_clean_abort(proc), proc.stderr
+    assert re.match(r"abort: git config failed: fatal: bad config line "
+                    r"\d+ in file \S*config\n\Z", proc.stderr), proc.stderr
+    assert not (tmp_path / "bundles").exists()
+
+
 def test_the_bundle_list_reads_back_through_git_config(
         origin, git, gitbridge, tmp_path):
     """A base URL holding characters Git config gives a meaning to

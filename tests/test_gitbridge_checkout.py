@@ -125,6 +125,45 @@ def test_bad_input_aborts_with_one_line(git, gitbridge, served, tmp_path):
         assert proc.stderr.strip().splitlines()[-1].startswith("(")
 
 
+BOOLEAN_REFUSED = ("abort: sharepool.timings must be a boolean (yes or no, "
+                   "on or off, true or false, always or never, 1 or 0), "
+                   "not 'maybe'")
+
+
+def test_booleans_take_mercurials_words(git, gitbridge, served, home,
+                                        tmp_path):
+    """Issue 28: git config booleans read as Mercurial reads its own:
+    ``always`` was taken for false (no timings line), and so was a word
+    that is no boolean."""
+    config = home / ".gitconfig"
+    config.write_text(GITCONFIG + "\ttimings = always\n"
+                      "\tprivate-cache = off\n")
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", served.repo_url, tmp_path / "co")
+    assert timings(proc)["result"] == "ok"
+    config.write_text(GITCONFIG + "\ttimings = maybe\n")
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", served.repo_url, tmp_path / "co", check=False)
+    assert abort_line(proc) == BOOLEAN_REFUSED
+
+
+def test_broken_git_config_is_an_error_not_unset(gitbridge, served, home,
+                                                 tmp_path):
+    """Issue 28: a git config that git cannot parse was read as no
+    config at all (here: "share base directory not defined").  It is
+    git's one line, before anything is touched."""
+    (home / ".gitconfig").write_text(
+        GITCONFIG + "[share]\n\tpool = %s\n[sharepool\n"
+        % (tmp_path / "pool"))
+    proc = gitbridge("checkout", "-b", "main", served.repo_url,
+                     tmp_path / "co", check=False)
+    assert abort_line(proc) == ("abort: git config failed: fatal: bad "
+                                "config line 8 in file %s"
+                                % (home / ".gitconfig"))
+    assert not (tmp_path / "pool").exists()
+    assert not (tmp_path / "co").exists()
+
+
 def test_ambiguous_short_hash_aborts(git, gitbridge, served, tmp_path):
     """A branch named like the 12-digit prefix of another commit."""
     first, middle, tip = served.commits

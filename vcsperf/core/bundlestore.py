@@ -30,6 +30,8 @@ interrupts a request that a stalled or trickling server holds.  Uploads
 therefore run in the calling thread, part after part.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
@@ -39,8 +41,29 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from types import FrameType, TracebackType
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Tuple,
+)
 
 from vcsperf.core.errors import Abort
+from vcsperf.core.settings import parse_bool
+
+#: A bundle as the record holds it: ``file``, ``size``, ``sha256``...
+#: (JSON).
+Bundle = Dict[str, Any]
+#: An S3 client of boto3's (no type information published).
+Client = Any
+#: What ``upload_all`` sent: where, through which client, which name.
+Sent = List[Tuple["Destination", Client, str]]
 
 #: Keys a destination's configuration may hold.
 DESTINATION_KEYS = ("url", "region", "endpoint", "base-url", "attributes",
@@ -73,7 +96,7 @@ _BASE_URL = re.compile(r"(?:(?i:https?)://(?!/)%s+|(?i:file):///%s+)\Z"
 class Destination:
     """One configured destination; see the module's docstring."""
 
-    def __init__(self, name, settings):
+    def __init__(self, name: str, settings: Mapping[str, str]) -> None:
         self.name = name
         unknown = sorted(set(settings) - set(DESTINATION_KEYS))
         if unknown:
@@ -101,21 +124,19 @@ class Destination:
                         "URL without spaces, query or fragment: %r"
                         % (name, base))
         self.base_url = base.rstrip("/")
-        self.attributes = []
+        self.attributes: list[tuple[str, str]] = []
         for item in (settings.get("attributes") or "").replace(",", " ") \
                 .split():
             if not _ATTRIBUTE.match(item):
                 raise Abort("destination %s: attribute %r is not KEY=VALUE"
                             % (name, item))
-            self.attributes.append(tuple(item.split("=", 1)))
-        cdn = (settings.get("cdn") or "false").lower()
-        if cdn not in ("true", "false", "yes", "no", "1", "0"):
-            raise Abort("destination %s: cdn must be true or false, not %r"
-                        % (name, cdn))
-        if cdn in ("true", "yes", "1"):
+            key, value = item.split("=", 1)
+            self.attributes.append((key, value))
+        if parse_bool(settings.get("cdn") or "false",
+                      "destination %s: cdn" % name):
             self.attributes.append(("cdn", "true"))
 
-    def _s3_base_url(self):
+    def _s3_base_url(self) -> str:
         if self.endpoint:
             base = "%s/%s" % (self.endpoint.rstrip("/"), self.bucket)
         else:
@@ -124,13 +145,13 @@ class Destination:
         return base + ("/" + urllib.parse.quote(self.prefix)
                        if self.prefix else "")
 
-    def key(self, name):
+    def key(self, name: str) -> str:
         return "%s/%s" % (self.prefix, name) if self.prefix else name
 
-    def public_url(self, name):
+    def public_url(self, name: str) -> str:
         return "%s/%s" % (self.base_url, urllib.parse.quote(name))
 
-    def client(self):
+    def client(self) -> Client:
         try:
             import boto3
             from botocore.config import Config
@@ -151,7 +172,7 @@ class Destination:
             raise Abort("destination %s: %s" % (self.name, _reason(err)))
 
 
-def check_base_url(url, setting="bundlegen.base-url"):
+def check_base_url(url: str, setting: str = "bundlegen.base-url") -> str:
     """``url`` without trailing slashes, if clients can fetch
     ``<url>/<bundle name>`` from it; else abort naming ``setting``."""
     if not _BASE_URL.match(url.rstrip("/")):
@@ -163,7 +184,8 @@ def check_base_url(url, setting="bundlegen.base-url"):
     return url.rstrip("/")
 
 
-def destinations(table, order):
+def destinations(table: Mapping[str, Mapping[str, str]],
+                 order: list[str]) -> list[Destination]:
     """The destinations named in ``order`` (a list of names), from
     ``table`` (name -> {key: value}); abort on an unknown name or a name
     listed twice."""
@@ -191,13 +213,13 @@ class Deadline:
     left.  In a thread other than the main one (no signals there), only
     the per-read timeouts apply."""
 
-    def __init__(self, seconds, setting):
+    def __init__(self, seconds: float, setting: str) -> None:
         self.seconds = seconds
         self.setting = setting
-        self._until = None
-        self._previous = None
+        self._until: float | None = None
+        self._previous: Any = None  # the handler SIGALRM had
 
-    def __enter__(self):
+    def __enter__(self) -> Deadline:
         global _armed
         if self._until is None:
             self._until = time.monotonic() + self.seconds
@@ -208,7 +230,9 @@ class Deadline:
             _armed = True
         return self
 
-    def __exit__(self, kind, value, traceback):
+    def __exit__(self, kind: type[BaseException] | None,
+                 value: BaseException | None,
+                 traceback: TracebackType | None) -> Literal[False]:
         global _armed
         if _armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -227,7 +251,7 @@ class Deadline:
 _armed = False
 
 
-def _expire(signum, frame):
+def _expire(signum: int, frame: FrameType | None) -> None:
     raise DeadlinePassed()
 
 
@@ -236,14 +260,19 @@ class _Grace:
     the deadline has passed (the cleanup then ends quietly at its own
     limit); the deadline's timer goes on after it."""
 
-    def __enter__(self):
+    _left = 0.0
+    _started = 0.0
+
+    def __enter__(self) -> _Grace:
         if _armed:
             self._left = signal.getitimer(signal.ITIMER_REAL)[0]
             self._started = time.monotonic()
             signal.setitimer(signal.ITIMER_REAL, CLEANUP_SECONDS)
         return self
 
-    def __exit__(self, kind, value, traceback):
+    def __exit__(self, kind: type[BaseException] | None,
+                 value: BaseException | None,
+                 traceback: TracebackType | None) -> bool:
         if _armed:
             left = self._left - (time.monotonic() - self._started)
             # a deadline that passed already is being raised
@@ -252,7 +281,7 @@ class _Grace:
         return kind is DeadlinePassed
 
 
-def check(destinations):
+def check(destinations: Iterable[Destination]) -> dict[str, Client]:
     """Before a run builds anything: each destination's client can be
     made (boto3 installed, its profile known), and its bucket answers a
     HEAD with its credentials; else one Abort naming the destination.
@@ -271,12 +300,12 @@ def check(destinations):
     return clients
 
 
-def _reason(err):
+def _reason(err: BaseException) -> str:
     """One line saying why a request failed."""
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _hint(err):
+def _hint(err: BaseException) -> str:
     name = type(err).__name__
     if name in ("NoCredentialsError", "PartialCredentialsError"):
         return ("give credentials the way boto3 finds them: "
@@ -289,7 +318,7 @@ def _hint(err):
     return "check the destination's endpoint and region, and the network"
 
 
-def _stored(head, size, sha256):
+def _stored(head: Mapping[str, Any], size: int, sha256: str) -> bool:
     """Whether a HEAD answer describes the object we would upload: its
     size, and its sha256 where it was uploaded with one (a name holds
     only the start of the digest)."""
@@ -297,7 +326,8 @@ def _stored(head, size, sha256):
     return head.get("ContentLength") == size and stored in (None, sha256)
 
 
-def missing(destination, bundles, client=None):
+def missing(destination: Destination, bundles: Iterable[Bundle],
+            client: Client = None) -> list[str]:
     """The files of ``bundles`` (dicts with ``file``, ``size`` and
     ``sha256``) that the destination lacks or holds other bytes under:
     one HEAD each."""
@@ -319,8 +349,9 @@ def missing(destination, bundles, client=None):
     return lacking
 
 
-def upload(destination, path, name, content_type, sha256, client=None,
-           chunk=MULTIPART_CHUNK):
+def upload(destination: Destination, path: str, name: str,
+           content_type: str, sha256: str, client: Client = None,
+           chunk: int = MULTIPART_CHUNK) -> int:
     """Upload the file ``path`` as ``name`` under the destination's prefix
     with its content type and cache headers, in checksummed parts of
     ``chunk`` bytes (SHA-256 per part, checked by the server).  An object
@@ -355,7 +386,8 @@ def upload(destination, path, name, content_type, sha256, client=None,
     return size
 
 
-def _upload_parts(client, fh, extra, chunk):
+def _upload_parts(client: Client, fh: IO[bytes], extra: dict[str, Any],
+                  chunk: int) -> None:
     """A multipart upload of ``fh``; on any failure, or when the deadline
     passes, the parts sent are dropped (abort_multipart_upload)."""
     upload_id = client.create_multipart_upload(**extra)["UploadId"]
@@ -384,8 +416,11 @@ def _upload_parts(client, fh, extra, chunk):
         raise
 
 
-def upload_all(destinations, folder, bundles, content_type, report,
-               clients=None):
+def upload_all(destinations: Iterable[Destination], folder: str,
+               bundles: Iterable[Bundle], content_type: str,
+               report: Callable[[Destination, int, float], None],
+               clients: Mapping[str, Client] | None = None,
+               ) -> tuple[int, Sent]:
     """Upload every bundle (a dict with ``file`` in ``folder`` and its
     ``sha256``) to every destination; ``report(destination, bytes,
     seconds)`` after each destination.  Returns the bytes sent and what
@@ -393,7 +428,7 @@ def upload_all(destinations, folder, bundles, content_type, report,
     deadline passes), what this call uploaded is deleted again (nothing
     names it yet) and the error goes on.  ``clients``: those ``check``
     made, by destination name."""
-    sent = []
+    sent: Sent = []
     total = 0
     try:
         for destination in destinations:
@@ -418,15 +453,16 @@ def upload_all(destinations, folder, bundles, content_type, report,
     return total, sent
 
 
-def take_back(sent):
+def take_back(sent: Sent) -> None:
     """Delete what ``upload_all`` uploaded, as far as the servers let us:
     no manifest or list names it, so what stays is only storage."""
     for destination, client, name in sent:
         delete_objects(destination, [name], client=client)
 
 
-def put_bytes(destination, name, data, content_type, cache_control=None,
-              client=None):
+def put_bytes(destination: Destination, name: str, data: bytes,
+              content_type: str, cache_control: str | None = None,
+              client: Client = None) -> None:
     """Store ``data`` as ``name`` (a small index such as a bundle list),
     with a SHA-256 checksum and a short cache lifetime."""
     client = client or destination.client()
@@ -440,11 +476,12 @@ def put_bytes(destination, name, data, content_type, cache_control=None,
                     % (name, destination.name, _reason(err)))
 
 
-def delete_objects(destination, names, client=None):
+def delete_objects(destination: Destination, names: Iterable[str],
+                   client: Client = None) -> dict[str, str]:
     """Delete the objects ``names`` (missing ones count as deleted);
     return the ones the server refused, name -> reason (an Object-Lock
     bucket, a policy, a server that is down)."""
-    refused = {}
+    refused: dict[str, str] = {}
     names = list(names)
     try:
         client = client or destination.client()
@@ -469,7 +506,8 @@ def delete_objects(destination, names, client=None):
     return refused
 
 
-def delete(destination, names, client=None):
+def delete(destination: Destination, names: Iterable[str],
+           client: Client = None) -> None:
     """Delete the objects ``names`` (missing ones are no error), or abort
     naming the first one the server refused."""
     refused = delete_objects(destination, names, client)
@@ -479,12 +517,12 @@ def delete(destination, names, client=None):
                     % (name, destination.name, refused[name]))
 
 
-def _status(err):
+def _status(err: BaseException) -> int | None:
     response = getattr(err, "response", None) or {}
     return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> tuple[str, int]:
     """The hex SHA-256 and the size of a file."""
     digest = hashlib.sha256()
     size = 0
@@ -501,8 +539,9 @@ class Generations:
     ``generated`` (Unix time) and ``files`` (the bundles' names, the same
     on every destination and in the local directory)."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
+        self.record: dict[str, Any]
         try:
             with open(path) as fh:
                 self.record = json.load(fh)
@@ -516,26 +555,27 @@ class Generations:
         if not isinstance(self.record, dict):
             raise Abort("%s is not a record of generations" % path,
                         hint="remove it: the next run rebuilds every bundle")
-        self.list = self.record.get("generations", [])
+        self.list: list[dict[str, Any]] = self.record.get("generations",
+                                                          [])
 
     @property
-    def latest(self):
+    def latest(self) -> dict[str, Any] | None:
         return self.list[0] if self.list else None
 
-    def add(self, generation):
+    def add(self, generation: dict[str, Any]) -> None:
         self.list.insert(0, generation)
 
     @property
-    def pending(self):
+    def pending(self) -> dict[str, list[str]]:
         """Deletions still to do: place -> names (see ``sweep``)."""
         return self.record.setdefault("undeleted", {})
 
-    def held(self):
+    def held(self) -> set[str]:
         """The names the generations in the record hold."""
         return {name for generation in self.list
                 for name in generation["files"]}
 
-    def retire(self, keep, places=()):
+    def retire(self, keep: int, places: Iterable[str] = ()) -> list[str]:
         """Keep the newest ``keep`` generations in the record, and always
         the one the newest replaced; return the names of the files only
         dropped ones hold, which become pending deletions in every one of
@@ -556,7 +596,9 @@ class Generations:
                 del self.pending[place]
         return sorted(names)
 
-    def sweep(self, deleters):
+    def sweep(self, deleters: Mapping[str, Callable[[list[str]],
+                                                    Mapping[str, str]]],
+              ) -> dict[str, tuple[list[str], Mapping[str, str]]]:
         """Do the pending deletions: ``deleters`` is place -> function
         taking names and returning the refused ones (name -> reason).
         Refused names stay pending, for the next run; a place without a
@@ -576,7 +618,7 @@ class Generations:
                 del self.pending[place]
         return results
 
-    def save(self, **fields):
+    def save(self, **fields: Any) -> None:
         """Write the record, with ``fields`` besides the generations."""
         self.record.update(fields, generations=self.list)
         folder = os.path.dirname(self.path) or "."
@@ -591,7 +633,8 @@ class Generations:
             raise
 
 
-def freshness(moved_changesets, moved_bytes, min_changesets, min_bytes):
+def freshness(moved_changesets: int, moved_bytes: int, min_changesets: int,
+              min_bytes: int) -> str | None:
     """Why a new generation is due, or None: the repository moved by at
     least one threshold (a threshold of 0 is off)."""
     if min_changesets and moved_changesets >= min_changesets:
@@ -602,5 +645,6 @@ def freshness(moved_changesets, moved_bytes, min_changesets, min_bytes):
     return None
 
 
-def now():
+def now() -> int:
+    """Unix time, in whole seconds (a bundle's creation token)."""
     return int(time.time())

@@ -20,7 +20,9 @@ engine holds what a checkout is:
 - locks: waited for while a live process holds them, taken over from dead
   owners (``vcsperf.core.pooling.LockPolicy``), and said so;
 - the timings and facts of the JSON timings line, and the texts of all it
-  says.
+  says;
+- the rules a request must follow (``check_request``), and with
+  ``vcsperf.core.pooling`` the defaults of every setting.
 
 An adapter subclasses ``PooledCheckout`` and supplies its system: how to
 say things and raise its user error (messages are %-templates that the
@@ -29,20 +31,114 @@ transient, and the steps listed under "The adapter's steps".  The engine
 imports no version control system.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
+import re
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Iterable,
+    Iterator,
+    NoReturn,
+    Protocol,
+    TypeVar,
+    Union,
+)
 
 from vcsperf.core import pooling
 
 #: How often damage found and repaired mid-run may restart the run.
 MAX_RESTARTS = 2
+#: What ``--revision`` may be: 12 to 40 hex digits of a node or commit.
+_REVISION = re.compile("[0-9a-f]{12,40}")
+T = TypeVar("T")
+#: A path, URL, revision or node as the adapter's system spells it:
+#: bytes in Mercurial, text in Git.
+Text = Union[str, bytes]
+#: The adapter's user error, made from a %-template, its arguments and a
+#: hint: ``PooledCheckout.error``.
+Error = Callable[..., Exception]
+
+
+class Request(Protocol):
+    """What the engine reads of the adapter's checked request."""
+
+    @property
+    def url(self) -> Text:
+        ...
+
+    @property
+    def wanted(self) -> Text:
+        ...
+
+    @property
+    def dest(self) -> Text:
+        ...
+
+    @property
+    def purge(self) -> bool:
+        ...
+
+    @property
+    def noupdate(self) -> bool:
+        ...
+
+    @property
+    def sparseprofile(self) -> Text | None:
+        ...
+
+    @property
+    def network_deadline(self) -> float:
+        ...
+
+
+def check_request(error: Error, revision: Text | None, branch: Text | None,
+                  sharebase: Text | None, attempts: int,
+                  network_deadline: float, dest: Text, shown_dest: Text,
+                  sources: Iterable[Text | None]) -> None:
+    """Raise ``error(template, *args, hint=...)`` (the adapter's user
+    error, as ``PooledCheckout.error``) for the first rule the request
+    breaks: exactly one of a ``revision`` (lower case) and a ``branch``;
+    a ``sharebase`` (None when neither given nor configured); at least
+    one network attempt; a network deadline ``pooling.valid_deadline``
+    takes; a ``dest`` that removing would not destroy what no checkout
+    made (``pooling.dest_overlap`` with the URLs in ``sources``)."""
+    which = "-r SHA checks out exactly that commit; -b NAME whatever " \
+            "the server names so now"
+    if not revision and not branch:
+        raise error("must specify one of --revision or --branch",
+                    hint=which)
+    if revision and branch:
+        raise error("cannot specify both --revision and --branch",
+                    hint=which)
+    if revision and not _REVISION.fullmatch(os.fsdecode(revision)):
+        raise error("--revision must be a SHA-1 fragment 12-40 characters "
+                    "long", hint="use -b for branch and tag names")
+    if not sharebase:
+        raise error("share base directory not defined; refusing to "
+                    "operate", hint="define share.pool config option or "
+                    "pass --sharebase")
+    if attempts < 1:
+        raise error("--networkattempts must be at least 1")
+    if not pooling.valid_deadline(network_deadline):
+        raise error("the network deadline must be a positive number of "
+                    "seconds, at most a year", hint="check "
+                    "--networkdeadline and sharepool.network-deadline")
+    overlap = pooling.dest_overlap(dest, sharebase, sources)
+    if overlap:
+        raise error("destination %s is or holds %s; refusing to replace it",
+                    shown_dest, overlap,
+                    hint="check out into a directory of its own")
 
 
 class Restart(Exception):
     """A step found damage, said so and removed it: the run starts over.
     ``announce``: say "(attempting checkout from beginning)" first."""
 
-    def __init__(self, announce=True):
+    def __init__(self, announce: bool = True) -> None:
         super().__init__()
         self.announce = announce
 
@@ -50,7 +146,7 @@ class Restart(Exception):
 class NetworkFailure(Exception):
     """A network operation failed in a way a retry may cure."""
 
-    def __init__(self, reason):
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -68,7 +164,8 @@ class PooledCheckout:
     #: The key of the JSON timings line.
     TIMINGS_NAME = "checkout"
 
-    def __init__(self, request, attempts, lock_policy):
+    def __init__(self, request: Request, attempts: pooling.NetworkAttempts,
+                 lock_policy: pooling.LockPolicy) -> None:
         self.request = request
         self.attempts = attempts
         self.lock_policy = lock_policy
@@ -76,122 +173,123 @@ class PooledCheckout:
         self.timer.facts.update(cloned=False, pulled=False, restarts=0,
                                 network_failures=0)
         #: What happened, for robustcheckout's Perfherder names.
-        self.behaviors = set()
+        self.behaviors: set[str] = set()
         #: The pooled store of the current attempt.
-        self.store = None
+        self.store: Text | None = None
         #: The ``pooling.StepDeadline`` of the network step running now.
-        self.deadline = None
+        self.deadline: pooling.StepDeadline | None = None
 
     # The adapter's voice -------------------------------------------------
 
-    def text(self, template, *args):
+    def text(self, template: str, *args: Any) -> Any:
         """``template % args`` in the adapter's own kind of string."""
         raise NotImplementedError
 
-    def say(self, template, *args):
+    def say(self, template: str, *args: Any) -> None:
         """A line on stdout."""
         raise NotImplementedError
 
-    def note(self, template, *args):
+    def note(self, template: str, *args: Any) -> None:
         """A line on stdout that may be kept for verbose runs."""
         self.say(template, *args)
 
-    def warn(self, template, *args):
+    def warn(self, template: str, *args: Any) -> None:
         """A line on stderr."""
         raise NotImplementedError
 
-    def error(self, template, *args, hint=None):
+    def error(self, template: str, *args: Any,
+              hint: str | None = None) -> Exception:
         """The adapter's user error (one ``abort:`` line), to raise."""
         raise NotImplementedError
 
-    def transient(self, exc):
+    def transient(self, exc: Exception) -> str | None:
         """A one-line reason when ``exc`` is a network failure that a
         retry may cure, else None."""
         return pooling.transient_socket_error(exc)
 
-    def disconnect(self):
+    def disconnect(self) -> None:
         """Drop connections to servers (before a retry, and at the end)."""
 
-    def interrupt_network(self):
+    def interrupt_network(self) -> None:
         """Make the network I/O of the step running now fail at once: it
         has outlived its deadline.  Called from another thread, maybe
         more than once (see ``pooling.StepDeadline``).  An adapter whose
         steps run processes may instead hand them ``self.deadline``."""
 
     @property
-    def shown_url(self):
+    def shown_url(self) -> Text:
         return self.request.url
 
     @property
-    def shown_dest(self):
+    def shown_dest(self) -> Text:
         return self.request.dest
 
     # The adapter's steps, in the order ``attempt`` runs them ---------------
 
-    def holding_destination(self):
+    def holding_destination(self) -> ContextManager[object]:
         """A context that keeps other checkouts out of DEST during an
         attempt (none: the steps take the system's own lock on DEST)."""
         return contextlib.nullcontext()
 
-    def check_destination(self):
+    def check_destination(self) -> None:
         """Abort when DEST holds something that is not a checkout; remove
         DEST (``remove_dest``) when it cannot be reused."""
         raise NotImplementedError
 
-    def prepare_store(self):
+    def prepare_store(self) -> Text:
         """The path of a healthy pooled store for the URL (one found
         damaged or locked by a dead process is removed); cloned here, or
         in ``create_share``."""
         raise NotImplementedError
 
-    def is_shared(self, store):
+    def is_shared(self, store: Text) -> bool:
         """Whether DEST is already a share of ``store``."""
         raise NotImplementedError
 
-    def create_share(self, store, node):
+    def create_share(self, store: Text, node: Text | None) -> None:
         """Make DEST a new share of ``store`` (``node``: the wanted
         revision when ``SHARE_BEFORE_PULL`` is false, else None)."""
         raise NotImplementedError
 
-    def obtain(self, store):
+    def obtain(self, store: Text) -> Text:
         """The full node of the wanted revision, pulled (``pulling``) when
         the store lacks it."""
         raise NotImplementedError
 
-    def reading_store(self, store):
+    def reading_store(self, store: Text) -> ContextManager[object]:
         """A context in which damage found reading the store's data
         removes the store and restarts the run."""
         return contextlib.nullcontext()
 
-    def check_working_state(self, created):
+    def check_working_state(self, created: bool) -> None:
         """Before purge and update: repair or remove a DEST whose working
         state is damaged (``created``: DEST was made by this attempt)."""
 
-    def purge(self):
+    def purge(self) -> int:
         """Remove untracked and ignored files from DEST; how many."""
         raise NotImplementedError
 
-    def set_sparse_profile(self, node):
+    def set_sparse_profile(self, node: Text) -> None:
         """Make the request's sparse profile, as it is at ``node``, DEST's
         only sparse configuration."""
         raise NotImplementedError
 
-    def update(self, node, created):
+    def update(self, node: Text, created: bool) -> None:
         """Check out ``node`` in DEST."""
         raise NotImplementedError
 
-    def working_state(self):
+    def working_state(self) -> tuple[Text, Text | None]:
         """``(parent, dirt)``: the node DEST's working copy stands on, and
         what differs from it (None when clean; with --purge, unknown and
         ignored files count)."""
         raise NotImplementedError
 
-    def wants_disk_report(self):
+    def wants_disk_report(self) -> bool:
         return True
 
     # The run -------------------------------------------------------------
 
-    def run(self):
+    def run(self) -> None:
         """Check out the request; the timer's ``result`` fact says how it
         ended.  Two loops: a network failure ends the attempt and, after a
         wait, starts the run again (``attempts.call``, robustcheckout's
@@ -211,10 +309,10 @@ class PooledCheckout:
             self.timer.facts["network_failures"] = self.attempts.failures
             self.disconnect()
 
-    def timings_line(self):
+    def timings_line(self) -> str:
         return self.timer.json_line(self.TIMINGS_NAME)
 
-    def _network_failure(self, exc):
+    def _network_failure(self, exc: Exception) -> str | None:
         """The reason, said, when ``exc`` ends an attempt on a network
         failure; None for any other exception."""
         if not isinstance(exc, NetworkFailure):
@@ -223,12 +321,13 @@ class PooledCheckout:
         self.warn("%s", exc.reason)
         return exc.reason
 
-    def _retrying(self, reason, failed, limit, delay):
+    def _retrying(self, reason: str, failed: int, limit: int,
+                  delay: float) -> None:
         self.warn("(retrying after network failure on attempt %d of %d)",
                   failed, limit)
         self.warn("(waiting %.2fs before retry)", delay)
 
-    def network_gave_up(self, gaveup):
+    def network_gave_up(self, gaveup: pooling.GaveUp) -> Exception:
         """The error that ends a run whose last network attempt failed."""
         return self.error("reached maximum number of network attempts; "
                           "giving up (%d attempts; last failure: %s)",
@@ -236,7 +335,7 @@ class PooledCheckout:
                           hint="raise --networkattempts, or check the "
                           "server")
 
-    def _attempt_with_repairs(self):
+    def _attempt_with_repairs(self) -> None:
         while True:
             self.say("ensuring %s@%s is available at %s", self.shown_url,
                      self.request.wanted, self.shown_dest)
@@ -254,7 +353,7 @@ class PooledCheckout:
                 if restart.announce:
                     self.warn("(attempting checkout from beginning)")
 
-    def attempt(self):
+    def attempt(self) -> None:
         """The steps, once, in order."""
         request, step = self.request, self.timer.step
         self.check_destination()
@@ -289,7 +388,7 @@ class PooledCheckout:
             with step("disk"):
                 self.report_disk(store)
 
-    def _share(self, store, node):
+    def _share(self, store: Text, node: Text | None) -> bool:
         """Make DEST a share of ``store`` unless it is one; whether it was
         created."""
         if self.is_shared(store):
@@ -299,7 +398,7 @@ class PooledCheckout:
         self.behaviors.add("clone")
         return True
 
-    def verify(self, node):
+    def verify(self, node: Text) -> None:
         """DEST's parent is ``node`` and nothing differs from it; else DEST
         is removed and the run starts over."""
         parent, dirt = self.working_state()
@@ -315,7 +414,7 @@ class PooledCheckout:
             return
         self.start_over("(%s; deleting destination)", problem)
 
-    def report_disk(self, store):
+    def report_disk(self, store: Text) -> None:
         dest = self.request.dest
         sizes = (pooling.disk_usage(store), pooling.disk_usage(dest),
                  pooling.free_space(dest))
@@ -326,7 +425,7 @@ class PooledCheckout:
 
     # Helpers of the steps --------------------------------------------------
 
-    def network(self, what, operation):
+    def network(self, what: str, operation: Callable[[], T]) -> T:
         """``operation()``, the network step ``what`` ("pull", "clone"...),
         within the request's ``network_deadline``: a failure a retry may
         cure, or the step outliving its deadline (it is then interrupted,
@@ -353,19 +452,19 @@ class PooledCheckout:
                 self.deadline = None
 
     @contextlib.contextmanager
-    def pulling(self):
+    def pulling(self) -> Iterator[None]:
         """Time a pull of the wanted revision, and count it once done."""
         with self.timer.step("pull"):
             yield
         self.timer.facts["pulled"] = True
         self.behaviors.add("pull")
 
-    def store_cloned(self):
+    def store_cloned(self) -> None:
         """Count a new store, cloned and in place."""
         self.timer.facts["cloned"] = True
         self.behaviors.add("create-store")
 
-    def check_sparse_unchanged(self, sparse):
+    def check_sparse_unchanged(self, sparse: bool) -> None:
         """robustcheckout's rule: a checkout other tools may use is never
         switched between sparse (``sparse``: it is now) and full."""
         hint = "use a separate working directory to use sparse"
@@ -376,29 +475,29 @@ class PooledCheckout:
             raise self.error("cannot use non-sparse checkout on existing "
                              "sparse checkout", hint=hint)
 
-    def start_over(self, problem, *args):
+    def start_over(self, problem: str, *args: Any) -> NoReturn:
         """Say ``problem`` (a template), delete DEST and start the run
         over."""
         self.warn(problem, *args)
         self.remove_dest()
         raise Restart()
 
-    def remove(self, path, behavior):
+    def remove(self, path: Text, behavior: str) -> None:
         """Remove ``path`` (``pooling.discard``), timed as ``behavior``."""
         with self.timer.step(behavior.replace("-", "_")):
             pooling.discard(path)
         self.behaviors.add(behavior)
 
-    def remove_dest(self):
+    def remove_dest(self) -> None:
         self.remove(self.request.dest, "remove-wdir")
 
-    def remove_store(self, store):
+    def remove_store(self, store: Text) -> None:
         """Delete a pooled store under its lock, so that no other checkout
         starts sharing it meanwhile."""
         with self.store_lock(store):
             self.remove(store, "remove-store")
 
-    def remove_leftovers(self, store):
+    def remove_leftovers(self, store: Text) -> None:
         """Under the store's lock: remove what killed clones and removals
         of it left in the pool."""
         for leftover in pooling.discarded_leftovers(*os.path.split(store)):
@@ -406,7 +505,7 @@ class PooledCheckout:
                       "removal)", leftover)
             pooling.discard(leftover)
 
-    def store_lock(self, store):
+    def store_lock(self, store: Text) -> ContextManager[None]:
         """The lock of a pool entry, ``<store>.lock`` (the file core
         Mercurial's share.pool locks too)."""
         return self.lock(os.fsdecode(store) + ".lock",
@@ -414,10 +513,10 @@ class PooledCheckout:
                                    os.path.basename(store)))
 
     @contextlib.contextmanager
-    def lock(self, path, what):
+    def lock(self, path: Text, what: Text) -> Iterator[None]:
         """Hold the lock file ``path`` (``what`` names it in messages),
         under the run's lock policy."""
-        def taken_over(owner):
+        def taken_over(owner: str) -> None:
             self.warn("(took over the lock on %s from %s)", what,
                       pooling.describe_owner(owner))
 
@@ -430,7 +529,7 @@ class PooledCheckout:
         finally:
             lock.release()
 
-    def stale_lock(self, path, what):
+    def stale_lock(self, path: Text, what: Text) -> bool:
         """Whether the lock ``path`` (one the system takes itself) was left
         by an owner the lock policy lets us take over; waits while a live
         owner holds it."""
@@ -438,8 +537,8 @@ class PooledCheckout:
             return pooling.await_lock(os.fsdecode(path), self.lock_policy,
                                       self._waiting(what)) is not None
 
-    def _waiting(self, what):
-        def say(owner, seconds, takeover):
+    def _waiting(self, what: Text) -> pooling.Waiting:
+        def say(owner: str, seconds: float, takeover: bool) -> None:
             then = ("taking it over then" if takeover
                     else "giving up then")
             self.warn("(waiting up to %d seconds for lock on %s held by %s; "
@@ -448,7 +547,7 @@ class PooledCheckout:
         return say
 
     @contextlib.contextmanager
-    def _lock_timeout(self, what):
+    def _lock_timeout(self, what: Text) -> Iterator[None]:
         try:
             yield
         except pooling.LockTimeout as timeout:

@@ -4,6 +4,8 @@ and disk accounting.  Shared by the Mercurial extension ``sharepool`` and
 ``gitbridge checkout``; imports neither Mercurial nor dulwich.
 """
 
+from __future__ import annotations
+
 import errno
 import json
 import os
@@ -13,18 +15,32 @@ import shutil
 import socket
 import threading
 import time
+from typing import Any, Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+#: ``waiting(owner, seconds, takeover)``: see ``await_lock``.
+Waiting = Callable[[str, float, bool], None]
 
 #: robustcheckout's figures: the n-th retry waits (2^n - 1) * 1.5 s plus a
 #: random 1 to 5 s, so a fleet that failed together does not retry together.
 DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF = 1.5
 DEFAULT_JITTER = (1.0, 5.0)
+#: How long a checkout waits for a lock that a live process on this host
+#: holds, in seconds (``sharepool.lock-timeout``): a clone by another
+#: checkout may take that long.
+DEFAULT_LOCK_TIMEOUT = 3600
+#: How long a transfer may stall (Mercurial's ``http.timeout``, git's
+#: ``http.lowSpeedTime`` as ``sharepool.http-timeout``) before it fails
+#: instead of hanging the job; also how old a lock of another host's
+#: must be before it is taken over (``sharepool.foreign-lock-grace``).
+DEFAULT_HTTP_TIMEOUT = 600
 #: How long one network step (a lookup, a clone, a pull or a fetch) may
 #: take in all.  A server that trickles a byte every few seconds never
 #: trips a timeout per read; this deadline ends such a step as a network
-#: failure.  An hour, as ``sharepool.lock-timeout``: a clone that takes
-#: longer already makes every checkout waiting for its store give up.
-DEFAULT_NETWORK_DEADLINE = 3600.0
+#: failure.  An hour, as the lock timeout: a clone that takes longer
+#: already makes every checkout waiting for its store give up.
+DEFAULT_NETWORK_DEADLINE = float(DEFAULT_LOCK_TIMEOUT)
 #: The longest network deadline, a year: a timer's wait past a time_t's
 #: range raises in the watchdog thread, which would leave the step
 #: without a deadline.
@@ -38,7 +54,7 @@ INTERRUPT_REPEAT = 1.0
 class GaveUp(Exception):
     """The last allowed network attempt failed; ``reason`` says how."""
 
-    def __init__(self, reason, attempts):
+    def __init__(self, reason: str, attempts: int) -> None:
         super().__init__("%s (after %d attempts)" % (reason, attempts))
         self.reason = reason
         self.attempts = attempts
@@ -56,8 +72,11 @@ class NetworkAttempts:
     the attempt that reaches ``limit`` failures raises ``GaveUp``.
     """
 
-    def __init__(self, limit=DEFAULT_ATTEMPTS, backoff=DEFAULT_BACKOFF,
-                 jitter=DEFAULT_JITTER, sleep=time.sleep, rng=None):
+    def __init__(self, limit: int = DEFAULT_ATTEMPTS,
+                 backoff: float = DEFAULT_BACKOFF,
+                 jitter: tuple[float, float] = DEFAULT_JITTER,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None) -> None:
         if limit < 1:
             raise ValueError("at least one network attempt is needed")
         self.limit = limit
@@ -67,12 +86,12 @@ class NetworkAttempts:
         self._sleep = sleep
         self._rng = rng or random.Random()
 
-    def delay(self, failures):
+    def delay(self, failures: int) -> float:
         """Seconds to wait after the ``failures``-th failure."""
         low, high = self.jitter
         return (2 ** failures - 1) * self.backoff + self._rng.uniform(low, high)
 
-    def failed(self, reason):
+    def failed(self, reason: str) -> float:
         """Count a failure: the seconds to wait before the next attempt, or
         ``GaveUp`` when that was the last one."""
         self.failures += 1
@@ -80,7 +99,9 @@ class NetworkAttempts:
             raise GaveUp(reason, self.failures)
         return self.delay(self.failures)
 
-    def call(self, operation, transient, report):
+    def call(self, operation: Callable[[], T],
+             transient: Callable[[Exception], str | None],
+             report: Callable[[str, int, int, float], None]) -> T:
         while True:
             try:
                 return operation()
@@ -93,7 +114,7 @@ class NetworkAttempts:
                 self._sleep(wait)
 
 
-def transient_socket_error(exc):
+def transient_socket_error(exc: BaseException) -> str | None:
     """A reason when ``exc`` is a network failure of the socket layer that a
     retry may cure (timeouts, resets, refused connections), else None."""
     if isinstance(exc, (socket.timeout, TimeoutError)):
@@ -122,33 +143,34 @@ class StepDeadline:
     network I/O, through its own error handling (a transaction rolls
     back); the caller reads ``expired`` to say why."""
 
-    def __init__(self, seconds, repeat=INTERRUPT_REPEAT):
+    def __init__(self, seconds: float,
+                 repeat: float = INTERRUPT_REPEAT) -> None:
         if not valid_deadline(seconds):
             raise ValueError("a step deadline must be a positive number "
                              "of seconds")
         self.seconds = seconds
         self.repeat = repeat
         self.expired = False
-        self._interrupts = []
+        self._interrupts: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, daemon=True,
                                           name="step deadline")
 
-    def __enter__(self):
+    def __enter__(self) -> StepDeadline:
         self._watchdog.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._ended.set()
         self._watchdog.join()
 
-    def watching(self, interrupt):
+    def watching(self, interrupt: Callable[[], None]) -> _Watching:
         """A context during which ``interrupt()`` is called at the
         deadline (at once on entry when it has passed)."""
         return _Watching(self, interrupt)
 
-    def _watch(self):
+    def _watch(self) -> None:
         if self._ended.wait(self.seconds):
             return
         with self._lock:
@@ -158,7 +180,7 @@ class StepDeadline:
             if self._ended.wait(self.repeat):
                 return
 
-    def _interrupt(self):
+    def _interrupt(self) -> None:
         with self._lock:
             interrupts = list(self._interrupts)
         for interrupt in interrupts:
@@ -166,11 +188,12 @@ class StepDeadline:
 
 
 class _Watching:
-    def __init__(self, deadline, interrupt):
+    def __init__(self, deadline: StepDeadline,
+                 interrupt: Callable[[], None]) -> None:
         self.deadline = deadline
         self.interrupt = interrupt
 
-    def __enter__(self):
+    def __enter__(self) -> _Watching:
         deadline = self.deadline
         with deadline._lock:
             deadline._interrupts.append(self.interrupt)
@@ -179,22 +202,22 @@ class _Watching:
             self.interrupt()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         with self.deadline._lock:
             self.deadline._interrupts.remove(self.interrupt)
 
 
-def valid_deadline(seconds):
+def valid_deadline(seconds: float) -> bool:
     """Whether ``seconds`` can be a network deadline (NaN cannot)."""
     return 0 < seconds <= MAX_NETWORK_DEADLINE
 
 
-def _inside(path, directory):
+def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(
         directory.rstrip(os.sep) + os.sep)
 
 
-def _local_source(url):
+def _local_source(url: str | bytes) -> str | None:
     """The real path of ``url`` when it names a directory here."""
     text = os.fsdecode(url)
     if text.startswith("file://"):
@@ -205,22 +228,24 @@ def _local_source(url):
     return os.path.realpath(text) if os.path.isdir(text) else None
 
 
-def dest_overlap(dest, sharebase, sources):
+def dest_overlap(dest: str | bytes, sharebase: str | bytes,
+                 sources: Iterable[str | bytes | None]) -> str | None:
     """What removing DEST would destroy that no checkout made: "the share
     base" when DEST is it or lies in it (a pooled store), "the source" when
     DEST is, holds or lies in a local source repository; else None.  A
     checkout removes a DEST that is no share of the pool, so these are
     refused before anything is touched."""
-    dest = os.path.realpath(os.fsdecode(dest))
-    if _inside(dest, os.path.realpath(os.fsdecode(sharebase))):
+    path = os.path.realpath(os.fsdecode(dest))
+    if _inside(path, os.path.realpath(os.fsdecode(sharebase))):
         return "the share base"
-    for source in filter(None, map(_local_source, filter(None, sources))):
-        if _inside(dest, source) or _inside(source, dest):
+    for url in sources:
+        source = _local_source(url) if url else None
+        if source and (_inside(path, source) or _inside(source, path)):
             return "the source"
     return None
 
 
-def shut_down(sock):
+def shut_down(sock: socket.socket) -> None:
     """Shut down the connection of ``sock`` for both directions, from any
     thread: a read blocked on it returns at once, as at the end of the
     stream.  The socket stays open for its owner to close.  The shutdown
@@ -240,7 +265,7 @@ def shut_down(sock):
 
 # Locks -------------------------------------------------------------------
 
-def owner_identity():
+def owner_identity() -> str:
     """``host:pid`` as Mercurial's lock writes it: the host part carries the
     Linux pid namespace, so a process in another container on the same host
     is never mistaken for a dead one."""
@@ -262,7 +287,7 @@ _OWNER = re.compile(r"([^\s:]+):([0-9]{1,10})")
 GARBAGE_SETTLE = 5.0
 
 
-def read_lock(path):
+def read_lock(path: str) -> str | None:
     """The content of the lock ``path`` as text (a symlink's target, or a
     regular file's first bytes), or None when there is no lock.  Damaged
     content comes back as it is, undecodable bytes escaped; a lock that
@@ -283,7 +308,7 @@ def read_lock(path):
     return raw.decode("utf-8", "backslashreplace").strip()
 
 
-def parse_owner(content):
+def parse_owner(content: str) -> tuple[str, int] | None:
     """``(host, pid)`` from a lock's content, or None when it is garbage."""
     match = _OWNER.fullmatch(content)
     if match is None or not content.isprintable():
@@ -294,7 +319,7 @@ def parse_owner(content):
     return match.group(1), pid
 
 
-def describe_owner(content):
+def describe_owner(content: str) -> str:
     """Who holds a lock, for a message."""
     owner = parse_owner(content)
     if owner is None:
@@ -303,7 +328,7 @@ def describe_owner(content):
     return "process %d on host %s" % (owner[1], owner[0])
 
 
-def owner_is_gone(identity):
+def owner_is_gone(identity: str) -> bool:
     """True when the lock owner ``identity`` (``host:pid``) is known to be
     dead: it ran on this host (and pid namespace) and its pid is free."""
     owner = parse_owner(identity)
@@ -318,7 +343,7 @@ def owner_is_gone(identity):
     return False
 
 
-def owner_is_foreign(identity):
+def owner_is_foreign(identity: str) -> bool:
     """True when the lock owner ``identity`` ran on another host (or in
     another pid namespace), where this host cannot tell whether it lives."""
     owner = parse_owner(identity)
@@ -343,12 +368,15 @@ class LockPolicy:
     or in giving up (False).
     """
 
-    def __init__(self, private=False, grace=600.0, timeout=3600.0):
+    def __init__(self, private: bool = False,
+                 grace: float = DEFAULT_HTTP_TIMEOUT,
+                 timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
         self.private = private
         self.grace = grace
         self.timeout = timeout
 
-    def verdict(self, owner, age, waited):
+    def verdict(self, owner: str, age: float,
+                waited: float) -> tuple[float, bool] | None:
         if parse_owner(owner) is None:
             settle = GARBAGE_SETTLE - max(age, waited)
             return None if settle <= 0 else (settle, True)
@@ -363,7 +391,7 @@ class LockPolicy:
         return left, False
 
 
-def lock_age(path):
+def lock_age(path: str) -> float:
     """Seconds since the lock ``path`` was taken (0 when it is gone)."""
     try:
         return max(0.0, time.time() - os.lstat(path).st_mtime)
@@ -371,7 +399,8 @@ def lock_age(path):
         return 0.0
 
 
-def await_lock(path, policy, waiting, poll=0.2):
+def await_lock(path: str, policy: LockPolicy, waiting: Waiting,
+               poll: float = 0.2) -> str | None:
     """Wait while a live owner holds the lock ``path``.
 
     Returns None once the lock is free, or the owner's identity when the
@@ -399,7 +428,7 @@ def await_lock(path, policy, waiting, poll=0.2):
         time.sleep(poll)
 
 
-def remove_lock(path):
+def remove_lock(path: str) -> None:
     """Remove the lock ``path``, even one damaged into a directory."""
     try:
         os.unlink(path)
@@ -410,7 +439,7 @@ def remove_lock(path):
 
 
 class LockTimeout(Exception):
-    def __init__(self, path, owner, waited):
+    def __init__(self, path: str, owner: str, waited: float) -> None:
         super().__init__("timed out after %d s waiting for lock %s held by %s"
                          % (waited, path, owner))
         self.path = path
@@ -432,14 +461,16 @@ class PidLock:
     ``taken_over(owner)``, if given, after a stale lock was removed.
     """
 
-    def __init__(self, path, policy, waiting, taken_over=None):
+    def __init__(self, path: str, policy: LockPolicy,
+                 waiting: Waiting | None,
+                 taken_over: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.policy = policy
         self.waiting = waiting
         self.taken_over = taken_over
         self.held = False
 
-    def acquire(self):
+    def acquire(self) -> PidLock:
         while not self._try():
             stale = await_lock(self.path, self.policy, self._tell_once)
             if stale is None:
@@ -451,12 +482,13 @@ class PidLock:
                 time.sleep(0.05)  # another waiter is taking it over
         return self
 
-    def _tell_once(self, owner, seconds, takeover):
+    def _tell_once(self, owner: str, seconds: float,
+                   takeover: bool) -> None:
         if self.waiting:
             self.waiting(owner, seconds, takeover)
             self.waiting = None
 
-    def release(self):
+    def release(self) -> None:
         if self.held:
             self.held = False
             try:
@@ -464,13 +496,13 @@ class PidLock:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self):
+    def __enter__(self) -> PidLock:
         return self.acquire()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _try(self):
+    def _try(self) -> bool:
         try:
             os.symlink(owner_identity(), self.path)
         except FileExistsError:
@@ -478,9 +510,9 @@ class PidLock:
         self.held = True
         return True
 
-    def _take_over(self, stale):
+    def _take_over(self, stale: str) -> bool:
         """Remove the stale lock; False when another waiter is at it."""
-        guard = PidLock(self.path + ".takeover", None, None)
+        guard = PidLock(self.path + ".takeover", self.policy, None)
         if not guard._try():
             owner = read_lock(guard.path)
             if owner is not None and self.policy.verdict(
@@ -508,44 +540,46 @@ class StepTimer:
     reporting (what was cloned, the node, the outcome).
     """
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._start = clock()
-        self.steps = {}
-        self.facts = {}
+        self.steps: dict[str, float] = {}
+        self.facts: dict[str, Any] = {}
 
-    def step(self, name):
+    def step(self, name: str) -> _Step:
         return _Step(self, name)
 
-    def record(self, name, seconds):
+    def record(self, name: str, seconds: float) -> None:
         self.steps[name] = self.steps.get(name, 0.0) + seconds
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return dict(self.facts,
                     steps={name: round(secs, 3)
                            for name, secs in self.steps.items()},
                     total=round(self._clock() - self._start, 3))
 
-    def json_line(self, command):
+    def json_line(self, command: str) -> str:
         return json.dumps({command: self.as_dict()}, sort_keys=True)
 
 
 class _Step:
-    def __init__(self, timer, name):
+    def __init__(self, timer: StepTimer, name: str) -> None:
         self.timer = timer
         self.name = name
+        self.start = 0.0
 
-    def __enter__(self):
+    def __enter__(self) -> _Step:
         self.start = self.timer._clock()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.timer.record(self.name, self.timer._clock() - self.start)
 
 
 # Disk --------------------------------------------------------------------
 
-def disk_usage(*roots, counted=()):
+def disk_usage(*roots: str | bytes,
+               counted: Iterable[tuple[int, int]] = ()) -> int:
     """Bytes allocated on disk under ``roots``, each inode counted once, so
     files hardlinked between a pool and its checkouts count once, and
     symlinks are not followed.  Inodes in ``counted``, ``(st_dev, st_ino)``
@@ -579,13 +613,13 @@ def disk_usage(*roots, counted=()):
     return total
 
 
-def free_space(path):
+def free_space(path: str | bytes) -> int:
     """Bytes free to an unprivileged user on the filesystem of ``path``."""
     st = os.statvfs(os.fsdecode(path))
     return st.f_bavail * st.f_frsize
 
 
-def format_bytes(count):
+def format_bytes(count: float) -> str:
     for unit in ("bytes", "KB", "MB", "GB"):
         if count < 1024 or unit == "GB":
             break
@@ -596,7 +630,7 @@ def format_bytes(count):
 
 # Removal -----------------------------------------------------------------
 
-def discard(path):
+def discard(path: str | bytes) -> None:
     """Remove the tree ``path`` so that no reader ever sees half of it: it
     is first renamed to a hidden sibling (one atomic step), then deleted.
     Files that another process still has open stay readable to it."""
@@ -611,7 +645,8 @@ def discard(path):
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def discarded_leftovers(parent, name):
+def discarded_leftovers(parent: str | bytes,
+                        name: str | bytes) -> list[str]:
     """Hidden trees that ``discard`` or a killed clone left in ``parent``
     for the entry ``name``."""
     parent, name = os.fsdecode(parent), os.fsdecode(name)

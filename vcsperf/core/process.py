@@ -1,7 +1,10 @@
 """Finding and running the real ``hg`` and ``git`` binaries: the one
 subprocess runner of the adapters' command-line tools, the harness, the
 benchmarks and the check, but for ``spawn.git_bytes`` (Git's quick
-lookups, which cannot afford this module's imports)."""
+lookups, its ``commit-msg`` hook and git config reads, which cannot
+afford this module's imports).  Git runs one way, ``git``."""
+
+from __future__ import annotations
 
 import io
 import os
@@ -10,11 +13,22 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 from vcsperf.core.errors import Abort
 
+if TYPE_CHECKING:  # annotations only: running a command needs no pool
+    from vcsperf.core.pooling import StepDeadline
 
-def executable(name):
+#: What a command's output is read as, line by line or piece by piece.
+Listener = Optional[Callable[[str], None]]
+#: The argument list of a command: program, then its arguments.
+Args = Sequence[str]
+#: A command's environment; None: this process's.
+Env = Optional[Mapping[str, str]]
+
+
+def executable(name: str) -> str:
     """Path of ``name``, preferring the one installed beside this Python
     (the virtualenv's ``hg``) over the one on PATH."""
     search = os.pathsep.join([os.path.dirname(sys.executable),
@@ -29,12 +43,15 @@ def executable(name):
 class CommandError(subprocess.CalledProcessError):
     """A failed command; its message ends with what it wrote to stderr."""
 
-    def __str__(self):
+    def __str__(self) -> str:
         return "%s\n%s" % (super().__str__(), self.stderr)
 
 
-def completed(args, env, cwd=None, input=None, on_line=None,
-              on_progress=None, deadline=None):
+def completed(args: Args, env: Env, cwd: str | None = None,
+              input: str | None = None, on_line: Listener = None,
+              on_progress: Listener = None,
+              deadline: StepDeadline | None = None,
+              ) -> subprocess.CompletedProcess[str]:
     """Run a command to its end, whatever its exit status: the
     ``CompletedProcess``, with stdout and stderr as text (UTF-8; bytes
     that are not, such as a server's ref name in Latin-1, are replaced,
@@ -60,12 +77,13 @@ def completed(args, env, cwd=None, input=None, on_line=None,
         raise TypeError("input goes with neither on_line nor on_progress")
     proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    messages = []
+    assert proc.stdout is not None and proc.stderr is not None
+    messages: list[str] = []
     reader = threading.Thread(target=_read_stderr,
                               args=(proc.stderr, messages, on_progress),
                               daemon=True)
     reader.start()
-    out = []
+    out: list[str] = []
     try:
         with io.TextIOWrapper(proc.stdout, encoding="utf-8",
                               errors="replace") as lines:
@@ -85,7 +103,9 @@ def completed(args, env, cwd=None, input=None, on_line=None,
                                        "".join(messages))
 
 
-def _completed_by(args, env, cwd, input, deadline):
+def _completed_by(args: Args, env: Env, cwd: str | None,
+                  input: str | None, deadline: StepDeadline,
+                  ) -> subprocess.CompletedProcess[str]:
     """``completed`` for a command that must end by ``deadline``.  It runs
     in a process group of its own, so that its children (git's
     ``git-remote-https``, ``index-pack``), which hold its output pipes
@@ -99,7 +119,7 @@ def _completed_by(args, env, cwd, input, deadline):
                             stderr=subprocess.PIPE, start_new_session=True)
     signals = [signal.SIGTERM]
 
-    def interrupt():
+    def interrupt() -> None:
         _signal_group(proc, signals.pop() if signals else signal.SIGKILL)
 
     try:
@@ -112,7 +132,7 @@ def _completed_by(args, env, cwd, input, deadline):
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
-def _signal_group(proc, signum):
+def _signal_group(proc: subprocess.Popen[str], signum: int) -> None:
     """Send ``signum`` to the process group ``proc`` leads, unless
     ``proc`` has been waited for (its group id may be reused then)."""
     if proc.returncode is None:
@@ -122,7 +142,8 @@ def _signal_group(proc, signum):
             pass
 
 
-def _read_stderr(stream, messages, on_progress):
+def _read_stderr(stream: io.BufferedReader, messages: list[str],
+                 on_progress: Listener) -> None:
     """Lines end in "\\n"; what ends in "\\r" goes to ``on_progress``."""
     pending = b""
     for block in iter(lambda: stream.read1(4096), b""):
@@ -142,8 +163,10 @@ def _read_stderr(stream, messages, on_progress):
         messages.append(pending.decode("utf-8", "replace"))
 
 
-def run(args, env, cwd=None, check=True, input=None, on_line=None,
-        on_progress=None, deadline=None):
+def run(args: Args, env: Env, cwd: str | None = None, check: bool = True,
+        input: str | None = None, on_line: Listener = None,
+        on_progress: Listener = None,
+        deadline: StepDeadline | None = None) -> str:
     """Run a command (see ``completed``), returning its stdout as text; on
     failure raise ``CommandError`` (unless ``check`` is false)."""
     proc = completed(args, env, cwd, input, on_line, on_progress, deadline)
@@ -152,26 +175,31 @@ def run(args, env, cwd=None, check=True, input=None, on_line=None,
     return proc.stdout
 
 
-def git(*args, cwd=None, env=None, deadline=None):
+def git(*args: str, cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        deadline: StepDeadline | None = None) -> str:
     """Run ``git ARGS`` in ``env`` (default: this process's), never
-    prompting for credentials and speaking English (callers read its
-    messages), ended by ``deadline`` (see ``completed``): its stdout, or
-    ``CommandError`` with its stderr."""
+    prompting for credentials, ended by ``deadline`` (see ``completed``):
+    its stdout, or ``CommandError`` with its stderr (``git_abort`` makes
+    that the user's error).  Always in the C locale: callers parse what
+    git prints, its messages too (a transient network failure is known
+    by its words), and a user's locale would translate them."""
     return run(["git", *args], dict(env or os.environ,
                                     GIT_TERMINAL_PROMPT="0", LC_ALL="C"),
                cwd=cwd, deadline=deadline)
 
 
-def git_output(repo_path, *args):
-    """The output of ``git ARGS`` run in ``repo_path``; ``Abort`` with
-    what git wrote to stderr when it fails."""
-    try:
-        return run(["git", *args], None, cwd=repo_path)
-    except CommandError as err:
-        raise Abort("git %s failed: %s" % (args[0], err.stderr.strip()))
+def git_abort(failure: CommandError) -> Abort:
+    """The user's error for a failed ``git``: the command, its exit
+    status and the last line of what it wrote to stderr (the reason;
+    lines before it are progress and context)."""
+    return Abort("git %s failed (%d): %s"
+                 % (" ".join(failure.cmd[1:3]), failure.returncode,
+                    (failure.stderr.strip().splitlines() or [""])[-1]),
+                 hint="the last line of git's message is shown")
 
 
-def hg_output(repo_path, *args, env=None):
+def hg_output(repo_path: str, *args: str, env: Env = None) -> str:
     """The output of ``hg -R REPO_PATH ARGS`` in ``env`` (default: this
     process's) with ``HGPLAIN``; ``Abort`` with what hg wrote to stderr
     when it fails."""
