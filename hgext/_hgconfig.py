@@ -19,6 +19,8 @@ from mercurial import error, pycompat, util
 from mercurial.i18n import _
 from mercurial.utils import stringutil
 
+from vcsperf.core import settings
+
 _WHOLE_NUMBER = re.compile(br'[+-]?[0-9]+')
 
 
@@ -75,13 +77,14 @@ def _size(number):
 
 
 def config_bool(ui, section, name):
-    """The boolean ``section.name`` (yes/no, true/false, on/off, 1/0)."""
+    """The boolean ``section.name``, in Mercurial's words (the Git side
+    reads its booleans in the same words: ``vcsperf.core.settings``)."""
     value = ui.config(section, name)
     if isinstance(value, bool):
         return value
     parsed = stringutil.parsebool(value.strip())
     if parsed is None:
         raise _refuse(ui, section, name,
-                      _(b'a boolean (yes or no, true or false, on or off, '
-                        b'1 or 0)'))
+                      b'a boolean (%s)'
+                      % pycompat.bytestr(settings.ACCEPTED_BOOLEANS))
     return parsed

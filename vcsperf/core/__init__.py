@@ -1,6 +1,6 @@
 """What the adapters share, in plain Python: commit-ID rules and series,
-pooled-checkout primitives, bundle publishing, the subprocess runner, the
-user error.
+pooled-checkout primitives, bundle publishing, Mercurial's boolean words
+for settings, the subprocess runner, the user error.
 
 Of ours it imports ``zstdwire`` only; besides the standard library,
 zstandard and boto3 (``bundlestore``'s uploads to object storage, imported
