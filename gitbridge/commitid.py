@@ -5,7 +5,7 @@ previous one (Git or Mercurial) by ID.
 - ``install_hook`` and ``uninstall_hook``: ``gitbridge install-hook``
   and ``gitbridge uninstall-hook``
 - ``add_ids``: ``gitbridge commitid-add``
-- ``gitbridge commitid-map``: ``map_ids`` of ``vcsperf.core.commitids``,
+- ``gitbridge commitid-map``: ``map_ids`` of ``vcsperf.core.commitid``,
   which reads series from Git and Mercurial alike
 - ``gitbridge commit-msg FILE`` runs the hook itself (the pre-commit
   framework's entry point).
@@ -20,8 +20,8 @@ import sys
 from dulwich.repo import Repo
 
 from gitbridge import commitmsg, gitconfig
-from vcsperf.core import commitids
-from vcsperf.core.commitids import map_ids
+from vcsperf.core import commitid
+from vcsperf.core.commitid import map_ids
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
 
@@ -195,7 +195,7 @@ def add_ids(repo_path=".", branch=None, base=None):
     for sha in _parents_first(commits):
         commit = commits[sha]
         message = commit.message.decode("utf-8", "surrogateescape")
-        new_message = commitids.ensure_id(
+        new_message = commitid.ensure_id(
             message, lambda: _new_id(deterministic, sha),
             parents=len(commit.parents))
         parents = [rewritten.get(p, p) for p in commit.parents]
@@ -218,8 +218,8 @@ def add_ids(repo_path=".", branch=None, base=None):
 
 def _new_id(deterministic, sha):
     if deterministic:
-        return commitids.derived_id(sha)
-    return commitids.new_id()
+        return commitid.derived_id(sha)
+    return commitid.new_id()
 
 
 def _branch_ref(repo, branch):

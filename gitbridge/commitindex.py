@@ -257,7 +257,7 @@ def _update_locked(repo, repository, rules, rebuild):
         start = base.node_count() if base else 0
         # Here, not above: a lookup that reads no message spares the
         # import (see commitkeys).
-        from vcsperf.core.commitids import git_messages, message_keys
+        from vcsperf.core.commitid import git_messages, message_keys
         triples, nodes = [], []
         for sha, message in (git_messages(repo, revisions)
                              if tips else ()):
@@ -322,7 +322,7 @@ def lookup(repo, keys, rebuild=False):
         return [(typed, sha.decode("ascii")) for typed, _, sha in candidates]
     if not candidates:
         return []
-    from vcsperf.core.commitids import message_keys  # see update
+    from vcsperf.core.commitid import message_keys  # see update
     carried = {sha: message_keys(message, rules) for sha, message
                in _commits(repo, {sha for _, _, sha in candidates})}
     reachable = {sha for sha in carried if _reachable(repo, sha)}
@@ -333,7 +333,7 @@ def lookup(repo, keys, rebuild=False):
 def _scan(repo, tips, rules, keys, parsed):
     """What ``lookup`` answers, from the message of every commit a ref
     reaches (parents first), without the index."""
-    from vcsperf.core.commitids import git_messages, message_keys
+    from vcsperf.core.commitid import git_messages, message_keys
     wanted, found = set(parsed), {}
     for sha, message in (git_messages(repo, [t.decode("ascii")
                                              for t in tips])

@@ -1,12 +1,12 @@
 """The ``commit-msg`` hook: gives a Git commit message its commit ID.
 
 Git runs it for every commit, and a commit takes a few milliseconds, so the
-hook imports only what it must: ``vcsperf.core.commitids`` and no dulwich, and
+hook imports only what it must: ``vcsperf.core.commitid`` and no dulwich, and
 it runs git through ``vcsperf.core.spawn`` rather than ``subprocess`` (whose
 import alone took 12 ms here).  It asks git for its settings in one call
 (``gitbridge.gitconfig``).
 
-The rules are those of the hg extension (``vcsperf.core.commitids``); on top,
+The rules are those of the hg extension (``vcsperf.core.commitid``); on top,
 lines starting with Git's comment character are not content, the ID goes
 before them and before a ``git commit -v`` scissors line, and a merge is
 recognised by ``MERGE_HEAD`` beside the message file.
@@ -16,7 +16,7 @@ import os
 import sys
 
 from gitbridge import gitconfig
-from vcsperf.core import commitids
+from vcsperf.core import commitid
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.spawn import git_bytes
 
@@ -44,7 +44,7 @@ def deterministic_id(message):
     # exit status 1: no HEAD yet (the first commit)
     seed = "\0".join([git("rev-parse", "-q", "--verify", "HEAD", ok=(0, 1)),
                       git("var", "GIT_AUTHOR_IDENT"), message])
-    return commitids.derived_id(seed.encode("utf-8", "surrogateescape"))
+    return commitid.derived_id(seed.encode("utf-8", "surrogateescape"))
 
 
 def add_id(message_path):
@@ -60,8 +60,8 @@ def add_id(message_path):
         def make_id():
             return deterministic_id(message)
     else:
-        make_id = commitids.new_id
-    new = commitids.ensure_id(message, make_id, parents=2 if merging else 1,
+        make_id = commitid.new_id
+    new = commitid.ensure_id(message, make_id, parents=2 if merging else 1,
                               comment=comment_prefix(settings))
     if new == message:
         return False

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from vcsperf.core.commitids import find_ids
+from vcsperf.core.commitid import find_ids
 from vcsperf.harness import tools
 
 SUITE = ("zstdstore", "wirezstd", "bundlegen", "sharepool", "commitid",

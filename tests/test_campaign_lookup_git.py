@@ -42,7 +42,7 @@ import pytest
 
 import campaign
 from vcsperf.core import commitindex, commitkeys
-from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitid import message_keys
 from vcsperf.harness import tools
 
 pytestmark = pytest.mark.campaign

@@ -14,7 +14,7 @@ import sysconfig
 
 import pytest
 
-from vcsperf.core.commitids import find_id, find_ids
+from vcsperf.core.commitid import find_id, find_ids
 from vcsperf.harness import tools
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

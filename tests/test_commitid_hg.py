@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from vcsperf.core.commitids import Commit, find_id, find_ids, map_series
+from vcsperf.core.commitid import Commit, find_id, find_ids, map_series
 
 EXTENSIONS = """[ui]
 editor = true

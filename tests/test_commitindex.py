@@ -1,5 +1,5 @@
 """The commit index of vcsperf.core.commitindex and the key rules of
-vcsperf.core.commitids: examples and hypothesis properties."""
+vcsperf.core.commitid: examples and hypothesis properties."""
 
 import os
 import shutil
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from vcsperf.core import commitindex
-from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitid import message_keys
 from vcsperf.core.commitkeys import BUG, ID, REVIEW, KeyRules, parse_key
 
 EXAMPLES = int(os.environ.get("VCSPERF_EXAMPLES", "100"))

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitid import message_keys
 from vcsperf.core.commitindex import read_docket
 from vcsperf.core.errors import Abort
 from vcsperf.core.spawn import git_bytes

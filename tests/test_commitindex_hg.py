@@ -20,7 +20,7 @@ import campaign
 from netservers import write_ssh_wrapper
 from test_all_extensions import HGRC
 from vcsperf.core import commitindex
-from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitid import message_keys
 from vcsperf.harness.proxies import Fault, FlakyProxy
 
 EVOLUTION = ("uncommit =\n[experimental]\nevolution = all\n"

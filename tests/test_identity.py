@@ -218,7 +218,7 @@ def test_changelog_has_this_release():
 CRASHING_EXTENSION = '''
 """commands that crash, in vcsperf's code and in this module's"""
 from mercurial import registrar, util
-from vcsperf.core import commitids
+from vcsperf.core import commitid
 
 cmdtable = {}
 command = registrar.command(cmdtable)
@@ -228,7 +228,7 @@ testedwith = b'%d.%d' % util.versiontuple(n=2)
 
 @command(b'crash-in-vcsperf', norepo=True)
 def crash_in_vcsperf(ui):
-    commitids.find_ids(None)
+    commitid.find_ids(None)
 
 
 @command(b'crash-here', norepo=True)
@@ -251,7 +251,7 @@ def test_a_crash_in_our_code_names_our_tracker(name, hg, hgrc, tmp_path):
     assert ours.returncode == 1 and "TypeError" in ours.stderr
     assert ("** unknown exception encountered, please report by visiting\n"
             "** the issue tracker of the vcsperf repository you installed "
-            "from\n** (the error is in vcsperf.core.commitids, vcsperf "
+            "from\n** (the error is in vcsperf.core.commitid, vcsperf "
             "%s)\n" % __version__) in ours.stderr
     elsewhere = hg.proc("crash-here", cwd=tmp_path)
     assert "RuntimeError: not vcsperf" in elsewhere.stderr

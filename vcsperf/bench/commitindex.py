@@ -37,7 +37,7 @@ import tempfile
 
 from vcsperf.bench import benchcli
 from vcsperf.bench.commitid import measured
-from vcsperf.core.commitids import message_keys
+from vcsperf.core.commitid import message_keys
 from vcsperf.core.commitkeys import BUG, ID, REVIEW
 from vcsperf.harness import tools
 

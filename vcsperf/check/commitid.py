@@ -7,7 +7,7 @@ import time
 
 from vcsperf.check import checkcmds
 from vcsperf.check.outcome import Failed
-from vcsperf.core import commitids
+from vcsperf.core.commitid import map_series, read_series, with_predecessors
 from vcsperf.harness import tools
 
 
@@ -85,7 +85,7 @@ def commitid(check, work):
                     not in err.stdout:
                 raise
     with_ids = "successors(%s::%s) - obsolete()" % (first, last)
-    old = commitids.read_series(repo, with_ids, hidden=True, env=ours)
+    old = read_series(repo, with_ids, hidden=True, env=ours)
     if any(c.commit_id is None for c in old):
         raise Failed("commitid-add left %d changesets without an ID"
                      % sum(c.commit_id is None for c in old))
@@ -114,11 +114,11 @@ def commitid(check, work):
                  cwd=repo)
     with check.step("map by commit ID"):
         start = time.perf_counter()
-        new = commitids.read_series(repo, above, env=ours)
-        mapping = commitids.map_series(old, new)
+        new = read_series(repo, above, env=ours)
+        mapping = map_series(old, new)
         id_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        truth = commitids.with_predecessors(repo, old, new, env=ours)
+        truth = with_predecessors(repo, old, new, env=ours)
         marker_seconds = time.perf_counter() - start
     by_id = [m for m in mapping.matches if m.how == "commit-id"]
     agree = [m for m, t in zip(mapping.matches, truth)

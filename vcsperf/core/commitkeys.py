@@ -1,7 +1,7 @@
 """The keys of the commit index: their kinds, the rules an index is built
 under, and the keys as people type them (``parse_key``).
 
-Apart from ``commitids`` (which extracts the keys from messages, with
+Apart from ``commitid`` (which extracts the keys from messages, with
 regular expressions) because a Git lookup needs only this, and importing
 ``re`` and compiling those patterns would be a quarter of its time."""
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 #: The kinds of key a message carries that the commit index looks up.
 ID, REVIEW, BUG = "id", "review", "bug"
-#: The commit-ID trailer (``vcsperf.core.commitids``), always looked for.
+#: The commit-ID trailer (``vcsperf.core.commitid``), always looked for.
 TRAILER = "MozReview-Commit-ID"
 #: A bug number has at most this many digits (Bugzilla's are 7): a longer
 #: run of digits after "Bug" is no bug key.  Also what keeps a number
@@ -29,7 +29,7 @@ _ALNUM = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 class KeyRules:
-    """What ``commitids.message_keys`` extracts: commit IDs from
+    """What ``commitid.message_keys`` extracts: commit IDs from
     ``id_trailers`` (``MozReview-Commit-ID`` and any configured name),
     reviews from ``Differential Revision:`` and ``Change-Id:`` lines, and
     bug numbers from the summary line."""
@@ -73,7 +73,7 @@ def parse_key(text: str) -> tuple[str, str]:
     ``id:``, ``review:`` or ``bug:`` prefix says the kind.
 
     Raises ``ValueError`` (a user error) for what can be no key: every
-    key a message carries is ASCII letters and digits (``commitids``),
+    key a message carries is ASCII letters and digits (``commitid``),
     a bug number at most ``BUG_DIGITS`` digits, and a key as typed at
     most ``KEY_LENGTH`` characters."""
     if len(text) > KEY_LENGTH:

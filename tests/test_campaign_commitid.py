@@ -37,7 +37,7 @@ from mercurial.changelog import stripdesc
 import campaign
 from pastbytes_hostile import repeat
 from test_all_extensions import HGRC
-from vcsperf.core import commitids
+from vcsperf.core import commitid
 
 LINE_ENDS = ["\n", "\r\n", "\r"]
 PIECES = [
@@ -87,22 +87,22 @@ def trailer_failures(message, cwd):
     empty list if nothing does)."""
     failures = []
     start = time.process_time()
-    for_git = commitids.ensure_id(message, lambda: NEW_ID, comment="#")
-    for_hg = commitids.ensure_id(message, lambda: NEW_ID)
+    for_git = commitid.ensure_id(message, lambda: NEW_ID, comment="#")
+    for_hg = commitid.ensure_id(message, lambda: NEW_ID)
     if time.process_time() - start > 0.5:
         failures.append("slow")
     git, hg = git_stored(for_git, cwd), hg_stored(for_hg)
-    if commitids.find_ids(git) != commitids.find_ids(hg):
-        failures.append("git %r, hg %r" % (commitids.find_ids(git),
-                                           commitids.find_ids(hg)))
-    if not commitids.skip_reason(message):
-        if len(commitids.find_ids(hg)) != 1:
-            failures.append("IDs in hg: %r" % commitids.find_ids(hg))
-        if commitids.find_id(hg) != (commitids.find_id(message) or NEW_ID):
+    if commitid.find_ids(git) != commitid.find_ids(hg):
+        failures.append("git %r, hg %r" % (commitid.find_ids(git),
+                                           commitid.find_ids(hg)))
+    if not commitid.skip_reason(message):
+        if len(commitid.find_ids(hg)) != 1:
+            failures.append("IDs in hg: %r" % commitid.find_ids(hg))
+        if commitid.find_id(hg) != (commitid.find_id(message) or NEW_ID):
             failures.append("the message's own ID was not kept")
     for supplied, stored in ((for_git, git), (for_hg, hg)):
         for text in (supplied, stored):
-            if commitids.ensure_id(text, commitids.new_id) != text:
+            if commitid.ensure_id(text, commitid.new_id) != text:
                 failures.append("a second ensure_id changed %r" % text)
     return failures
 
@@ -151,8 +151,8 @@ def cpu_time(message, repeat=3):
     best = None
     for _ in range(repeat):
         start = time.process_time()
-        commitids.ensure_id(message, commitids.new_id, comment="#")
-        commitids.find_ids(message)
+        commitid.ensure_id(message, commitid.new_id, comment="#")
+        commitid.find_ids(message)
         spent = time.process_time() - start
         best = spent if best is None else min(best, spent)
     return best
@@ -209,12 +209,12 @@ def test_real_git_and_hg_agree(tally, git, hg, hgrc, gitrepo, hgrepo,
                cwd=hgrepo).split("\0")[:-1]
     for message, git_message, hg_message, template in zip(
             sent, in_git, in_hg[::2], in_hg[1::2]):
-        git_ids = commitids.find_ids(git_message)
-        hg_ids = commitids.find_ids(hg_message)
-        if commitids.skip_reason(message):
-            ok = git_ids == hg_ids == commitids.find_ids(message)
+        git_ids = commitid.find_ids(git_message)
+        hg_ids = commitid.find_ids(hg_message)
+        if commitid.skip_reason(message):
+            ok = git_ids == hg_ids == commitid.find_ids(message)
         else:
-            own = commitids.find_id(message)
+            own = commitid.find_id(message)
             ok = len(git_ids) == len(hg_ids) == 1 and (
                 own is None or git_ids == hg_ids == [own])
         tally.case(ok and template == (hg_ids[0] if hg_ids else ""),

@@ -119,8 +119,9 @@ from mercurial.i18n import _
 from mercurial.interfaces import repository
 from mercurial.utils import stringutil, urlutil
 
-from hgext3rd import _commitindex, _hgcompat, _hgnet
-from vcsperf.core import commitids, commitkeys
+from hgext3rd import _hgcompat, _hgnet
+from hgext3rd.commitid import commitindex
+from vcsperf.core import commitid, commitkeys
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
@@ -164,7 +165,7 @@ def _bytes(text):
 
 def commit_id(description):
     """The commit ID (bytes) in a description, or None."""
-    found = commitids.find_id(_text(description))
+    found = commitid.find_id(_text(description))
     return found.encode('ascii') if found else None
 
 
@@ -191,7 +192,7 @@ def reposetup(ui, repo):
                 return
             check = bool(full) or caches == repository.CACHES_ALL
             try:
-                _commitindex.update(self, check=check)
+                commitindex.update(self, check=check)
             except OSError as err:
                 # A cache: failing to write one must not fail the command
                 # (lookups read the descriptions instead), but the
@@ -220,14 +221,14 @@ def _give_id(repo, ctx):
     """Rewrite the message of ``ctx``, about to be committed, so it has
     exactly one ID (unless a skip rule says it gets none)."""
     text = _text(ctx.description())
-    new = commitids.ensure_id(text, lambda: _make_id(repo, ctx),
+    new = commitid.ensure_id(text, lambda: _make_id(repo, ctx),
                               parents=_parent_count(ctx))
     split_ids = getattr(repo, '_commitid_split', None)
     if split_ids is not None:
-        found = commitids.find_id(new)
+        found = commitid.find_id(new)
         if found in split_ids:
-            new = commitids.replace_id(new, _make_id(repo, ctx, inherit=False))
-        split_ids.add(commitids.find_id(new))
+            new = commitid.replace_id(new, _make_id(repo, ctx, inherit=False))
+        split_ids.add(commitid.find_id(new))
     if new != text:
         ctx._text = _bytes(new)
 
@@ -247,8 +248,8 @@ def _make_id(repo, ctx, inherit=True):
             [p.node() for p in ctx.parents()]
             + [ctx.user(), b'%d %d' % ctx.date(), ctx.description()]
             + sorted(ctx.files()))
-        return commitids.derived_id(seed)
-    return commitids.new_id()
+        return commitid.derived_id(seed)
+    return commitid.new_id()
 
 
 def _inherited_id(repo, extra):
@@ -261,7 +262,7 @@ def _inherited_id(repo, extra):
             except ValueError:
                 continue
             if node and unfiltered.changelog.hasnode(node):
-                found = commitids.find_id(_text(unfiltered[node].description()))
+                found = commitid.find_id(_text(unfiltered[node].description()))
                 if found:
                     return found
     return None
@@ -295,7 +296,7 @@ def _amend(orig, ui, repo, old, extra, pats, opts, *args, **kwargs):
     old_id = commit_id(old.description())
     message = cmdutil.logmessage(ui, bytes_opts)
     if old_id and message:
-        with_id = commitids.ensure_id(_text(message), lambda: _text(old_id),
+        with_id = commitid.ensure_id(_text(message), lambda: _text(old_id),
                                       parents=_parent_count(old))
         opts = dict(opts)
         opts[key(b'message')], opts[key(b'logfile')] = _bytes(with_id), None
@@ -374,7 +375,7 @@ def commitid_add(ui, repo, **opts):
 
 def _lacks_id(ctx):
     text = _text(ctx.description())
-    return commitids.ensure_id(text, commitids.new_id,
+    return commitid.ensure_id(text, commitid.new_id,
                                parents=_parent_count(ctx)) != text
 
 
@@ -418,7 +419,7 @@ def _key_argument(x, name):
 
 
 def _indexed(repo, subset, kind, key):
-    with _commitindex.Finder(repo) as find:
+    with commitindex.Finder(repo) as find:
         return subset & smartset.baseset(find(kind, key))
 
 
@@ -486,7 +487,7 @@ def _lookup(repo, keys, bounded=False):
     began = time.process_time()
     found, size = [], 0
     node = repo.changelog.node
-    with _commitindex.Finder(repo) as find:
+    with commitindex.Finder(repo) as find:
         for typed, (kind, key) in zip(keys, parsed):
             revs = find(kind, key)
             if bounded:

@@ -1,4 +1,4 @@
-"""The commit-ID rules of vcsperf.core.commitids: generation, parsing,
+"""The commit-ID rules of vcsperf.core.commitid: generation, parsing,
 placement, skip rules (examples and hypothesis properties) and mapping."""
 
 import os
@@ -8,8 +8,8 @@ import sys
 
 from hypothesis import given, settings, strategies as st
 
-from vcsperf.core import commitids
-from vcsperf.core.commitids import (
+from vcsperf.core import commitid
+from vcsperf.core.commitid import (
     Commit,
     ensure_id,
     find_id,
@@ -31,15 +31,15 @@ def line(commit_id="abcDEF01234"):
 def decode(commit_id):
     number = 0
     for digit in commit_id:
-        number = number * 62 + commitids.ALPHABET.index(digit)
+        number = number * 62 + commitid.ALPHABET.index(digit)
     return number
 
 
 # Generation ---------------------------------------------------------------
 
 def test_new_id_layout():
-    now = commitids.EPOCH + 123456789
-    ids = {commitids.new_id(now) for _ in range(200)}
+    now = commitid.EPOCH + 123456789
+    ids = {commitid.new_id(now) for _ in range(200)}
     assert len(ids) == 200
     for commit_id in ids:
         assert re.fullmatch("[0-9A-Za-z]{11}", commit_id)
@@ -51,20 +51,20 @@ def test_new_id_layout():
 
 
 def test_new_id_uses_the_current_time():
-    value = decode(commitids.new_id())
-    assert abs((value & 0xFFFFFFFF) + commitids.EPOCH - __import__(
+    value = decode(commitid.new_id())
+    assert abs((value & 0xFFFFFFFF) + commitid.EPOCH - __import__(
         "time").time()) < 60
 
 
 def test_derived_id_is_reproducible_and_spread():
-    assert commitids.derived_id(b"seed") == commitids.derived_id(b"seed")
-    ids = {commitids.derived_id(b"seed %d" % i) for i in range(500)}
+    assert commitid.derived_id(b"seed") == commitid.derived_id(b"seed")
+    ids = {commitid.derived_id(b"seed %d" % i) for i in range(500)}
     assert len(ids) == 500
     assert all(re.fullmatch("[0-9A-Za-z]{11}", i) for i in ids)
 
 
 def test_module_imports_neither_mercurial_nor_dulwich():
-    code = ("import sys, vcsperf.core.commitids; "
+    code = ("import sys, vcsperf.core.commitid; "
             "print(sorted(m for m in sys.modules "
             "if m.split('.')[0] in ('mercurial', 'dulwich', 'hgext')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True,
@@ -135,9 +135,9 @@ def test_skip_rules():
                             ("fixup! Fix it", "autosquash"),
                             ("squash! Fix it\n\nmore", "autosquash"),
                             ("amend! Fix it", "autosquash")]:
-        assert commitids.skip_reason(message) == reason
+        assert commitid.skip_reason(message) == reason
         assert ensure_id(message, fixed()) == message
-    assert commitids.skip_reason("Merge", parents=2) == "merge"
+    assert commitid.skip_reason("Merge", parents=2) == "merge"
     assert ensure_id("Merge", fixed(), parents=2) == "Merge"
     # Only at the start of the first line, and only these words.
     assert ensure_id("Add fixup! support", fixed()) != "Add fixup! support"
@@ -153,9 +153,9 @@ def test_git_comments_and_scissors():
                       "# ------------------------ >8 ---------------------"
                       "---\ndiff --git a/x b/x\n+MozReview-Commit-ID: "
                       "notthisone\n" % line())
-    assert commitids.skip_reason("# only a comment\n", comment="#") == \
+    assert commitid.skip_reason("# only a comment\n", comment="#") == \
         "empty"
-    assert commitids.skip_reason("; fixup! x\nfixup! y", comment=";") == \
+    assert commitid.skip_reason("; fixup! x\nfixup! y", comment=";") == \
         "autosquash"
 
 
@@ -204,7 +204,7 @@ def ends_a_line(message):
 
 
 def check_one_id(message, result, comment=None):
-    if commitids.skip_reason(message, comment=comment):
+    if commitid.skip_reason(message, comment=comment):
         assert result == message
         return
     assert len(find_ids(result)) == 1
@@ -233,8 +233,8 @@ def test_adding_gives_exactly_one_findable_id(message):
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(messages())
 def test_adding_twice_is_a_no_op(message):
-    once = ensure_id(message, commitids.new_id)
-    assert ensure_id(once, commitids.new_id) == once
+    once = ensure_id(message, commitid.new_id)
+    assert ensure_id(once, commitid.new_id) == once
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
@@ -242,17 +242,17 @@ def test_adding_twice_is_a_no_op(message):
 def test_git_comments_never_hold_the_id(message, comment):
     result = ensure_id(message, fixed("newID000001"), comment=comment)
     check_one_id(message, result, comment)
-    assert ensure_id(result, commitids.new_id, comment=comment) == result
+    assert ensure_id(result, commitid.new_id, comment=comment) == result
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(messages(), min_size=2, max_size=4))
 def test_fold_of_identified_messages_keeps_the_first_id(parts):
-    identified = [ensure_id(p, commitids.new_id) for p in parts]
+    identified = [ensure_id(p, commitid.new_id) for p in parts]
     identified = [p for p in identified if find_id(p)]
     folded = "\n***\n".join(identified)
     result = ensure_id(folded, fixed("unused00000"))
-    if identified and not commitids.skip_reason(folded):
+    if identified and not commitid.skip_reason(folded):
         assert find_ids(result) == [find_id(identified[0])]
 
 

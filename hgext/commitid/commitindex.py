@@ -1,4 +1,4 @@
-# _commitindex.py - the commitid extension's index of lookup keys
+# commitindex.py - the commitid extension's index of lookup keys
 #
 # This software may be used and distributed according to the terms of the
 # GNU General Public License version 2 or any later version.
@@ -16,7 +16,7 @@ import time
 
 from mercurial import node as nodemod
 
-from vcsperf.core import commitids, commitindex, commitkeys
+from vcsperf.core import commitid, commitindex, commitkeys
 
 NAME = "commitindex"
 # The docket's covers: a version mark, how many changesets (revisions 0
@@ -82,7 +82,7 @@ def _covered(index, changelog, fingerprint):
 
 
 def keys_of(description, key_rules):
-    return commitids.message_keys(
+    return commitid.message_keys(
         description.decode("utf-8", "surrogateescape"), key_rules)
 
 
