@@ -193,3 +193,40 @@ def test_the_importer_is_a_layer_of_its_own(tmp_path):
         "pastbytes/rewrite.py:2: vcsperf.core.errors",
         "vcsperf/core/errors.py:1: pastbytes",
     ], found
+
+
+def readme_rows(text):
+    """``(folder, the layers it may import)`` for each folder of ours that
+    README's "Where things are" table names."""
+    section = text.split("\n## Where things are\n", 1)[1].split("\n## ")[0]
+    below_cli = set(ALLOWED["cli"]) - {"zstdwire", "pastbytes"}
+    for row in section.splitlines():
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        names = set(cells[2].split("(")[0].replace("`", "")
+                    .replace("vcsperf.core", "core")
+                    .replace("every vcsperf layer", " ".join(below_cli))
+                    .replace(",", " ").split()) - {"nothing"}
+        for folder in cells[0].replace("`", "").split(","):
+            if folder.strip().split("/")[0] in PACKAGES:
+                yield folder.strip(), names
+
+
+def folder_layer(folder):
+    """The layer of a folder (or module file) of ours, as README names it."""
+    top, _, rest = folder.rstrip("/").partition("/")
+    if rest.endswith(".py"):
+        rest = rest[:-3]
+    return layer(".".join([PACKAGES[top]] + ([rest] if rest else [])))
+
+
+def test_the_readme_table_states_the_layers():
+    """Every layer has its row in README's "Where things are", naming
+    folders that exist and what ALLOWED says the layer may import."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        rows = list(readme_rows(fh.read()))
+    assert [folder for folder, _ in rows
+            if not os.path.exists(os.path.join(ROOT, folder))] == []
+    assert {folder_layer(folder): names for folder, names in rows} \
+        == ALLOWED
