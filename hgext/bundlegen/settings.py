@@ -8,7 +8,6 @@ run with one abort naming the setting.  Also where the core's refusals
 become Mercurial's aborts, for every module of the extension."""
 
 import os
-import re
 
 from mercurial import (
     error,
@@ -21,15 +20,6 @@ from mercurial.utils import stringutil
 from vcsperf.core import bundlestore, errors
 
 from .formats import FORMATS
-
-# What a base URL may be: http, https or file, then only characters a URL
-# holds as they are (RFC 3986's unreserved and reserved ones, but not the
-# ``?`` and ``#`` after which a bundle's name could not be appended) and
-# %XX escapes.  Clients split manifest lines at whitespace and open the URL
-# as it is written.
-_URL_CHAR = br"(?:[A-Za-z0-9\-._~:/@!$&'()*+,;=\[\]]|%[0-9A-Fa-f]{2})"
-_BASE_URL = re.compile(br"(?:(?i:https?)://(?!/)%s+|(?i:file):///%s+)\Z"
-                       % (_URL_CHAR, _URL_CHAR))
 
 
 class Settings:
@@ -118,15 +108,14 @@ def _config_int(ui, name, low, high):
 
 def check_base_url(url):
     """``url`` without trailing slashes, if clients can fetch
-    ``<url>/<bundle name>`` from a manifest line naming it; else abort."""
-    if not _BASE_URL.match(url.rstrip(b'/')):
-        raise error.Abort(
-            _(b'bundlegen.base-url is not a URL clients can fetch from: %s')
-            % stringutil.escapestr(url),
-            hint=_(b'give an absolute http, https or file URL without '
-                   b'query or fragment; percent-encode other characters '
-                   b'(a space as %20)'))
-    return url.rstrip(b'/')
+    ``<url>/<bundle name>`` from a manifest line naming it; else abort
+    (the rule ``gitbridge bundlegen`` follows too)."""
+    try:
+        # latin-1 maps each byte to one character and back
+        return bundlestore.check_base_url(url.decode('latin-1')).encode(
+            'latin-1')
+    except errors.Abort as err:
+        raise hg_abort(err)
 
 
 def refuse_core_autogeneration(ui):

@@ -12,4 +12,4 @@ when one is made): no Mercurial, no dulwich.  The adapters (``hgext/``,
 #: pyproject.toml reads it from here, ``vcsperf --version``, ``gitbridge
 #: --version`` and ``hg version -v`` show it.  It lives in the core, the
 #: one layer every other imports, so the adapters can name it too.
-__version__ = "0.2.0"
+__version__ = "0.3.0"
