@@ -255,3 +255,46 @@ def test_unpacks_without_the_top_directory_once(tmp_path):
     os.unlink(tree + ".unpacked")
     with pytest.raises(Abort, match="exists but has no marker"):
         firefoxscale.unpack(tarball, tree)
+
+
+def test_thunderbird_trees_come_from_the_source_packages(tmp_path, env):
+    """The default path: each version's upstream tarball, found in
+    ``--debsrc`` beside its ``.dsc`` and checked against it, unpacked
+    once and committed (tiny stand-ins for Debian's packages here)."""
+    debsrc = tmp_path / "debsrc"
+    debsrc.mkdir()
+    versions = ["1:1.0esr-1~deb12u1", "1:2.0esr-1~deb12u1"]
+    for version, package in zip(versions, ["pycparser", "cffi"]):
+        upstream = firefoxscale.upstream_version(version)
+        top = tmp_path / ("thunderbird-" + upstream)
+        package_tree(package, str(top))
+        tarball = debsrc / ("thunderbird_%s.orig.tar.xz" % upstream)
+        tools.run(["tar", "-cJf", str(tarball), "-C", str(tmp_path),
+                   top.name], None)
+        (debsrc / ("thunderbird_%s.dsc" % version.split(":")[1])).write_text(
+            "Checksums-Sha256:\n %s %d %s\n"
+            % (firefoxscale.sha256(str(tarball)), tarball.stat().st_size,
+               tarball.name))
+    source = str(tmp_path / "history")
+    make_history(source, env)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "vcsperf.harness.firefoxscale",
+               "--dir", str(out), "--debsrc", str(debsrc), "--pdfjs",
+               os.path.join(source, ".git"), "--pdfjs-tip", "main",
+               "--pdfjs-commits", "3", "--no-hg"]
+    for version in versions:
+        command += ["--thunderbird", version]
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    gitdir = str(out / "firefox-scale.git")
+    log = tools.run(["git", "--git-dir=" + gitdir, "log", "--format=%s",
+                     "main~3", "main~4"], env).splitlines()
+    assert log == [
+        "Thunderbird 2.0esr: the whole source tree of Debian's "
+        "thunderbird=1:2.0esr-1~deb12u1 (thunderbird_2.0esr.orig.tar.xz)",
+        "Thunderbird 1.0esr: the whole source tree of Debian's "
+        "thunderbird=1:1.0esr-1~deb12u1 (thunderbird_1.0esr.orig.tar.xz)"]
+    assert set(tools.run(["git", "--git-dir=" + gitdir, "ls-tree", "-r",
+                          "--name-only", "main~4"], env).splitlines()) == \
+        files_under(str(tmp_path / "thunderbird-1.0esr"))
+    assert (out / "trees" / "tb-2.0esr.unpacked").exists()

@@ -607,14 +607,16 @@ def build(options):
         for version in options.thunderbird:
             upstream = upstream_version(version)
             tree = os.path.join(tree_root, "tb-" + upstream)
-            source = stages.run("source-" + upstream,
-                                lambda: fetch_source(version, debsrc))
-            stages.run("unpack-" + upstream,
-                       lambda: unpack(source["tarball"], tree))
+            tarball = None
+            if not os.path.exists(tree + ".unpacked"):  # else reused as is
+                tarball = stages.run("source-" + upstream, lambda: fetch_source(
+                    version, debsrc))["tarball"]
+            unpacked = stages.run("unpack-" + upstream,
+                                  lambda: unpack(tarball, tree))
             trees.append((tree, "Thunderbird %s: the whole source tree of "
                           "Debian's thunderbird=%s (%s)"
                           % (upstream, version,
-                             os.path.basename(source["tarball"]))))
+                             os.path.basename(unpacked["tarball"]))))
 
     history = os.path.abspath(options.pdfjs
                               or os.path.join(directory, "pdf.js.git"))
