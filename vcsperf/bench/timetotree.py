@@ -3,7 +3,7 @@ blobless and cone-mode sparse; its cached checkout refreshed and purged)
 beside ``gitbridge checkout`` (a cold pool, a warm pool with a new
 directory, a warm pool reusing a directory some commits behind, with and
 without ``--purge``), on one Git repository served over smart HTTP on
-127.0.0.1 behind a recording proxy, in one run.
+127.0.0.1 behind a proxy that counts the bytes, in one run.
 
     vcsperf bench timetotree [--repo PATH] [--behind 50] [--junk-files 2000]
         [--sparse DIR,DIR] [--json FILE] [--workdir DIR]
@@ -12,15 +12,17 @@ Without ``--repo`` it builds (once, cached) a Git history from the
 installed sources of Mercurial, dulwich, cffi and pycparser, with no
 network.  The repository is only read: it is served through a bare
 repository of the work directory that borrows its objects
-(``objects/info/alternates``) and holds one branch, first at the commit
-``--behind`` commits before the tip (run-task's cached checkout and the
-reused gitbridge checkouts are made there, untimed), then at the tip,
-where every path is timed.  The server allows what GitHub allows
+(``objects/info/alternates``) and holds one branch: at the tip for every
+timed path, and moved ``--behind`` commits back while run-task's cached
+checkout and each reused gitbridge checkout (with its own pool) are made,
+untimed, just before their path.  The server allows what GitHub allows
 (``uploadpack.allowFilter``, ``uploadpack.allowAnySHA1InWant``).
 
 For each path: wall seconds per step (run-task's git commands; gitbridge's
 own ``--timings`` steps), total seconds, bytes received from the origin
-(the proxy's responses), disk of the checkout plus its pool (each inode
+(the proxy's count of response bodies; server and proxy stream, as a
+real server does, so run-task's low-speed limit sees bytes while a big
+pack is made), disk of the checkout plus its pool (each inode
 once), and a final check of the tree (HEAD is the target, ``git status
 --porcelain`` empty, with untracked and ignored files where the path
 purges).  The warm-reuse path of each tool runs with ``GIT_TRACE2_EVENT``
@@ -43,7 +45,7 @@ from vcsperf.bench import benchcli
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
 from vcsperf.harness import history, tools
-from vcsperf.harness.proxies import RecordingProxy
+from vcsperf.harness.proxies import CountingProxy
 from vcsperf.harness.servers import GitServer
 
 #: ``(label, ratio key, op, target)``, the targets of issue 29.
@@ -255,11 +257,8 @@ class Origin:
         self.proxy = proxy
 
     def take(self):
-        responses = list(self.proxy.responses)
-        del self.proxy.responses[:len(responses)]
-        return {"bytes_from_origin": sum(len(body) for _p, _s, body
-                                         in responses),
-                "requests": len(responses)}
+        requests, nbytes = self.proxy.take()
+        return {"bytes_from_origin": nbytes, "requests": requests}
 
 
 def phases(trace, wall, top=8):
@@ -335,7 +334,8 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
     if not sparse:
         tops = tools.run([git, "-C", served, "ls-tree", "-d", "--name-only",
                           tip], base_env).split()
-        sparse = tops[:2]
+        sparse = [top for top in tops if not top.startswith(".")][:2] \
+            or tops[:2]
     homes = {}
     for name in ("runtask", "gitbridge"):
         homes[name] = tools.isolated_env(os.path.join(work, "home-" + name))
@@ -353,22 +353,22 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
             checkout_disk=pooling.disk_usage(dest) if pool else disk,
             check=check, **dict(origin, **facts))
 
-    with GitServer(root) as server, RecordingProxy(server.url) as proxy:
+    with GitServer(root, stream=True) as server, \
+            CountingProxy(server.url) as proxy:
         url = proxy.url + "repo.git"
         origin = Origin(proxy)
-        # Untimed: the caches as they were N commits ago.
-        set_branch(served, branch, base, base_env)
-        runtask_checkout(url, d("runtask-cached"), branch, base,
-                         homes["runtask"])
-        write_junk(d("runtask-cached"), junk, base_env)
-        for name in ("reuse", "reuse-purge"):
-            pool = d("pool-" + name)
-            gitbridge_checkout(url, pool, d(name), base, homes["gitbridge"])
-            write_junk(d(name), junk, base_env)
-        origin.take()
-        set_branch(served, branch, tip, base_env)
 
-        # Timed, the origin at the tip.
+        def behind_tip(make):
+            """Untimed: ``make()`` a cache as it was N commits ago (the
+            origin's branch there), then the origin back at the tip."""
+            set_branch(served, branch, base, base_env)
+            make()
+            origin.take()
+            set_branch(served, branch, tip, base_env)
+
+        set_branch(served, branch, tip, base_env)
+        # Timed, the origin at the tip; each cache made just before its
+        # path, so that at most one path's checkouts take disk at a time.
         start = time.monotonic()
         tools.run([git, "clone", "-q", "--bare", url, d("full.git")],
                   base_env)
@@ -388,6 +388,11 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
                    sparse=dirs)
             shutil.rmtree(dest)
 
+        def cached():
+            runtask_checkout(url, d("runtask-cached"), branch, base,
+                             homes["runtask"])
+            write_junk(d("runtask-cached"), junk, base_env)
+        behind_tip(cached)
         trace_rt = os.path.join(work, "trace-runtask.json")
         start = time.monotonic()
         steps, removed = runtask_checkout(
@@ -417,6 +422,11 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
 
         trace_gb = os.path.join(work, "trace-gitbridge.json")
         for name, purge in (("reuse", False), ("reuse-purge", True)):
+            def reused():
+                gitbridge_checkout(url, d("pool-" + name), d(name), base,
+                                   homes["gitbridge"])
+                write_junk(d(name), junk, base_env)
+            behind_tip(reused)
             env = homes["gitbridge"]
             if purge:
                 env = dict(env, GIT_TRACE2_EVENT=trace_gb,
@@ -515,7 +525,7 @@ def main(argv=None):
                         "checkout before its refresh (default 2000)")
     parser.add_argument("--sparse", help="DIR,DIR: run-task's cone-mode "
                         "directories (default: the first two top-level "
-                        "directories)")
+                        "directories not named .*)")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--workdir", help="where everything goes (default: "
                         "a temporary directory, removed afterwards)")
