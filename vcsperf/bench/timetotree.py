@@ -352,6 +352,8 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
             total=round(total, 3), disk=disk,
             checkout_disk=pooling.disk_usage(dest) if pool else disk,
             check=check, **dict(origin, **facts))
+        print("timetotree: %s: %.2f s" % (name, total), file=sys.stderr,
+              flush=True)
 
     with GitServer(root, stream=True) as server, \
             CountingProxy(server.url) as proxy:
