@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from vcsperf.core import process
-from vcsperf.harness import history, servers
+from vcsperf.harness import history, proxies, servers
 
 
 def test_hg_is_isolated_and_real(hg, hgrepo, hgrc):
@@ -30,6 +30,28 @@ def test_git_is_isolated_and_real(git, gitrepo):
     assert git("log", "--format=%an <%ae>|%s", cwd=gitrepo).strip() == \
         "vcsperf test <test@vcsperf.invalid>|first"
     git("fsck", "--strict", cwd=gitrepo)
+
+
+def test_streaming_git_server_behind_a_counting_proxy(git, gitrepo,
+                                                      tmp_path):
+    """``GitServer(stream=True)`` answers chunked as ``git http-backend``
+    writes, and ``CountingProxy`` passes that on and counts the requests
+    and the body bytes; a clone through both is whole."""
+    (gitrepo / "a").write_bytes(os.urandom(200000))
+    git("add", "a", cwd=gitrepo)
+    git("commit", "-q", "-m", "first", cwd=gitrepo)
+    root = tmp_path / "root"
+    root.mkdir()
+    git("clone", "-q", "--bare", gitrepo, root / "repo.git")
+    with servers.GitServer(root, stream=True) as server, \
+            proxies.CountingProxy(server.url) as proxy:
+        git("clone", "-q", proxy.url + "repo.git", tmp_path / "clone")
+        requests, nbytes = proxy.take()
+        assert len(server.fetches()) == 1
+    assert (tmp_path / "clone" / "a").read_bytes() == \
+        (gitrepo / "a").read_bytes()
+    assert requests >= 2 and 200000 < nbytes < 400000
+    assert proxy.take() == (0, 0)
 
 
 def test_hgserve_serves_on_loopback_and_stops(hg, hgrepo, hgserve, tmp_path):

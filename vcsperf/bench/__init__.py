@@ -13,7 +13,7 @@ from vcsperf.core.process import CommandError
 #: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
 #: ``main(argv)``.
 NAMES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "pastbytes",
-         "commitid", "commitindex", "sharepool", "bundlegen")
+         "commitid", "commitindex", "sharepool", "bundlegen", "timetotree")
 
 
 def main(name, argv):

@@ -9,6 +9,9 @@ serve``, ``git http-backend``), for the tests:
   it.
 - ``RecordingProxy`` records every response as ``(path, status, body)``
   and can cut the responses to requests whose path holds a given part.
+- ``CountingProxy`` passes every response on as it comes (chunked) and
+  counts requests and body bytes: a big clone's pack is neither held in
+  memory nor delayed until its end.
 """
 
 import http.client
@@ -224,3 +227,55 @@ class _RecordingHandler(QuietHandler):
         self.wfile.write(payload)
 
     do_GET = do_POST = _record
+
+
+class CountingProxy(LocalServer):
+    """Forwards every request to ``upstream``, streaming each answer back
+    (chunked), and counts: ``take()`` returns ``(requests, body bytes)``
+    since the last ``take()``."""
+
+    def __init__(self, upstream):
+        parts = urllib.parse.urlsplit(upstream)
+        super().__init__(_CountingHandler)
+        self.upstream = (parts.hostname, parts.port)
+        self.requests = 0
+        self.bytes = 0
+
+    def count(self, requests=0, nbytes=0):
+        with self._lock:
+            self.requests += requests
+            self.bytes += nbytes
+
+    def take(self):
+        with self._lock:
+            counted = (self.requests, self.bytes)
+            self.requests = self.bytes = 0
+        return counted
+
+
+class _CountingHandler(QuietHandler):
+    def _stream(self):
+        proxy = self.server_owner
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        conn = http.client.HTTPConnection(*proxy.upstream, timeout=3600)
+        try:
+            headers = {name: value for name, value in self.headers.items()
+                       if name.lower() not in _HOP_HEADERS}
+            conn.request(self.command, self.path, body=body, headers=headers)
+            response = conn.getresponse()
+            self.send_response(response.status, response.reason)
+            for name, value in response.getheaders():
+                if name.lower() not in _HOP_HEADERS | {"content-length"}:
+                    self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            proxy.count(requests=1)
+            for data in iter(lambda: response.read1(1 << 16), b""):
+                proxy.count(nbytes=len(data))
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.write(b"0\r\n\r\n")
+        finally:
+            conn.close()
+
+    do_GET = do_POST = _stream

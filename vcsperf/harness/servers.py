@@ -125,12 +125,17 @@ class FileServer(LocalServer):
 class GitServer(LocalServer):
     """``with GitServer(root) as server:`` serves every repository under
     ``root`` at ``server.url + NAME``; ``log`` lists ``(method, path,
-    status)`` of each request, in order."""
+    status)`` of each request, in order.  With ``stream``, each answer is
+    sent as ``git http-backend`` writes it (chunked), as a real server
+    does, rather than once it has ended: a client then sees the first
+    bytes of a big pack while the rest is made, as its low-speed limit
+    (``GIT_HTTP_LOW_SPEED_TIME``) expects."""
 
-    def __init__(self, root, log_path=None):
+    def __init__(self, root, log_path=None, stream=False):
         super().__init__(_Handler)
         self.root = os.fspath(root)
         self.log_path = log_path
+        self.stream = stream
 
     def record(self, method, path, status):
         with self._lock:
@@ -212,6 +217,10 @@ class _Handler(QuietHandler):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
         if self.headers.get("Git-Protocol"):
             env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
+        if owner.stream:
+            self._stream([tools.executable("git"), "http-backend"], body,
+                         env, path)
+            return
         proc = subprocess.run([tools.executable("git"), "http-backend"],
                               input=body, env=env, capture_output=True)
         head, _, payload = proc.stdout.partition(b"\r\n\r\n")
@@ -233,3 +242,48 @@ class _Handler(QuietHandler):
         sent_pack = b"packfile\n" in payload[:4096] or b"PACK" in payload[:4096]
         owner.record(self.command, path,
                      status + (" pack" if sent_pack else ""))
+
+    def _stream(self, args, body, env, path):
+        """Run the CGI program ``args`` and send its answer chunked, as it
+        comes."""
+        owner = self.server_owner
+        with subprocess.Popen(args, env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL) as proc:
+            feeder = threading.Thread(target=_feed, args=(proc.stdin, body),
+                                      daemon=True)
+            feeder.start()
+            status, headers = "200 OK", []
+            for raw in iter(proc.stdout.readline, b""):
+                line = raw.decode("latin-1").rstrip("\r\n")
+                if not line:
+                    break
+                name, _, value = line.partition(":")
+                if name.lower() == "status":
+                    status = value.strip()
+                else:
+                    headers.append((name, value.strip()))
+            code, _, reason = status.partition(" ")
+            self.send_response(int(code), reason)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            first = b""
+            for data in iter(lambda: proc.stdout.read1(1 << 16), b""):
+                if len(first) < 4096:
+                    first += data[:4096 - len(first)]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.write(b"0\r\n\r\n")
+            feeder.join()
+        sent_pack = b"packfile\n" in first or b"PACK" in first
+        owner.record(self.command, path, status + (" pack" if sent_pack
+                                                   else ""))
+
+
+def _feed(stdin, body):
+    try:
+        stdin.write(body)
+        stdin.close()
+    except OSError:
+        pass

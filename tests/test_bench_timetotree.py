@@ -1,0 +1,112 @@
+"""``vcsperf bench timetotree``: run-task's Git checkout beside
+``gitbridge checkout``, on a small real history, through the real CLI."""
+
+import json
+
+import pytest
+
+from vcsperf.bench import timetotree
+from vcsperf.harness import tools
+
+PATHS = ["full clone (git clone --bare)", "run-task shallow",
+         "run-task shallow blobless sparse",
+         "run-task cached, 10 behind, purged", "gitbridge cold pool",
+         "gitbridge warm pool, new dir",
+         "gitbridge warm pool, reuse 10 behind",
+         "gitbridge warm pool, reuse 10 behind, --purge"]
+
+
+@pytest.mark.slow
+def test_timetotree_on_real_history(real_git_repo, env, tmp_path):
+    """Every path runs, is timed step by step, counts the origin's bytes
+    and its disk, and ends on the target commit with a clean tree; the
+    ratios of issue 29 are set and judged; the warm-reuse paths are broken
+    down into git's processes and regions; nothing is left behind."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    report = tmp_path / "ttt.json"
+    out = tools.run([tools.executable("vcsperf"), "bench", "timetotree",
+                     "--repo", str(real_git_repo), "--behind", "10",
+                     "--junk-files", "300", "--json", str(report)],
+                    dict(env, TMPDIR=str(scratch)), cwd=str(tmp_path))
+    figures = json.loads(report.read_text())
+    result = figures["results"]
+    assert list(result["paths"]) == PATHS
+    tip = tools.run(["git", "-C", str(real_git_repo), "rev-parse", "HEAD"],
+                    env).strip()
+    assert result["tip"] == tip and result["behind"] == 10
+    full = result["paths"]["full clone (git clone --bare)"]
+    assert full["bytes_from_origin"] > 100000
+    for name, row in result["paths"].items():
+        assert 0 < row["total"] < 300, name
+        assert all(seconds >= 0 for seconds in row["steps"].values()), name
+        assert row["disk"] > 0 and row["requests"] > 0, name
+        if name != PATHS[0]:
+            assert row["check"]["passed"], (name, row["check"])
+    paths = result["paths"]
+    assert set(paths["run-task shallow"]["steps"]) == {
+        "config", "clone", "fetch", "checkout", "purge"}
+    assert paths["run-task cached, 10 behind, purged"]["purged"] > 0
+    assert "set-url" in paths["run-task cached, 10 behind, purged"]["steps"]
+    assert paths["run-task shallow blobless sparse"]["bytes_from_origin"] \
+        < full["bytes_from_origin"]
+    assert paths["gitbridge cold pool"]["cloned"]
+    assert paths["gitbridge warm pool, new dir"]["bytes_from_origin"] \
+        < 0.01 * full["bytes_from_origin"]
+    reuse = paths["gitbridge warm pool, reuse 10 behind"]
+    assert reuse["pulled"] and reuse["left_untracked"] == 300
+    assert not reuse["check"]["untracked_checked"]
+    purged = paths["gitbridge warm pool, reuse 10 behind, --purge"]
+    assert purged["pulled"] and purged["left_untracked"] == 0
+    assert "purge" in purged["steps"]
+    assert set(figures["ratios"]) == {"warm_reuse", "warm_new",
+                                      "cold_bytes", "cold_time"}
+    assert all(value > 0 for value in figures["ratios"].values())
+    assert set(figures["targets"]) == set(figures["ratios"])
+    for phases in result["phases"].values():
+        assert phases["processes"] and phases["regions"]
+        assert any(name.startswith("git checkout")
+                   for name, _ in phases["processes"])
+    assert "item 6" in out and "where the seconds go" in out
+    for label, _key, _op, _target in timetotree.TARGETS:
+        assert label in out
+    assert list(scratch.iterdir()) == []
+
+
+def test_timetotree_on_a_directory_that_is_no_git_repository(env,
+                                                             tmp_path):
+    """``--repo`` that is not a Git repository: one ``abort:`` line and
+    its hint, before any work."""
+    missing = tmp_path / "nothing"
+    missing.mkdir()
+    proc = tools.completed([tools.executable("vcsperf"), "bench",
+                            "timetotree", "--repo", str(missing)], env,
+                           cwd=str(tmp_path))
+    assert (proc.returncode, proc.stdout) == (255, "")
+    assert proc.stderr.splitlines() == [
+        "abort: %s is not a Git repository" % missing,
+        "(give a bare repository or a checkout's top directory)"]
+
+
+def test_phases_sums_processes_and_main_thread_regions(tmp_path):
+    """A trace2 event file becomes seconds per git process (children
+    indented) and per region of the main thread."""
+    events = [
+        {"event": "start", "sid": "a", "argv": ["git", "-C", "d", "fetch"]},
+        {"event": "start", "sid": "a/b", "argv": ["git-remote-http", "o"]},
+        {"event": "region_leave", "sid": "a", "thread": "main",
+         "t_rel": 0.5, "nesting": 1, "category": "fetch",
+         "label": "fetch_refs"},
+        {"event": "region_leave", "sid": "a", "thread": "th01",
+         "t_rel": 9.0, "nesting": 1, "category": "x", "label": "y"},
+        {"event": "exit", "sid": "a/b", "t_abs": 0.25},
+        {"event": "exit", "sid": "a", "t_abs": 0.75},
+    ]
+    trace = tmp_path / "trace.json"
+    trace.write_text("".join(json.dumps(e) + "\n" for e in events))
+    found = timetotree.phases(str(trace), 1.0)
+    assert found["processes"] == [["git fetch", 0.75],
+                                  ["  git-remote-http", 0.25]]
+    assert found["regions"] == [["git fetch: fetch/fetch_refs (depth 1)",
+                                 0.5]]
+    assert found["outside_git"] == pytest.approx(0.25)

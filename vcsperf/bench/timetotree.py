@@ -1,0 +1,566 @@
+"""Time to tree: Mozilla run-task's Git checkout (shallow; shallow,
+blobless and cone-mode sparse; its cached checkout refreshed and purged)
+beside ``gitbridge checkout`` (a cold pool, a warm pool with a new
+directory, a warm pool reusing a directory some commits behind, with and
+without ``--purge``), on one Git repository served over smart HTTP on
+127.0.0.1 behind a proxy that counts the bytes, in one run.
+
+    vcsperf bench timetotree [--repo PATH] [--behind 50] [--junk-files 2000]
+        [--sparse DIR,DIR] [--json FILE] [--workdir DIR]
+
+Without ``--repo`` it builds (once, cached) a Git history from the
+installed sources of Mercurial, dulwich, cffi and pycparser, with no
+network.  The repository is only read: it is served through a bare
+repository of the work directory that borrows its objects
+(``objects/info/alternates``) and holds one branch: at the tip for every
+timed path, and moved ``--behind`` commits back while run-task's cached
+checkout and each reused gitbridge checkout (with its own pool) are made,
+untimed, just before their path.  The server allows what GitHub allows
+(``uploadpack.allowFilter``, ``uploadpack.allowAnySHA1InWant``).
+
+For each path: wall seconds per step (run-task's git commands; gitbridge's
+own ``--timings`` steps), total seconds, bytes received from the origin
+(the proxy's count of response bodies; server and proxy stream, as a
+real server does, so run-task's low-speed limit sees bytes while a big
+pack is made), disk of the checkout plus its pool (each inode
+once), and a final check of the tree (HEAD is the target, ``git status
+--porcelain`` empty, with untracked and ignored files where the path
+purges).  The warm-reuse path of each tool runs with ``GIT_TRACE2_EVENT``
+and its seconds are broken down into git processes and trace2 regions.
+``gitbridge checkout`` takes a sparse profile committed in the repository
+(non-cone patterns), not a directory list, so its sparse path is not
+measured (issue 29 item 6).
+"""
+
+import collections
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from vcsperf.bench import benchcli
+from vcsperf.core import pooling
+from vcsperf.core.errors import Abort
+from vcsperf.harness import history, tools
+from vcsperf.harness.proxies import CountingProxy
+from vcsperf.harness.servers import GitServer
+
+#: ``(label, ratio key, op, target)``, the targets of issue 29.
+TARGETS = (
+    ("warm reuse, gitbridge --purge / run-task", "warm_reuse", "<=", 0.5),
+    ("new dir from warm pool / whole-tree write", "warm_new", "<=", 0.25),
+    ("cold, bytes from origin / full clone", "cold_bytes", "<=", 0.02),
+    ("cold, wall / run-task shallow", "cold_time", "<=", 1.0),
+)
+GITBRIDGE_SPARSE = ("not measured: gitbridge checkout takes a sparse "
+                    "profile file committed in the repository (non-cone "
+                    "patterns), not a cone-mode directory list (issue 29 "
+                    "item 6)")
+#: run-task's environment for git (``GIT_HTTP_LOW_SPEED_*``).
+RUNTASK_ENV = {"GIT_HTTP_LOW_SPEED_LIMIT": "1024",
+               "GIT_HTTP_LOW_SPEED_TIME": "60"}
+
+
+# The repository --------------------------------------------------------------
+
+def default_repository(cache_dir=None):
+    """The cached bare Git history of the installed sources (no network),
+    built on first use."""
+    snapshots = list(history.installed_sources())
+    key = hashlib.sha256("\n".join(
+        s.message for s in snapshots).encode()).hexdigest()[:16]
+    cache = cache_dir or history.default_cache_dir()
+
+    def build(scratch):
+        env = tools.isolated_env(scratch)
+        work = os.path.join(scratch, "work")
+        history.write_git(snapshots, work, git=tools.executable("git"),
+                          env=env)
+        bare = os.path.join(scratch, "bare.git")
+        tools.run(["git", "clone", "-q", "--bare", work, bare], env)
+        tools.run(["git", "-C", bare, "repack", "-a", "-d", "-q"], env)
+        return bare
+    return history.cached_directory(
+        os.path.join(cache, "installed-sources-git-%s.git" % key), build)
+
+
+def git_objects(repo, env):
+    """The absolute objects directory of the Git repository ``repo``
+    (bare, or a checkout's top directory); ``Abort`` when it is none (a
+    directory inside another repository is none)."""
+    git = tools.executable("git")
+    found = tools.completed([git, "-C", repo, "rev-parse",
+                             "--path-format=absolute", "--git-common-dir",
+                             "--absolute-git-dir"], env)
+    where = found.stdout.split("\n")
+    top = tools.completed([git, "-C", repo, "rev-parse", "--show-toplevel"],
+                          env).stdout.strip()
+    if found.returncode or os.path.realpath(repo) not in (
+            where[1], os.path.realpath(top or "/nonexistent")):
+        raise Abort("%s is not a Git repository" % repo,
+                    hint="give a bare repository or a checkout's top "
+                    "directory")
+    return os.path.join(where[0], "objects")
+
+
+def served_copy(repo, root, env):
+    """A bare ``root/repo.git`` borrowing ``repo``'s objects, configured as
+    GitHub serves; returns ``(path, branch, first-parent commits from the
+    tip)``; its branch is set with ``set_branch``."""
+    git = tools.executable("git")
+    objects = git_objects(repo, env)
+    branch = tools.completed([git, "-C", repo, "symbolic-ref", "--short",
+                              "HEAD"], env).stdout.strip() or "main"
+    commits = tools.run([git, "-C", repo, "rev-list", "--first-parent",
+                         "HEAD"], env).split()
+    served = os.path.join(root, "repo.git")
+    tools.run([git, "init", "-q", "--bare", served], env)
+    with open(os.path.join(served, "objects", "info", "alternates"),
+              "w") as fh:
+        fh.write(objects + "\n")
+    for name in ("uploadpack.allowFilter", "uploadpack.allowAnySHA1InWant"):
+        tools.run([git, "-C", served, "config", name, "true"], env)
+    tools.run([git, "-C", served, "symbolic-ref", "HEAD",
+               "refs/heads/" + branch], env)
+    return served, branch, commits
+
+
+def set_branch(served, branch, commit, env):
+    tools.run([tools.executable("git"), "-C", served, "update-ref",
+               "refs/heads/" + branch, commit], env)
+
+
+# run-task's way ----------------------------------------------------------------
+
+def runtask_checkout(url, dest, branch, rev, env, sparse=None):
+    """Our rendering of run-task's ``git_checkout``: a shallow clone with no
+    checkout (blobless when ``sparse``, a list of directories), or, when
+    DEST is a checkout already, its origin set to ``url``; a shallow fetch
+    of the branch and the commit; cone-mode sparse; a forced checkout of
+    the commit as the branch; a purge of what ``git clean -nxdff`` lists.
+    ``git config --global checkout.workers`` comes from
+    ``RUN_TASK_GIT_CHECKOUT_WORKERS`` (default 0, one per core), so
+    ``env``'s HOME must be a scratch directory.  Returns seconds per step
+    and what was purged."""
+    git = tools.executable("git")
+    env = dict(env, **RUNTASK_ENV)
+    steps = collections.OrderedDict()
+
+    def step(name, args, cwd=None, stdin=None):
+        start = time.monotonic()
+        out = tools.run(args, env, cwd=cwd, input=stdin)
+        steps[name] = steps.get(name, 0.0) + time.monotonic() - start
+        return out
+
+    step("config", [git, "config", "--global", "checkout.workers",
+                    os.environ.get("RUN_TASK_GIT_CHECKOUT_WORKERS", "0")])
+    if os.path.isdir(os.path.join(dest, ".git")):
+        step("set-url", [git, "remote", "set-url", "origin", url], cwd=dest)
+    else:
+        step("clone", [git, "clone", "-q", "--depth=1"]
+             + (["--filter=blob:none"] if sparse else [])
+             + ["--no-checkout", url, dest])
+    step("fetch", [git, "fetch", "-q", "--depth=1", "origin", branch, rev],
+         cwd=dest)
+    if sparse:
+        step("sparse", [git, "sparse-checkout", "set", "--cone",
+                        "--sparse-index", "--stdin"], cwd=dest,
+             stdin="".join(d + "\n" for d in sparse))
+    step("checkout", [git, "checkout", "-q", "-f", "-B", branch, rev],
+         cwd=dest)
+    start = time.monotonic()
+    listed = tools.run([git, "clean", "-nxdff"], env, cwd=dest)
+    removed = 0
+    for line in listed.splitlines():
+        if not line.startswith("Would remove "):
+            continue
+        path = os.path.join(dest, line[len("Would remove "):].rstrip("/"))
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+        removed += 1
+    steps["purge"] = time.monotonic() - start
+    return steps, removed
+
+
+# gitbridge checkout ------------------------------------------------------------
+
+def gitbridge_checkout(url, pool, dest, rev, env, purge=False):
+    """``gitbridge checkout --timings``: its steps, our wall time, and its
+    facts (cloned, pulled)."""
+    args = [tools.executable("gitbridge"), "checkout", "--sharebase", pool,
+            "-r", rev, "--timings"] + (["--purge"] if purge else []) \
+        + [url, dest]
+    start = time.monotonic()
+    out = tools.run(args, env, cwd=os.path.dirname(pool))
+    wall = time.monotonic() - start
+    line = [line for line in out.splitlines() if line.startswith("{")][-1]
+    timings = json.loads(line)["checkout"]
+    return timings["steps"], wall, {"cloned": timings.get("cloned"),
+                                    "pulled": timings.get("pulled"),
+                                    "own_total": timings.get("total")}
+
+
+# Measures ----------------------------------------------------------------------
+
+def tree_check(dest, target, env, untracked=True):
+    """HEAD is ``target`` and ``git status --porcelain`` is empty (with
+    untracked and ignored files when ``untracked``)."""
+    git = tools.executable("git")
+    head = tools.run([git, "rev-parse", "HEAD"], env, cwd=dest).strip()
+    flags = ["--untracked-files=all", "--ignored"] if untracked \
+        else ["--untracked-files=no"]
+    dirty = tools.run([git, "status", "--porcelain"] + flags, env,
+                      cwd=dest).splitlines()
+    return {"head_is_target": head == target, "status_entries": len(dirty),
+            "untracked_checked": untracked,
+            "passed": head == target and not dirty}
+
+
+def leftover(dest, env):
+    """Untracked and ignored entries left in DEST."""
+    return len(tools.run([tools.executable("git"), "status", "--porcelain",
+                          "--untracked-files=all", "--ignored"], env,
+                         cwd=dest).splitlines())
+
+
+def write_junk(dest, count, env):
+    """``count`` build products written into the checkout DEST: a quarter
+    as ``__pycache__/*.pyc`` beside tracked directories, the rest under
+    ``obj-build/`` in directories of 100."""
+    dirs = tools.run([tools.executable("git"), "ls-tree", "-d", "-r",
+                      "--name-only", "HEAD"], env, cwd=dest).split("\n")
+    dirs = [d for d in dirs if d] or [""]
+    pyc = count // 4
+    for n in range(count):
+        if n < pyc:
+            where = os.path.join(dest, dirs[n * len(dirs) // pyc],
+                                 "__pycache__")
+            name = "m%d.cpython-311.pyc" % n
+        else:
+            where = os.path.join(dest, "obj-build", "dir%03d" % (n // 100))
+            name = "unit%d.o" % n
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, name), "wb") as fh:
+            fh.write(hashlib.sha256(b"%d" % n).digest() * 64)
+
+
+class Origin:
+    """Bytes and requests the proxy passed from the origin since the last
+    ``take``."""
+
+    def __init__(self, proxy):
+        self.proxy = proxy
+
+    def take(self):
+        requests, nbytes = self.proxy.take()
+        return {"bytes_from_origin": nbytes, "requests": requests}
+
+
+def phases(trace, wall, top=8):
+    """Where the seconds of a path went, from a ``GIT_TRACE2_EVENT`` file:
+    each git process (its command, seconds), the main-thread trace2
+    regions summed by process command, category and label (top ``top``),
+    and the wall time outside any top-level git process."""
+    starts, elapsed, regions = {}, {}, collections.Counter()
+    if not os.path.exists(trace):
+        return None
+    with open(trace) as fh:
+        for line in fh:
+            event = json.loads(line)
+            kind, sid = event.get("event"), event.get("sid")
+            if kind == "start":
+                starts[sid] = _command(event["argv"])
+            elif kind == "exit":
+                elapsed[sid] = event["t_abs"]
+            elif kind == "region_leave" and event.get("thread") == "main" \
+                    and "t_rel" in event:
+                regions[(sid, event.get("category", ""),
+                         event.get("label", ""),
+                         event.get("nesting", 1))] += event["t_rel"]
+    processes = collections.Counter()
+    for sid, seconds in elapsed.items():
+        depth = sid.count("/")
+        processes[("  " * depth) + starts.get(sid, "?")] += seconds
+    by_label = collections.Counter()
+    for (sid, category, label, nesting), seconds in regions.items():
+        by_label["%s: %s/%s (depth %d)" % (starts.get(sid, "?"), category,
+                                           label, nesting)] += seconds
+    in_git = sum(s for sid, s in elapsed.items() if "/" not in sid)
+    return {
+        "wall": wall,
+        "outside_git": max(0.0, wall - in_git),
+        "processes": [[name, round(s, 3)]
+                      for name, s in processes.most_common()],
+        "regions": [[name, round(s, 3)]
+                    for name, s in by_label.most_common(top)],
+    }
+
+
+def _command(argv):
+    """``git fetch`` of ``["git", "-C", DIR, "fetch", ...]``;
+    ``git-remote-http`` of a remote helper's argv."""
+    name = os.path.basename(argv[0]) if argv else "git"
+    if name.startswith("git-"):
+        return name
+    args = list(argv[1:])
+    while args and args[0].startswith("-"):
+        option = args.pop(0)
+        if option in ("-C", "-c", "--shallow-file", "--git-dir",
+                      "--work-tree") and args:
+            args.pop(0)
+    return "git " + (args[0] if args else "")
+
+
+# The run -----------------------------------------------------------------------
+
+def run(repo, work, behind=50, junk=2000, sparse=None):
+    """Every path, in one run; returns ``(results, ratios)``."""
+    git = tools.executable("git")
+    base_env = tools.isolated_env(os.path.join(work, "home-setup"))
+    os.makedirs(base_env["HOME"])
+    root = os.path.join(work, "served")
+    os.makedirs(root)
+    served, branch, commits = served_copy(repo, root, base_env)
+    if len(commits) < 2:
+        raise Abort("%s has %d commit(s) on its first-parent line: the "
+                    "warm paths need two or more" % (repo, len(commits)))
+    behind = min(behind, len(commits) - 1)
+    tip, base = commits[0], commits[behind]
+    if not sparse:
+        tops = tools.run([git, "-C", served, "ls-tree", "-d", "--name-only",
+                          tip], base_env).split()
+        sparse = [top for top in tops if not top.startswith(".")][:2] \
+            or tops[:2]
+    homes = {}
+    for name in ("runtask", "gitbridge"):
+        homes[name] = tools.isolated_env(os.path.join(work, "home-" + name))
+        os.makedirs(homes[name]["HOME"])
+    d = lambda *names: os.path.join(work, "co", *names)  # noqa: E731
+    os.makedirs(d())
+    results = collections.OrderedDict()
+
+    def record(name, steps, total, origin, dest, pool=None, check=None,
+               **facts):
+        disk = pooling.disk_usage(*[p for p in (dest, pool) if p])
+        results[name] = dict(
+            steps={k: round(v, 3) for k, v in steps.items()},
+            total=round(total, 3), disk=disk,
+            checkout_disk=pooling.disk_usage(dest) if pool else disk,
+            check=check, **dict(origin, **facts))
+        print("timetotree: %s: %.2f s" % (name, total), file=sys.stderr,
+              flush=True)
+
+    with GitServer(root, stream=True) as server, \
+            CountingProxy(server.url) as proxy:
+        url = proxy.url + "repo.git"
+        origin = Origin(proxy)
+
+        def behind_tip(make):
+            """Untimed: ``make()`` a cache as it was N commits ago (the
+            origin's branch there), then the origin back at the tip."""
+            set_branch(served, branch, base, base_env)
+            make()
+            origin.take()
+            set_branch(served, branch, tip, base_env)
+
+        set_branch(served, branch, tip, base_env)
+        # Timed, the origin at the tip; each cache made just before its
+        # path, so that at most one path's checkouts take disk at a time.
+        start = time.monotonic()
+        tools.run([git, "clone", "-q", "--bare", url, d("full.git")],
+                  base_env)
+        record("full clone (git clone --bare)",
+               {"clone": time.monotonic() - start},
+               time.monotonic() - start, origin.take(), d("full.git"))
+        shutil.rmtree(d("full.git"))
+
+        for name, dirs in (("run-task shallow", None),
+                           ("run-task shallow blobless sparse", sparse)):
+            dest = d(name.replace(" ", "-"))
+            start = time.monotonic()
+            steps, _ = runtask_checkout(url, dest, branch, tip,
+                                        homes["runtask"], sparse=dirs)
+            record(name, steps, time.monotonic() - start, origin.take(),
+                   dest, check=tree_check(dest, tip, base_env),
+                   sparse=dirs)
+            shutil.rmtree(dest)
+
+        def cached():
+            runtask_checkout(url, d("runtask-cached"), branch, base,
+                             homes["runtask"])
+            write_junk(d("runtask-cached"), junk, base_env)
+        behind_tip(cached)
+        trace_rt = os.path.join(work, "trace-runtask.json")
+        start = time.monotonic()
+        steps, removed = runtask_checkout(
+            url, d("runtask-cached"), branch, tip,
+            dict(homes["runtask"], GIT_TRACE2_EVENT=trace_rt,
+                 GIT_TRACE2_EVENT_NESTING="10"))
+        wall = time.monotonic() - start
+        record("run-task cached, %d behind, purged" % behind, steps, wall,
+               origin.take(), d("runtask-cached"),
+               check=tree_check(d("runtask-cached"), tip, base_env),
+               purged=removed)
+        refresh_phases = phases(trace_rt, wall)
+        shutil.rmtree(d("runtask-cached"))
+
+        pool = d("pool-cold")
+        for name, dest in (("gitbridge cold pool", d("cold")),
+                           ("gitbridge warm pool, new dir", d("new"))):
+            steps, wall, facts = gitbridge_checkout(url, pool, dest, tip,
+                                                    homes["gitbridge"])
+            record(name, steps, wall, origin.take(), dest, pool,
+                   check=tree_check(dest, tip, base_env), **facts)
+        results["gitbridge warm pool, new dir"]["checkout_disk"] = \
+            pooling.disk_usage(d("new"))
+        shutil.rmtree(d("cold"))
+        shutil.rmtree(d("new"))
+        shutil.rmtree(pool)
+
+        trace_gb = os.path.join(work, "trace-gitbridge.json")
+        for name, purge in (("reuse", False), ("reuse-purge", True)):
+            def reused():
+                gitbridge_checkout(url, d("pool-" + name), d(name), base,
+                                   homes["gitbridge"])
+                write_junk(d(name), junk, base_env)
+            behind_tip(reused)
+            env = homes["gitbridge"]
+            if purge:
+                env = dict(env, GIT_TRACE2_EVENT=trace_gb,
+                           GIT_TRACE2_EVENT_NESTING="10")
+            steps, wall, facts = gitbridge_checkout(
+                url, d("pool-" + name), d(name), tip, env, purge=purge)
+            record("gitbridge warm pool, reuse %d behind%s"
+                   % (behind, ", --purge" if purge else ""), steps, wall,
+                   origin.take(), d(name), d("pool-" + name),
+                   check=tree_check(d(name), tip, base_env,
+                                    untracked=purge),
+                   left_untracked=leftover(d(name), base_env), **facts)
+            if purge:
+                reuse_phases = phases(trace_gb, wall)
+            shutil.rmtree(d(name))
+            shutil.rmtree(d("pool-" + name))
+
+    rows = list(results.values())
+    full, shallow, _sparse, refresh, cold, new, _reuse, reuse_purge = rows
+    ratios = {
+        "warm_reuse": reuse_purge["total"] / refresh["total"],
+        "warm_new": new["total"] / shallow["steps"]["checkout"],
+        "cold_bytes": cold["bytes_from_origin"] / full["bytes_from_origin"],
+        "cold_time": cold["total"] / shallow["total"],
+    }
+    summary = {
+        "repo": repo, "branch": branch, "tip": tip, "base": base,
+        "behind": behind, "junk_files": junk, "sparse": sparse,
+        "first_parent_commits": len(commits),
+        "tip_files": len(tools.run([git, "-C", served, "ls-tree", "-r",
+                                    "--name-only", tip],
+                                   base_env).splitlines()),
+        "checkout_workers": {
+            "run-task": os.environ.get("RUN_TASK_GIT_CHECKOUT_WORKERS", "0"),
+            "gitbridge": "git's default"},
+        "gitbridge_sparse": GITBRIDGE_SPARSE,
+        "paths": results,
+        "phases": {"run-task cached refresh": refresh_phases,
+                   "gitbridge reuse --purge": reuse_phases},
+    }
+    return summary, ratios
+
+
+# Report --------------------------------------------------------------------------
+
+def format_report(summary, ratios):
+    mb = lambda n: "%.1f MB" % (n / 2 ** 20)  # noqa: E731
+    lines = ["time to tree: %s, branch %s, tip %s, %d files; warm paths "
+             "from %d commits behind, %d junk files"
+             % (summary["repo"], summary["branch"], summary["tip"][:12],
+                summary["tip_files"], summary["behind"],
+                summary["junk_files"]), "",
+             "| path | steps (s) | total | from origin | requests | disk "
+             "(checkout + pool) | tree check |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, row in summary["paths"].items():
+        steps = ", ".join("%s %.2f" % kv for kv in row["steps"].items())
+        check = row["check"]
+        verdict = "-" if check is None else (
+            ("passed" if check["passed"] else "FAILED")
+            + ("" if check["untracked_checked"] else " (junk kept: %d)"
+               % row.get("left_untracked", 0)))
+        lines.append("| %s | %s | %.2f s | %s | %d | %s | %s |" % (
+            name, steps, row["total"], mb(row["bytes_from_origin"]),
+            row["requests"], mb(row["disk"]), verdict))
+    lines += ["", "sparse directories (run-task, cone mode): %s"
+              % ", ".join(summary["sparse"]),
+              "gitbridge sparse: " + summary["gitbridge_sparse"],
+              "checkout.workers: run-task %s (0 = one per core), gitbridge "
+              "%s" % (summary["checkout_workers"]["run-task"],
+                      summary["checkout_workers"]["gitbridge"]),
+              "whole-tree write = run-task shallow's checkout step", ""]
+    lines += benchcli.target_lines(TARGETS, ratios, width=44)
+    for name, found in summary["phases"].items():
+        if not found:
+            continue
+        lines += ["", "where the seconds go, %s (%.2f s; %.2f s outside "
+                  "git):" % (name, found["wall"], found["outside_git"])]
+        lines += ["  %7.3f s  process %s" % (s, proc) for proc, s
+                  in found["processes"][:8]]
+        lines += ["  %7.3f s  region  %s" % (s, region) for region, s
+                  in found["regions"]]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = benchcli.command_line(sys.modules[__name__])
+    parser.add_argument("--repo", help="Git repository, bare or not "
+                        "(default: a history of the installed sources, "
+                        "built once and cached)")
+    parser.add_argument("--behind", type=int, default=50,
+                        help="commits the warm checkouts are behind the "
+                        "tip (default 50)")
+    parser.add_argument("--junk-files", type=int, default=2000,
+                        help="build products written into each reused "
+                        "checkout before its refresh (default 2000)")
+    parser.add_argument("--sparse", help="DIR,DIR: run-task's cone-mode "
+                        "directories (default: the first two top-level "
+                        "directories not named .*)")
+    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--workdir", help="where everything goes (default: "
+                        "a temporary directory, removed afterwards)")
+    args = parser.parse_args(argv)
+    if args.behind < 1 or args.junk_files < 0:
+        raise Abort("--behind must be 1 or more and --junk-files 0 or more")
+    repo = os.path.abspath(args.repo) if args.repo else None
+    if repo:
+        git_objects(repo, tools.isolated_env(tempfile.gettempdir()))
+    else:
+        repo = default_repository()
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="vcsperf-timetotree-",
+                            dir=args.workdir)
+    try:
+        summary, ratios = run(
+            repo, work, args.behind, args.junk_files,
+            [s for s in (args.sparse or "").split(",") if s] or None)
+        print(format_report(summary, ratios))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"results": summary, "ratios": ratios,
+                           "targets": {key: {"op": op, "target": target,
+                                             "met": _met(ratios[key], op,
+                                                         target)}
+                                       for _l, key, op, target in TARGETS}},
+                          fh, indent=2)
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _met(value, op, target):
+    return value <= target if op == "<=" else value >= target
