@@ -209,12 +209,13 @@ def test_pre_commit_examples_pin_the_release_tag():
 
 
 def test_changelog_has_this_release():
-    """CHANGELOG.md has a section for this release, first, and one for
-    each release back to 0.1.0."""
+    """CHANGELOG.md has a section for this release, first after what is
+    not released yet, and one for each release back to 0.1.0."""
     with open(os.path.join(ROOT, "CHANGELOG.md")) as fh:
         headings = re.findall(r"^## (\S+)", fh.read(), re.M)
-    assert headings[0] == __version__
-    assert headings[-1] == "0.1.0"
+    released = [heading for heading in headings if heading != "Unreleased"]
+    assert released[0] == __version__
+    assert released[-1] == "0.1.0"
 
 
 CRASHING_EXTENSION = '''
