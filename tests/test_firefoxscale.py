@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from vcsperf.core.bundlestore import sha256_file
 from vcsperf.core.errors import Abort
 from vcsperf.harness import firefoxscale, tools
 
@@ -273,7 +274,7 @@ def test_thunderbird_trees_come_from_the_source_packages(tmp_path, env):
                    top.name], None)
         (debsrc / ("thunderbird_%s.dsc" % version.split(":")[1])).write_text(
             "Checksums-Sha256:\n %s %d %s\n"
-            % (firefoxscale.sha256(str(tarball)), tarball.stat().st_size,
+            % (sha256_file(str(tarball))[0], tarball.stat().st_size,
                tarball.name))
     source = str(tmp_path / "history")
     make_history(source, env)

@@ -35,7 +35,6 @@ counts them.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,7 @@ import subprocess
 import sys
 import time
 
+from vcsperf.core.bundlestore import sha256_file
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, executable, run
 
@@ -180,14 +180,6 @@ def dsc_checksums(dsc):
     return sums
 
 
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_source(version, debsrc):
     """The upstream tarball of Debian's ``thunderbird=VERSION`` in
     ``debsrc``: downloaded with ``apt-get source`` unless a copy there
@@ -210,7 +202,7 @@ def fetch_source(version, debsrc):
                         "or pass --debsrc DIR holding the downloaded files")
     expected = dsc_checksums(dsc).get(tarball)
     path = os.path.join(debsrc, tarball)
-    actual = sha256(path)
+    actual = sha256_file(path)[0]
     if actual != expected:
         raise Abort("%s does not match its .dsc (sha256 %s, expected %s)"
                     % (path, actual, expected),

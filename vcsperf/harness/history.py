@@ -16,7 +16,6 @@ revisions of a history to check out.
 """
 
 import concurrent.futures
-import hashlib
 import heapq
 import importlib.metadata
 import itertools
@@ -27,6 +26,7 @@ import zipfile
 from calendar import timegm
 from time import strptime
 
+from vcsperf.core.bundlestore import sha256_file
 from vcsperf.core.process import run
 
 AUTHOR = "vcsperf history <history@vcsperf.invalid>"
@@ -76,18 +76,10 @@ def default_cache_dir():
     return os.environ.get("VCSPERF_CACHE") or os.path.join(base, "vcsperf")
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _download(release, wheel_dir):
     """Download one wheel with pip unless a verified copy is cached."""
     final = os.path.join(wheel_dir, release.filename)
-    if os.path.exists(final) and _sha256(final) == release.sha256:
+    if os.path.exists(final) and sha256_file(final)[0] == release.sha256:
         return final
     os.makedirs(wheel_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=wheel_dir) as tmp:
@@ -104,7 +96,7 @@ def pip_download(requirement, filename, sha256, dest, *options, env=None):
     run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
          "--dest", dest, *options, requirement], env)
     path = os.path.join(dest, filename)
-    actual = _sha256(path)
+    actual = sha256_file(path)[0]
     if actual != sha256:
         raise RuntimeError("%s has sha256 %s, expected %s"
                            % (filename, actual, sha256))
