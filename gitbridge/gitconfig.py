@@ -19,9 +19,10 @@ from vcsperf.core.spawn import git_bytes
 class GitConfig:
     """The settings git listed, in its order (the last of a name wins, as
     in git).  Names are as git prints them: section and key in lower
-    case, a subsection as written."""
+    case, a subsection as written.  A name written without ``=`` has the
+    value None: true as a boolean, empty as text, as git reads it."""
 
-    def __init__(self, entries: list[tuple[str, str]]) -> None:
+    def __init__(self, entries: list[tuple[str, str | None]]) -> None:
         self.entries = entries
 
     def get(self, name: str, default: str | None = None) -> str | None:
@@ -29,15 +30,18 @@ class GitConfig:
         return values[-1] if values else default
 
     def get_all(self, name: str) -> list[str]:
-        return [value for key, value in self.entries if key == name]
+        return [value or "" for key, value in self.entries if key == name]
 
     def boolean(self, name: str, default: bool) -> bool:
         """The setting as a boolean, in Mercurial's words
         (``vcsperf.core.settings.parse_bool``); an empty value is false,
         as in git."""
-        value = self.get(name)
-        if value is None:
+        values = [value for key, value in self.entries if key == name]
+        if not values:
             return default
+        value = values[-1]
+        if value is None:
+            return True
         return parse_bool(value, name) if value.strip() else False
 
 
@@ -48,9 +52,10 @@ def read(repo_path: str, pattern: str) -> GitConfig:
     # exit status 1: nothing matches
     out = git_bytes(repo_path, "config", "-z", "--get-regexp", pattern,
                     ok=(0, 1))
-    entries = []
+    entries: list[tuple[str, str | None]] = []
     for entry in out.decode("utf-8", "surrogateescape").split("\0"):
-        name, _, value = entry.partition("\n")
+        # git ends the name with a newline only when a value follows
+        name, newline, value = entry.partition("\n")
         if name:
-            entries.append((name, value))
+            entries.append((name, value if newline else None))
     return GitConfig(entries)

@@ -19,6 +19,7 @@ from checkout_drivers import (
     git_commit,
     git_served,  # noqa: F401 (a fixture)
 )
+from gitbridge import gitconfig
 from vcsperf.harness import tools
 from vcsperf.harness.proxies import Fault, FlakyProxy
 
@@ -128,6 +129,26 @@ def test_bad_input_aborts_with_one_line(git, gitbridge, served, tmp_path):
 BOOLEAN_REFUSED = ("abort: sharepool.timings must be a boolean (yes or no, "
                    "on or off, true or false, always or never, 1 or 0), "
                    "not 'maybe'")
+
+
+def test_a_setting_without_a_value_is_true_as_git_reads_it(tmp_path):
+    """``[section] name`` with no ``=`` is true to git (``git config
+    --bool``); the one reader takes it so, and as empty text, and tells
+    it from ``name =``, which is false."""
+    repo = str(tmp_path / "repo")
+    subprocess.run(["git", "init", "-q", repo], check=True)
+    with open(os.path.join(repo, ".git", "config"), "a") as fh:
+        fh.write("[vcsperftest]\n\tbare\n\tempty =\n")
+    asked = {name: subprocess.run(
+        ["git", "-C", repo, "config", "--bool", "vcsperftest." + name],
+        capture_output=True, text=True, check=True).stdout.strip()
+        for name in ("bare", "empty")}
+    assert asked == {"bare": "true", "empty": "false"}
+    config = gitconfig.read(repo, r"^vcsperftest\.")
+    assert config.boolean("vcsperftest.bare", False) is True
+    assert config.boolean("vcsperftest.empty", True) is False
+    assert config.get("vcsperftest.bare") == ""
+    assert config.boolean("vcsperftest.unset", True) is True
 
 
 def test_booleans_take_mercurials_words(git, gitbridge, served, home,
