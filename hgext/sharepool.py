@@ -328,7 +328,7 @@ class _Request:
         pooledcheckout.check_request(
             _abort, self.revision, self.branch, self.sharebase,
             self.attempts, self.network_deadline, self.dest, dest,
-            [self.url, self.upstream])
+            [self.url, self.upstream], revision_hints=False)
         self.purge = opts['purge']
         self.noupdate = opts['noupdate']
         self.sparseprofile = opts['sparseprofile'] or None

@@ -271,6 +271,17 @@ def test_bad_input_aborts_with_one_line(hg, served, tmp_path, args,
     assert proc.returncode == 255
 
 
+@pytest.mark.parametrize("args", [
+    [], ["-r", "123456789abc", "-b", "default"], ["-r", "default"]])
+def test_request_rules_print_robustcheckouts_stderr_exactly(
+        hg, served, tmp_path, args):
+    """Upstream's test-revision-branch.t compares the whole of stderr: a
+    hint line after the abort (which the Git side once had) fails it."""
+    proc = checkout(hg, served.url, tmp_path / "co", *args, check=False)
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("abort: ")
+
+
 def test_ambiguous_short_hash_aborts(hg, own_source, own_served, tmp_path):
     """A 12-digit prefix that is also a bookmark pointing elsewhere names
     two revisions: robustcheckout refuses to guess, whether the store has

@@ -98,16 +98,22 @@ class Request(Protocol):
 def check_request(error: Error, revision: Text | None, branch: Text | None,
                   sharebase: Text | None, attempts: int,
                   network_deadline: float, dest: Text, shown_dest: Text,
-                  sources: Iterable[Text | None]) -> None:
+                  sources: Iterable[Text | None],
+                  revision_hints: bool = True) -> None:
     """Raise ``error(template, *args, hint=...)`` (the adapter's user
     error, as ``PooledCheckout.error``) for the first rule the request
     breaks: exactly one of a ``revision`` (lower case) and a ``branch``;
     a ``sharebase`` (None when neither given nor configured); at least
     one network attempt; a network deadline ``pooling.valid_deadline``
     takes; a ``dest`` that removing would not destroy what no checkout
-    made (``pooling.dest_overlap`` with the URLs in ``sources``)."""
-    which = "-r SHA checks out exactly that commit; -b NAME whatever " \
-            "the server names so now"
+    made (``pooling.dest_overlap`` with the URLs in ``sources``).
+    ``revision_hints=False`` words the revision rules as robustcheckout
+    does, with no hint line: its users' scripts and its own test suite
+    (test-revision-branch.t) compare stderr whole."""
+    which: str | None = None
+    if revision_hints:
+        which = "-r SHA checks out exactly that commit; -b NAME " \
+                "whatever the server names so now"
     if not revision and not branch:
         raise error("must specify one of --revision or --branch",
                     hint=which)
@@ -116,7 +122,8 @@ def check_request(error: Error, revision: Text | None, branch: Text | None,
                     hint=which)
     if revision and not _REVISION.fullmatch(os.fsdecode(revision)):
         raise error("--revision must be a SHA-1 fragment 12-40 characters "
-                    "long", hint="use -b for branch and tag names")
+                    "long", hint=revision_hints and
+                    "use -b for branch and tag names" or None)
     if not sharebase:
         raise error("share base directory not defined; refusing to "
                     "operate", hint="define share.pool config option or "
