@@ -184,6 +184,7 @@ import os
 
 from mercurial import (
     cmdutil,
+    error,
     exchange,
     extensions,
     pycompat,
@@ -192,8 +193,9 @@ from mercurial import (
 from mercurial.i18n import _
 
 from hgext3rd import _hgcompat
+from vcsperf.core import freshness
 
-from . import fallback, formats, run, settings
+from . import fallback, formats, monitoring, run, settings
 
 # The formats' paragraphs come from their table, as core's ``hg help
 # bundlespec`` lists the compression engines from theirs.
@@ -225,6 +227,7 @@ configitem(b'bundlegen', b'upload-timeout', default=3600)
 configitem(b'bundlegen', b'min-changesets', default=1)
 configitem(b'bundlegen', b'min-bytes', default=0)
 configitem(b'bundlegen', b'destinations', default=[])
+configitem(b'bundlegen', b'metrics-dir', default=None)
 
 
 @command(
@@ -238,8 +241,24 @@ configitem(b'bundlegen', b'destinations', default=[])
                                  b'repository has not moved enough')),
         (b'n', b'dry-run', None, _(b'say what a run would do, and do '
                                    b'nothing')),
+        (b'', b'metrics-dir', b'', _(b'write the metrics file there '
+                                     b'(default: bundlegen.metrics-dir)'),
+         _(b'DIR')),
+        (b'', b'check-fresh', None, _(b'build nothing: exit 1 unless the '
+                                      b'published bundles are fresh')),
+        (b'', b'max-age', freshness.DEFAULT_MAX_AGE,
+         _(b'with --check-fresh: seconds bundles may be older than the '
+           b'repository\'s tip'), _(b'SECONDS')),
+        (b'', b'max-behind', freshness.DEFAULT_MAX_BEHIND,
+         _(b'with --check-fresh: changesets the bundles may lack'),
+         _(b'N')),
+        (b'', b'check-timeout', freshness.TOTAL_TIMEOUT,
+         _(b'with --check-fresh: seconds all HEAD requests may take'),
+         _(b'SECONDS')),
     ] + cmdutil.formatteropts,
-    _(b'hg bundlegen [--output DIR] [--base-url URL] [-f] [-n] [-T json]'),
+    _(b'hg bundlegen [--output DIR] [--base-url URL] [-f] [-n] [-T json] '
+      b'[--metrics-dir DIR] [--check-fresh [--max-age SECONDS] '
+      b'[--max-behind N] [--check-timeout SECONDS]]'),
     helpcategory=command.CATEGORY_MAINTENANCE,
 )
 def bundlegen(ui, repo, output=None, base_url=None, **opts):
@@ -260,9 +279,32 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     checked = settings.Settings(ui, output, base_url)
     settings.refuse_core_autogeneration(ui)
     outdir = settings.output_directory(checked.output)
+    if opts.get('check_fresh'):
+        if min(opts['max_age'], opts['max_behind']) < 0 or \
+                opts['check_timeout'] < 1:
+            raise error.Abort(_(b'--max-age and --max-behind cannot be '
+                                b'negative, nor --check-timeout below 1'))
+        return monitoring.check_fresh(ui, repo, outdir, opts['max_age'],
+                                      opts['max_behind'],
+                                      opts['check_timeout'])
+    report = None
+    if not opts.get('dry_run'):
+        report = monitoring.metrics_report(
+            ui, repo, opts.get('metrics_dir')
+            or ui.config(b'bundlegen', b'metrics-dir'))
     fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
-    return run.run(ui, repo, checked, outdir, fm, force=opts.get('force'),
-                   dry_run=opts.get('dry_run'))
+    uploads = {}
+    status = None
+    try:
+        status = run.run(ui, repo, checked, outdir, fm,
+                         force=opts.get('force'),
+                         dry_run=opts.get('dry_run'), uploads=uploads)
+        return status
+    finally:
+        if report is not None:
+            monitoring.write_metrics(
+                ui, repo, report, 'success' if status == 0 else 'failure',
+                outdir, uploads)
 
 
 def extsetup(ui):
