@@ -185,7 +185,7 @@ from mercurial.utils import stringutil, urlutil
 
 from hgext3rd import _hgcompat, _hgnet
 from hgext3rd._hgcompat import cloneimpl, repofactory
-from vcsperf.core import pooledcheckout, pooling
+from vcsperf.core import errors, metrics, pooledcheckout, pooling
 
 urlerr = util.urlerr
 mpatch = policy.importmod('mpatch')
@@ -216,6 +216,7 @@ configitem(b'sharepool', b'foreign-lock-grace',
 configitem(b'sharepool', b'stream', default=True)
 configitem(b'sharepool', b'timings', default=False)
 configitem(b'sharepool', b'disk-report', default=False)
+configitem(b'sharepool', b'metrics-dir', default=None)
 # robustcheckout's names, in milliseconds, for hgrc files written for it
 configitem(b'robustcheckout', b'retryjittermin',
            default=configitems.dynamicdefault)
@@ -269,6 +270,9 @@ PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
                                      b'directory')),
         (b'', b'timings', False, _(b'print a JSON line of per-step '
                                    b'timings')),
+        (b'', b'metricsdir', b'', _(b'write a metrics file of the run there '
+                                    b'(default: sharepool.metrics-dir)'),
+         _(b'DIR')),
     ],
     _(b'[OPTION]... URL DEST'),
     norepo=True,
@@ -287,6 +291,7 @@ def robustcheckout(ui, url, dest, **opts):
     ui.warn(_(b'(using Mercurial %s)\n') % util.version())
     _tune_for_ci(ui)
     run = _Run(ui, request)
+    run.metrics_dir = request.metrics_dir
     try:
         run.run()
     finally:
@@ -331,6 +336,17 @@ class _Request:
             [self.url, self.upstream])
         self.purge = opts['purge']
         self.noupdate = opts['noupdate']
+        self.metrics_dir = None
+        directory = opts['metricsdir'] or ui.config(b'sharepool',
+                                                    b'metrics-dir')
+        if directory:
+            try:
+                self.metrics_dir = metrics.check_directory(
+                    pycompat.fsdecode(util.expandpath(directory)),
+                    'sharepool.metrics-dir')
+            except errors.Abort as err:
+                raise error.Abort(os.fsencode(str(err)),
+                                  hint=os.fsencode(err.hint or ''))
         self.sparseprofile = opts['sparseprofile'] or None
         if self.sparseprofile:
             try:
@@ -415,6 +431,7 @@ class _Run(pooledcheckout.PooledCheckout):
     with Mercurial's steps, and robustcheckout's words."""
 
     TIMINGS_NAME = 'robustcheckout'
+    VCS = 'hg'
 
     def __init__(self, ui, request):
         super().__init__(

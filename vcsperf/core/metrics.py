@@ -251,9 +251,10 @@ class Report:
                          "that ended in %s ended" % what)
         self.set("last_run_success", 1 if outcome == "success" else 0,
                  "1 if the last run succeeded, else 0")
-        self.set("last_run_duration_seconds",
-                 time.monotonic() - self.started,
-                 "Seconds the last run took")
+        if "last_run_duration_seconds" not in self.families:
+            self.set("last_run_duration_seconds",
+                     time.monotonic() - self.started,
+                     "Seconds the last run took")
         for what in ("success", "failure"):
             count = before("runs_total", outcome=what) or 0
             self.set("runs_total", count + (what == outcome), "Runs "
