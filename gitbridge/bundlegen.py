@@ -28,6 +28,7 @@ example as it is)::
       min-commits = 1
       incrementals = 6
       advertise = true
+      metrics-dir = /var/lib/prometheus/node-exporter
   [bundlegen "usw2"]
       url = s3://git-bundles/firefox
       region = us-west-2
@@ -80,6 +81,20 @@ or later that sets ``transfer.bundleURI`` takes the bundles on a plain
 ``base-url`` list, or without one the first destination's; a destination
 name picks that one's; ``false`` (the default) leaves the config alone
 (unset ``uploadpack.advertiseBundleURIs`` to stop).
+
+``metrics-dir`` (or ``--metrics-dir``) is where each run but a dry run
+writes its metrics file for node_exporter's textfile collector: the
+names of ``hg help -e bundlegen`` with ``vcs="git"``; a format is
+``full`` or ``incremental`` (the sizes and build times of the list's
+incremental bundles added up), ``published_info``'s ``tip`` is the commit
+of the branch HEAD names, and ``published_behind_revisions`` counts
+commits.  ``--check-fresh`` writes nothing and exits 1 with one line when
+the published bundles are stale: more than ``--max-behind`` commits
+behind (default 1000), older than ``--max-age`` seconds (default 172800)
+while the repository moved past them, or a bundle or list URL of the
+base-url or a destination that does not answer a HEAD with it; else 0
+and one line.  Requests as in ``hg bundlegen --check-fresh``
+(``--check-timeout``, default 60 seconds in all).
 
 A run with nothing new (the same tips, or fewer than ``min-commits`` new
 commits) says so and does nothing but retry undeleted bundles;

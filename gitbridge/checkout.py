@@ -36,7 +36,8 @@ Where Git differs:
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
   ``sharepool.network-deadline``, ``sharepool.timings``,
-  ``sharepool.layout``.
+  ``sharepool.layout``, ``sharepool.metrics-dir`` (``--metricsdir``: the
+  metrics file of ``hg help sharepool``, with ``vcs="git"``).
 - ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
   a byte a second for that long, a transfer fails); each network step
   (``ls-remote``, the clone's fetch, a fetch) also has a deadline,

@@ -146,6 +146,22 @@ store and what happened (``cloned``, ``pulled``, ``network_failures``,
 ``TASKCLUSTER_INSTANCE_TYPE``, the ``PERFHERDER_DATA:`` line that
 Treeherder ingests is printed, as robustcheckout prints it.
 
+``--metricsdir DIR`` (or ``sharepool.metrics-dir``) writes the same as a
+metrics file in Prometheus' text format, for node_exporter's textfile
+collector (see :hg:`help -e bundlegen`): one file per URL, each sample
+with ``vcs="hg"`` and ``repository`` (the URL without user or password):
+``vcsperf_checkout_step_duration_seconds{step}`` of the last run,
+``vcsperf_checkout_last_run_cloned``, ``vcsperf_checkout_last_run_pulled``
+(1 or 0), ``vcsperf_checkout_last_run_network_failures``,
+``vcsperf_checkout_last_run_restarts``,
+``vcsperf_checkout_last_run_duration_seconds``,
+``vcsperf_checkout_last_run_success``,
+``vcsperf_checkout_last_success_timestamp_seconds``,
+``vcsperf_checkout_last_failure_timestamp_seconds`` and
+``vcsperf_checkout_runs_total{outcome}``.  A directory that cannot be
+written stops the command before it starts; a file that cannot be
+written is a warning.
+
 Example config::
 
   [sharepool]
@@ -158,6 +174,7 @@ Example config::
   private-cache = true
   foreign-lock-grace = 600
   timings = true
+  metrics-dir = /var/lib/prometheus/node-exporter
 """
 
 import contextlib

@@ -414,7 +414,9 @@ def test_the_documented_settings_parse_as_git_config(tmp_path, git):
     assert read["bundlegen.advertise"] == "true"
     assert read["bundlegen.destinations"] == "usw2 euc1"
     assert read["bundlegen.euc1.endpoint"] == "http://127.0.0.1:7070"
-    assert len(read) == 14
+    assert read["bundlegen.metrics-dir"] == \
+        "/var/lib/prometheus/node-exporter"
+    assert len(read) == 15
 
 
 def _git_version(binary):
@@ -532,7 +534,8 @@ def test_systemd_units_for_gitbridge_bundlegen(name, tmp_path):
         assert "\nExecStart=/opt/vcsperf/venv/bin/gitbridge bundlegen " \
             "--repo %f\n" in text
         assert re.search(r"\nTimeoutStartSec=\d+h\n", text)
-        assert "\nReadWritePaths=%f /var/lib/git-bundles\n" in text
+        assert "\nReadWritePaths=%f /var/lib/git-bundles " \
+            "-/var/lib/prometheus/node-exporter\n" in text
     # systemd has no comments after a value: every "#" starts a line
     assert all(line.startswith("#") or "#" not in line
                for line in text.splitlines())

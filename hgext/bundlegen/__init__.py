@@ -166,6 +166,52 @@ stopping the unit) leaves nothing running.  On Linux, its ``hg bundle``
 processes are also killed when only the run is; elsewhere they run on in
 that run's own directory, and the next run does not wait for them.
 
+Monitoring: with ``bundlegen.metrics-dir`` (or ``--metrics-dir``), every
+run but a dry run writes a metrics file in Prometheus' text format there,
+for node_exporter's textfile collector (the directory its
+``--collector.textfile.directory`` names)::
+
+  [bundlegen]
+  output = /var/www/hg-bundles/myrepo
+  base-url = https://cdn.example.com/hg-bundles/myrepo
+  metrics-dir = /var/lib/prometheus/node-exporter
+
+The file is ``vcsperf_bundlegen_<name>_<hash of the path>.prom``, one per
+repository, replaced by rename.  Every sample carries ``vcs="hg"`` and
+``repository`` (the repository's path):
+
+- ``vcsperf_bundlegen_last_success_timestamp_seconds`` and
+  ``vcsperf_bundlegen_last_failure_timestamp_seconds`` (each kept until a
+  later run ends that way), ``vcsperf_bundlegen_last_run_success`` (1 or
+  0; a run that exits 1 because retired bundles could not be deleted
+  counts as failed), ``vcsperf_bundlegen_last_run_duration_seconds``,
+  ``vcsperf_bundlegen_runs_total{outcome="success"|"failure"}``;
+- ``vcsperf_bundlegen_published_info{tip="<node>"}`` (1),
+  ``vcsperf_bundlegen_published_timestamp_seconds`` (when the published
+  bundles were made), ``vcsperf_bundlegen_published_behind_revisions``
+  (changesets of the repository the published bundles lack);
+- ``vcsperf_bundlegen_bundle_size_bytes{format}`` and
+  ``vcsperf_bundlegen_bundle_build_duration_seconds{format}`` of the
+  published bundles; ``vcsperf_bundlegen_upload_bytes{destination}``
+  and ``vcsperf_bundlegen_upload_duration_seconds{destination}`` when the
+  run uploaded.
+
+A metrics directory that cannot be written stops the run before it does
+anything; a file that cannot be written once the run is done is a
+``warning:`` line, and the run's exit status stays what it was.
+``contrib/bundlegen/vcsperf-alerts.yml`` has alert rules.
+
+``--check-fresh`` builds nothing: it prints one line and exits 0 when the
+published bundles are fresh, 1 when they are stale: more than
+``--max-behind`` changesets behind the repository (default 1000), older
+than ``--max-age`` seconds (default 172800, two days) while the
+repository moved past them, a manifest that is not the one bundlegen
+wrote, or a URL of the manifest that does not answer a HEAD with its
+bundle (gone, another size, an error, a redirect loop or more than 5
+redirects).  Each request waits at most 10 seconds for a connect or a
+read, all of them together ``--check-timeout`` seconds (default 60).  For
+cron mail, systemd's ``OnFailure=``, or a Nagios-style check.
+
 Formats:
 
 .. bundlegen-formats
