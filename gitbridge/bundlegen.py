@@ -422,9 +422,7 @@ def _metrics_report(repo, directory):
     if not directory:
         return None
     checked = metrics.check_directory(directory, "bundlegen.metrics-dir")
-    root = os.path.abspath(repo)
-    return metrics.Report(checked, "bundlegen", root,
-                          {"vcs": "git", "repository": root})
+    return metrics.BundlegenReport(checked, "git", os.path.abspath(repo))
 
 
 def _write_metrics(repo, settings, report, outcome, uploads):
@@ -438,35 +436,20 @@ def _write_metrics(repo, settings, report, outcome, uploads):
     except Abort:
         latest = None  # the run's own abort says why
     if latest:
-        head = latest["tips"].get(_head_ref(repo)) or ""
-        report.set("published_info", 1, "The tip of the published "
-                   "bundles (value 1)", tip=head)
-        report.set("published_timestamp_seconds", latest["generated"],
-                   "Unix time at which the published bundles were made")
+        behind = None
         try:
             if all(_has_object(repo, sha) for sha in latest["tips"].values()):
-                report.set("published_behind_revisions", _new_commits(
-                    repo, _tips(repo), latest["tips"]), "Changesets (hg) "
-                    "or commits (git) of the repository that the "
-                    "published bundles lack")
+                behind = _new_commits(repo, _tips(repo), latest["tips"])
         except CommandError:
             pass  # the repository broke under the run: no count
+        report.published(latest["tips"].get(_head_ref(repo)) or "",
+                         latest["generated"], behind)
         for kind in ("full", "incremental"):
             chain = [b for b in latest["chain"] if b["kind"] == kind]
             if chain:
-                report.set("bundle_size_bytes", sum(
-                    b["size"] for b in chain), "Size of the published "
-                    "bundle of each format", format=kind)
-                report.set("bundle_build_duration_seconds", sum(
-                    b.get("seconds", 0) for b in chain), "Seconds the "
-                    "published bundle of each format took to build",
-                    format=kind)
-    for name, (size, seconds) in sorted(uploads.items()):
-        report.set("upload_bytes", size, "Bytes the last run uploaded to "
-                   "each destination", destination=name)
-        report.set("upload_duration_seconds", seconds, "Seconds the last "
-                   "run took to upload to each destination",
-                   destination=name)
+                report.bundle(kind, sum(b["size"] for b in chain),
+                              sum(b.get("seconds", 0) for b in chain))
+    report.uploads(uploads)
     metrics.write_quietly(report, outcome, _stderr)
 
 

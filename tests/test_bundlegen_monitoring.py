@@ -10,7 +10,7 @@ import os
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from vcsperf.harness.servers import FileServer
+from test_bundlegen import fileserver  # noqa: F401 (a fixture)
 
 EXT = ("--config", "extensions.bundlegen=",
        "--config", "extensions.clonebundles=")
@@ -40,15 +40,6 @@ def value(found, name, **labels):
 
 
 @pytest.fixture
-def fileserver(tmp_path):
-    root = tmp_path / "cdn"
-    root.mkdir()
-    server = FileServer(str(root))
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def small_repo(hg, hgrepo):
     for number in range(3):
         (hgrepo / ("f%d" % number)).write_text("line %d\n" % number * 50)
@@ -68,7 +59,7 @@ def _commit(hg, repo, message):
 
 
 def test_hg_metrics_parse_update_and_keep_the_last_failure(
-        small_repo, hg, fileserver, tmp_path):
+        small_repo, hg, fileserver, tmp_path):  # noqa: F811
     repo = small_repo
     _served(repo, fileserver)
     metrics = tmp_path / "textfile"
@@ -132,8 +123,8 @@ def _age_record(path, seconds):
     path.write_text(json.dumps(record))
 
 
-def test_hg_check_fresh_on_a_plain_http_host(small_repo, hg, fileserver,
-                                             tmp_path):
+def test_hg_check_fresh_on_a_plain_http_host(
+        small_repo, hg, fileserver, tmp_path):  # noqa: F811
     repo = small_repo
     _served(repo, fileserver)
     proc = hg.proc("-R", repo, "bundlegen", *EXT, "--check-fresh")

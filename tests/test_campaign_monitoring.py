@@ -9,15 +9,15 @@ back, oversized or garbage."""
 
 import json
 import os
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
 import campaign
 from test_bundlegen_monitoring import read_metrics, value
+from test_bundlegen_s3 import S3Proxy
+from test_campaign_bundlegen import _immutable
 from vcsperf.core import metrics
 from vcsperf.harness import tools
 
@@ -36,14 +36,6 @@ def published(hg, hgrepo, tmp_path):
         fh.write("[bundlegen]\noutput = %s\nbase-url = file://%s\n"
                  "formats = gzip\n" % (out, out))
     return hgrepo
-
-
-def _immutable(path, on):
-    if os.geteuid() == 0:
-        return subprocess.run(["chattr", "+i" if on else "-i", str(path)],
-                              capture_output=True).returncode == 0
-    os.chmod(path, 0o555 if on else 0o755)
-    return True
 
 
 @pytest.mark.campaign
@@ -182,51 +174,29 @@ def test_a_previous_file_that_is_not_ours(hg, published, tmp_path, tally):
     tally.check()
 
 
-class HostileHost:
-    """A bundle host on 127.0.0.1 that answers every request as ``mode``
-    says: ``ok`` (200 and the size of the file ``sizes`` names), ``lie``
-    (200, another size), ``any`` (200 and the right size for any path,
-    even one that never existed), ``loop`` (a redirect to itself),
-    ``pingpong`` (two URLs redirecting to each other), ``chain`` (a
-    redirect to a new URL every time), ``stall`` (no answer),
-    ``trickle`` (a head one byte every half second), ``500``."""
+class HostileHost(S3Proxy):
+    """A bundle host on 127.0.0.1 (the test proxy's connections, with no
+    server behind) that answers every request as ``mode`` says: ``ok``
+    (200 and the size of the file ``sizes`` names), ``lie`` (200, another
+    size), ``any`` (200 and the right size for any path, even one that
+    never existed), ``loop`` (a redirect to itself), ``pingpong`` (two
+    URLs redirecting to each other), ``chain`` (a redirect to a new URL
+    every time), ``stall`` (no answer), ``trickle`` (a head one byte
+    every half second), ``500``."""
 
     def __init__(self):
+        super().__init__("http://127.0.0.1:9/")
+        self.url = self.url.rstrip("/")
         self.mode = "ok"
         self.sizes = {}
-        self.stopping = threading.Event()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def stop(self):
-        self.stopping.set()
-        self.sock.close()
-
-    def _accept(self):
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,),
-                             daemon=True).start()
 
     def _answer(self, conn):
         with conn:
-            try:
-                head = b""
-                while b"\r\n\r\n" not in head and len(head) < 65536:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    head += data
-                path = head.split(b" ")[1].decode()
-                conn.sendall(self._response(conn, path))
-            except OSError:
-                pass
+            head = self.read_head(conn)
+            if head is None:
+                return
+            path = head.split(b" ")[1].decode()
+            conn.sendall(self._response(conn, path))
 
     def _response(self, conn, path):
         name = path.rsplit("/", 1)[-1]

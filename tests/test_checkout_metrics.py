@@ -9,16 +9,14 @@ import os
 import subprocess
 
 import checkout_drivers
-from checkout_drivers import (
-    GITCONFIG,
-    git_served,  # noqa: F401 (a fixture)
-    hg_served,  # noqa: F401 (a fixture)
-    hg_source,  # noqa: F401 (a fixture)
-    hgrc,  # noqa: F401 (a fixture)
-    module_hgserve,  # noqa: F401 (a fixture)
-)
 from test_bundlegen_monitoring import read_metrics, value
 from vcsperf.harness import tools
+
+# The fixtures of the checkout suites.
+git_served, hg_served, hg_source, hgrc, module_hgserve = (
+    checkout_drivers.git_served, checkout_drivers.hg_served,
+    checkout_drivers.hg_source, checkout_drivers.hgrc,
+    checkout_drivers.module_hgserve)
 
 
 def _check_runs(run, url, metrics, timings_name, vcs, good, bad):
@@ -56,7 +54,7 @@ def _check_runs(run, url, metrics, timings_name, vcs, good, bad):
                  outcome="success") == 2
 
 
-def test_robustcheckout_metrics(hg, hg_served, hg_source,  # noqa: F811
+def test_robustcheckout_metrics(hg, hg_served, hg_source,
                                 tmp_path):
     metrics = tmp_path / "textfile"
     metrics.mkdir()
@@ -70,12 +68,12 @@ def test_robustcheckout_metrics(hg, hg_served, hg_source,  # noqa: F811
                 hg_source.nodes[-1], "f" * 40)
 
 
-def test_gitbridge_checkout_metrics(git, git_served, home,  # noqa: F811
+def test_gitbridge_checkout_metrics(git, git_served, home,
                                     env, tmp_path):
     metrics = tmp_path / "textfile"
     metrics.mkdir()
     (home / ".gitconfig").write_text(
-        GITCONFIG + "[sharepool]\n\tmetrics-dir = %s\n" % metrics)
+        checkout_drivers.GITCONFIG + "[sharepool]\n\tmetrics-dir = %s\n" % metrics)
     binary = tools.executable("gitbridge")
     url = git_served.repo_url
 

@@ -35,9 +35,8 @@ def metrics_report(ui, repo, directory):
             pycompat.fsdecode(directory), 'bundlegen.metrics-dir')
     except errors.Abort as err:
         raise hg_abort(err)
-    root = pycompat.fsdecode(repo.root)
-    return metrics.Report(checked, 'bundlegen', root,
-                          {'vcs': 'hg', 'repository': root})
+    return metrics.BundlegenReport(checked, 'hg',
+                                   pycompat.fsdecode(repo.root))
 
 
 def write_metrics(ui, repo, report, outcome, outdir, uploads):
@@ -51,28 +50,12 @@ def write_metrics(ui, repo, report, outcome, outdir, uploads):
     latest = generations and generations.latest
     if latest:
         tip = latest.get('tip', '')
-        report.set('published_info', 1, 'The tip of the published '
-                   'bundles (value 1)', tip=tip)
-        report.set('published_timestamp_seconds', latest.get('generated', 0),
-                   'Unix time at which the published bundles were made')
-        behind = _behind(repo, tip.encode())
-        if behind is not None:
-            report.set('published_behind_revisions', behind,
-                       'Changesets (hg) or commits (git) of the repository '
-                       'that the published bundles lack')
+        report.published(tip, latest.get('generated', 0),
+                         _behind(repo, tip.encode()))
         for bundle in generations.record.get('bundles') or []:
-            report.set('bundle_size_bytes', bundle['size'], 'Size of the '
-                       'published bundle of each format',
-                       format=bundle['format'])
-            report.set('bundle_build_duration_seconds', bundle['seconds'],
-                       'Seconds the published bundle of each format took '
-                       'to build', format=bundle['format'])
-    for name, (size, seconds) in sorted(uploads.items()):
-        report.set('upload_bytes', size, 'Bytes the last run uploaded to '
-                   'each destination', destination=name)
-        report.set('upload_duration_seconds', seconds, 'Seconds the last '
-                   'run took to upload to each destination',
-                   destination=name)
+            report.bundle(bundle['format'], bundle['size'],
+                          bundle['seconds'])
+    report.uploads(uploads)
     metrics.write_quietly(report, outcome, lambda line: ui.warn(
         pycompat.bytestr(line) + b'\n'))
 

@@ -264,6 +264,46 @@ class Report:
                           for name in sorted(self.families)])
 
 
+class BundlegenReport(Report):
+    """The metrics file of a run of ``hg bundlegen`` or ``gitbridge
+    bundlegen`` about the repository at ``path`` (``vcs``: ``hg`` or
+    ``git``): one set of names for both."""
+
+    def __init__(self, directory: str, vcs: str, path: str) -> None:
+        super().__init__(directory, "bundlegen", path,
+                         {"vcs": vcs, "repository": path})
+
+    def published(self, tip: str, generated: float,
+                  behind: int | None) -> None:
+        """The published generation: its tip, when it was made, and the
+        revisions the repository has that it lacks (None: unknown)."""
+        self.set("published_info", 1, "The tip of the published bundles "
+                 "(value 1)", tip=tip)
+        self.set("published_timestamp_seconds", generated, "Unix time at "
+                 "which the published bundles were made")
+        if behind is not None:
+            self.set("published_behind_revisions", behind, "Changesets "
+                     "(hg) or commits (git) of the repository that the "
+                     "published bundles lack")
+
+    def bundle(self, kind: str, size: int, seconds: float) -> None:
+        """The published bundle of the format ``kind``."""
+        self.set("bundle_size_bytes", size, "Size of the published bundle "
+                 "of each format", format=kind)
+        self.set("bundle_build_duration_seconds", seconds, "Seconds the "
+                 "published bundle of each format took to build",
+                 format=kind)
+
+    def uploads(self, uploads: Mapping[str, Tuple[int, float]]) -> None:
+        """What the run uploaded: destination -> (bytes, seconds)."""
+        for name, (size, seconds) in sorted(uploads.items()):
+            self.set("upload_bytes", size, "Bytes the last run uploaded to "
+                     "each destination", destination=name)
+            self.set("upload_duration_seconds", seconds, "Seconds the last "
+                     "run took to upload to each destination",
+                     destination=name)
+
+
 def write_quietly(report: Report, outcome: str,
                   warn: Callable[[str], None]) -> bool:
     """``report.finish(outcome)``; a failure is ``warn``-ed in one line
