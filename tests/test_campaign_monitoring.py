@@ -18,6 +18,7 @@ import campaign
 from test_bundlegen_monitoring import read_metrics, value
 from test_bundlegen_s3 import S3Proxy
 from test_campaign_bundlegen import _immutable
+from test_contrib_monitoring import _git_published
 from vcsperf.core import metrics
 from vcsperf.harness import tools
 
@@ -232,6 +233,18 @@ def host():
     host.stop()
 
 
+def _verdict(proc, words):
+    """Whether ``--check-fresh`` said fresh (``words`` None) or stale,
+    with one of ``words`` (a string, or a tuple of them), in one line."""
+    lines = proc.stdout.splitlines()
+    if words is None:
+        return proc.returncode == 0 and lines[0].startswith("fresh: ")
+    return (proc.returncode == 1 and len(lines) == 1
+            and lines[0].startswith("stale: ")
+            and any(w in lines[0] for w in (
+                words if isinstance(words, tuple) else [words])))
+
+
 @pytest.mark.slow
 @pytest.mark.campaign
 def test_a_bundle_host_that_stalls_lies_or_loops(hg, hgrepo, host,
@@ -263,15 +276,7 @@ def test_a_bundle_host_that_stalls_lies_or_loops(hg, hgrepo, host,
         proc = hg.proc("-R", repo, "bundlegen", *EXT, "--check-fresh",
                        "--check-timeout", "3")
         took = time.monotonic() - started
-        lines = proc.stdout.splitlines()
-        if words is None:
-            ok = proc.returncode == 0 and lines[0].startswith("fresh: ")
-        else:
-            ok = (proc.returncode == 1 and len(lines) == 1
-                  and lines[0].startswith("stale: ")
-                  and any(w in lines[0] for w in (
-                      words if isinstance(words, tuple) else [words])))
-        tally.case(ok and took < 30 and "Traceback" not in proc.stderr,
+        tally.case(_verdict(proc, words) and took < 30 and "Traceback" not in proc.stderr,
                    "%s (%.1f s): %r %r" % (mode, took, proc.stdout,
                                            proc.stderr))
 
@@ -301,4 +306,42 @@ def test_a_bundle_host_that_stalls_lies_or_loops(hg, hgrepo, host,
         (out / "bundles.json").write_bytes(saved)
     tally.case(hg.proc("-R", repo, "bundlegen", *EXT, "--check-fresh")
                .returncode == 0, "restored")
+    tally.check()
+
+
+@pytest.mark.campaign
+def test_gitbridge_check_fresh_against_a_hostile_host(git, gitbridge, host,
+                                                      tmp_path, tally):
+    """The Git twin reads the same answers the same way, and a record
+    changed behind its back is one abort, never a request it names."""
+    repo, out = _git_published(git, gitbridge, tmp_path, host.url + "/b")
+    [name] = [n for n in os.listdir(out) if n.endswith(".bundle")]
+    host.sizes = {name: os.path.getsize(out / name),
+                  "bundle-list": os.path.getsize(out / "bundle-list")}
+    for mode, words in [("ok", None), ("lie", "bytes, the published"),
+                        ("loop", "redirects in a loop"),
+                        # the request's timeout or the total: both 2 s
+                        ("stall", ("timed out", "within 2 s")),
+                        ("500", "answers HTTP 500")]:
+        host.mode = mode
+        started = time.monotonic()
+        proc = gitbridge("bundlegen", "--repo", repo, "--check-fresh",
+                         "--check-timeout", "2", check=False)
+        tally.case(_verdict(proc, words) and time.monotonic() - started < 30
+                   and "Traceback" not in proc.stderr,
+                   "%s: %r %r" % (mode, proc.stdout, proc.stderr))
+    host.mode = "ok"
+    record = out / "bundles.json"
+    saved = record.read_text()
+    edited = json.loads(saved)
+    edited["generations"][0]["chain"][0]["file"] = "../../etc/passwd"
+    for what, text in [("garbage", "\x00{" * 100),
+                       ("a name outside", json.dumps(edited))]:
+        record.write_text(text)
+        before = len(host.log)
+        proc = gitbridge("bundlegen", "--repo", repo, "--check-fresh",
+                         check=False)
+        tally.case(campaign.is_clean_abort(proc) and len(host.log) == before,
+                   "%s: %r" % (what, proc.stderr))
+    record.write_text(saved)
     tally.check()

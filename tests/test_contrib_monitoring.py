@@ -112,7 +112,9 @@ def _hg_published(hg, tmp_path):
     return repo, out
 
 
-def _git_published(git, gitbridge, tmp_path):
+def _git_published(git, gitbridge, tmp_path, base_url=None):
+    """A bare repository whose bundles are published in ``out``, served
+    at ``base_url`` (by default ``file://`` of ``out``)."""
     work = tmp_path / "work"
     git("init", "-q", "-b", "main", work)
     git("-C", work, "commit", "-q", "--allow-empty", "-m", "a")
@@ -120,7 +122,8 @@ def _git_published(git, gitbridge, tmp_path):
     git("clone", "-q", "--bare", work, repo)
     out = tmp_path / "git-bundles"
     git("-C", repo, "config", "bundlegen.output", out)
-    git("-C", repo, "config", "bundlegen.base-url", "file://%s" % out)
+    git("-C", repo, "config", "bundlegen.base-url",
+        base_url or "file://%s" % out)
     gitbridge("bundlegen", "--repo", repo)
     return repo, out
 
