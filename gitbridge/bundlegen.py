@@ -266,7 +266,6 @@ class Settings:
             setattr(self, name.replace("-", "_"), int(value))
         self.advertise = self._advertised_list(
             options.get("advertise", "").strip())
-        self.metrics_dir = options.get("metrics-dir") or None
 
     def _advertised_list(self, value):
         """The URL of the bundle list ``bundlegen.advertise`` names: none
@@ -400,13 +399,17 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
     """One run; returns what it did as a dict (``message`` says it in a
     line).  Writes its metrics file in ``metrics_dir`` (default:
     ``bundlegen.metrics-dir``), unless a dry run."""
-    settings = Settings(repo, output, base_url)
     if dry_run:
-        return _generate(repo, settings, force, True, say, {})
-    report = _metrics_report(repo, metrics_dir or settings.metrics_dir)
+        return _generate(repo, Settings(repo, output, base_url), force,
+                         True, say, {})
+    # First, so that a run stopped by its settings is a failure in the
+    # file too.
+    report = _metrics_report(repo, metrics_dir or _metrics_setting(repo))
     uploads = {}
     outcome = "failure"
+    settings = None
     try:
+        settings = Settings(repo, output, base_url)
         result = _generate(repo, settings, force, False, say, uploads)
         if not result.get("refused"):
             outcome = "success"
@@ -414,6 +417,16 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
     finally:
         if report is not None:
             _write_metrics(repo, settings, report, outcome, uploads)
+
+
+def _metrics_setting(repo):
+    """``bundlegen.metrics-dir`` of the repository, read before its other
+    settings are checked; None when unset or unreadable."""
+    try:
+        return gitconfig.read(repo, r"^bundlegen\.metrics-dir$").get(
+            "bundlegen.metrics-dir") or None
+    except (Abort, CommandError, OSError):
+        return None
 
 
 def _metrics_report(repo, directory):
@@ -426,15 +439,18 @@ def _metrics_report(repo, directory):
 
 
 def _write_metrics(repo, settings, report, outcome, uploads):
-    """What is published (the record), how many commits behind the
-    repository it is, and what this run uploaded; never an error."""
+    """What is published (the record, when ``settings`` were read), how
+    many commits behind the repository it is, and what this run
+    uploaded; never an error."""
+    latest = None
     try:
-        generations = bundlestore.Generations(
-            os.path.join(settings.output, RECORD))
-        _check_record(generations, generations.path)
-        latest = generations.latest
+        if settings is not None:  # None: the settings stopped the run
+            generations = bundlestore.Generations(
+                os.path.join(settings.output, RECORD))
+            _check_record(generations, generations.path)
+            latest = generations.latest
     except Abort:
-        latest = None  # the run's own abort says why
+        pass  # the run's own abort says why
     if latest:
         behind = None
         try:

@@ -93,13 +93,17 @@ def test_hg_metrics_parse_update_and_keep_the_last_failure(
     proc = hg.proc("-R", repo, "bundlegen", *EXT, "--force", "--config",
                    "bundlegen.upload-command=exit 3")
     assert proc.returncode == 255
+    # one its configuration stops, too
+    proc = hg.proc("-R", repo, "bundlegen", *EXT, "--config",
+                   "bundlegen.formats=bogus")
+    assert proc.returncode == 255
     third = read_metrics(metrics)
     failed = value(third, "vcsperf_bundlegen_last_failure_timestamp_seconds")
     assert value(third, "vcsperf_bundlegen_last_success_timestamp_seconds") \
         == value(second, "vcsperf_bundlegen_last_success_timestamp_seconds")
     assert value(third, "vcsperf_bundlegen_last_run_success") == 0
     assert value(third, "vcsperf_bundlegen_runs_total",
-                 outcome="failure") == 1
+                 outcome="failure") == 2
     # ... and the failure survives the next success.
     hg("-R", repo, "bundlegen", *EXT, "--force")
     fourth = read_metrics(metrics)
@@ -230,6 +234,13 @@ def test_git_metrics_and_check_fresh(origin, git, gitbridge, objectserver,
     assert (proc.returncode, proc.stdout) == (
         1, "stale: the published bundles are 2 behind the repository "
         "(--max-behind 1)\n")
+    # a run its settings stop is a failure in the file too
+    git("-C", bare, "config", "bundlegen.keep", "x")
+    assert gitbridge("bundlegen", "--repo", bare,
+                     check=False).returncode == 255
+    assert value(read_metrics(metrics), "vcsperf_bundlegen_runs_total",
+                 outcome="failure") == 1
+    git("-C", bare, "config", "--unset", "bundlegen.keep")
     gitbridge("bundlegen", "--repo", bare)
     second = read_metrics(metrics)
     assert value(second, "vcsperf_bundlegen_runs_total",

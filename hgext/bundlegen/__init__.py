@@ -322,26 +322,29 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     Only one run per repository at a time; a second one says whose run it
     waits for, and then does nothing if that run published this tip.
     """
-    checked = settings.Settings(ui, output, base_url)
-    settings.refuse_core_autogeneration(ui)
-    outdir = settings.output_directory(checked.output)
     if opts.get('check_fresh'):
         if min(opts['max_age'], opts['max_behind']) < 0 or \
                 opts['check_timeout'] < 1:
             raise error.Abort(_(b'--max-age and --max-behind cannot be '
                                 b'negative, nor --check-timeout below 1'))
-        return monitoring.check_fresh(ui, repo, outdir, opts['max_age'],
-                                      opts['max_behind'],
-                                      opts['check_timeout'])
+        checked = settings.Settings(ui, output, base_url)
+        return monitoring.check_fresh(
+            ui, repo, settings.output_directory(checked.output),
+            opts['max_age'], opts['max_behind'], opts['check_timeout'])
+    # First, so that a run stopped by its configuration is a failure in
+    # the file too.
     report = None
     if not opts.get('dry_run'):
         report = monitoring.metrics_report(
             ui, repo, opts.get('metrics_dir')
             or ui.config(b'bundlegen', b'metrics-dir'))
-    fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
     uploads = {}
-    status = None
+    outdir = status = None
     try:
+        checked = settings.Settings(ui, output, base_url)
+        settings.refuse_core_autogeneration(ui)
+        outdir = settings.output_directory(checked.output)
+        fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
         status = run.run(ui, repo, checked, outdir, fm,
                          force=opts.get('force'),
                          dry_run=opts.get('dry_run'), uploads=uploads)

@@ -40,13 +40,16 @@ def metrics_report(ui, repo, directory):
 
 
 def write_metrics(ui, repo, report, outcome, outdir, uploads):
-    """Write the run's metrics file: what is published (from the record),
+    """Write the run's metrics file: what is published (from the record
+    in ``outdir``, if the run got as far as knowing it),
     how far behind the repository it is, what this run uploaded
     (``uploads``: destination -> (bytes, seconds)); never an error."""
+    generations = None
     try:
-        generations = publishing.load_generations(outdir)
+        if outdir is not None:  # None: the configuration stopped the run
+            generations = publishing.load_generations(outdir)
     except error.Abort:
-        generations = None  # the run's own abort says why
+        pass  # the run's own abort says why
     latest = generations and generations.latest
     if latest:
         tip = latest.get('tip', '')
