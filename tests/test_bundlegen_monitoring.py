@@ -114,9 +114,9 @@ def test_hg_metrics_parse_update_and_keep_the_last_failure(
     assert value(fourth, "vcsperf_bundlegen_published_behind_revisions") == 0
     assert value(fourth, "vcsperf_bundlegen_runs_total",
                  outcome="success") == 3
-    # nothing but the one file: the temporary files are gone
-    assert os.listdir(metrics) == [
-        n for n in os.listdir(metrics) if n.endswith(".prom")]
+    # the file and its lock: the temporary files are gone
+    [prom] = [n for n in os.listdir(metrics) if n.endswith(".prom")]
+    assert sorted(os.listdir(metrics)) == sorted([prom, ".%s.lock" % prom])
 
 
 def _age_record(path, seconds):
@@ -257,3 +257,30 @@ def test_git_metrics_and_check_fresh(origin, git, gitbridge, objectserver,
     assert (proc.returncode, proc.stdout) == (
         1, "stale: %sgit-bundles/%s answers HTTP 404\n" % (objectserver.url,
                                                            key))
+
+
+LOCKED_RUNS = """
+import sys
+from vcsperf.core import metrics
+for _ in range(int(sys.argv[2])):
+    report = metrics.Report(sys.argv[1], "checkout", "https://h/r",
+                            {"vcs": "git", "repository": "https://h/r"})
+    report.set("step_duration_seconds", 1.5, "help", step="clone")
+    report.finish("success")
+"""
+
+
+def test_runs_ending_together_all_count(tmp_path):
+    """Processes that end their runs at the same moments (parallel CI
+    tasks checking out one URL) each count: the read-back and the rename
+    happen under the file's lock."""
+    import subprocess
+    import sys
+    processes = [subprocess.Popen([sys.executable, "-c", LOCKED_RUNS,
+                                   str(tmp_path), "25"])
+                 for _ in range(6)]
+    assert [p.wait(timeout=120) for p in processes] == [0] * 6
+    found = read_metrics(tmp_path)
+    assert value(found, "vcsperf_checkout_runs_total",
+                 outcome="success") == 150
+

@@ -100,9 +100,10 @@ def test_metrics_directories_that_cannot_be_used(hg, published, tmp_path,
     os.symlink(elsewhere, tmp_path / "link-dir")
     proc = hg.proc("-R", repo, "bundlegen", *EXT, "--metrics-dir",
                    tmp_path / "link-dir")
-    names = os.listdir(elsewhere)
-    tally.case(proc.returncode == 0 and len(names) == 1
-               and names[0].endswith(".prom")
+    names = sorted(os.listdir(elsewhere))
+    tally.case(proc.returncode == 0 and len(names) == 2
+               and names[1].endswith(".prom")
+               and names[0] == ".%s.lock" % names[1]
                and os.path.islink(tmp_path / "link-dir"),
                "symlinked directory: %s %r" % (proc.stderr, names))
     tally.check()

@@ -177,7 +177,8 @@ for node_exporter's textfile collector (the directory its
   metrics-dir = /var/lib/prometheus/node-exporter
 
 The file is ``vcsperf_bundlegen_<name>_<hash of the path>.prom``, one per
-repository, replaced by rename.  Every sample carries ``vcs="hg"`` and
+repository, replaced by rename (runs take turns through
+``.<file>.lock`` beside it).  Every sample carries ``vcs="hg"`` and
 ``repository`` (the repository's path):
 
 - ``vcsperf_bundlegen_last_success_timestamp_seconds`` and

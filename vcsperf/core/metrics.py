@@ -22,7 +22,9 @@ The rules (Prometheus' naming conventions):
 State that must outlive a run (the time of the last failure after a later
 success, the run counters) is read back from the file the previous run
 wrote, at most ``MAX_PREVIOUS_BYTES``: a file that is not ours, garbage,
-too big, or not a regular file counts as no previous run.
+too big, or not a regular file counts as no previous run.  Runs that end
+together take turns through an flock on ``.<file>.lock`` beside the file
+(``LOCK_WAIT`` seconds at most), so that each is counted.
 
 A directory that cannot be written is refused before a command does any
 work (``check_directory``: one abort).  Once the work is done, a file
@@ -32,7 +34,9 @@ warning: monitoring never fails the work it watches (``write_quietly``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import math
 import os
@@ -40,13 +44,15 @@ import re
 import stat
 import tempfile
 import time
-from typing import Callable, Dict, List, Mapping, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Tuple
 
 from vcsperf.core.errors import Abort
 
 PREFIX = "vcsperf_"
 #: How much of the previous file is read back; ours are a few kB.
 MAX_PREVIOUS_BYTES = 1 << 20
+#: How long a run waits for another's lock on the same file.
+LOCK_WAIT = 10.0
 #: Labels of one sample, and what ``read_previous`` keys a value by.
 Labels = Dict[str, str]
 SampleKey = Tuple[str, Tuple[Tuple[str, str], ...]]
@@ -235,8 +241,12 @@ class Report:
 
     def finish(self, outcome: str, now: float | None = None) -> None:
         """Write the file of a run that ended with ``outcome``
-        (``success`` or ``failure``)."""
-        now = time.time() if now is None else now
+        (``success`` or ``failure``), holding the file's lock (see
+        ``_locked``) from reading the previous file to the rename."""
+        with _locked(self.path):
+            self._finish(outcome, time.time() if now is None else now)
+
+    def _finish(self, outcome: str, now: float) -> None:
         previous = read_previous(self.path)
 
         def before(name: str, **labels: str) -> float | None:
@@ -262,6 +272,38 @@ class Report:
                      outcome=what)
         write(self.path, [self.families[name]
                           for name in sorted(self.families)])
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold ``.<name>.lock`` beside ``path`` (an flock, gone with the
+    process), so that runs ending together (checkouts of one URL in
+    parallel CI tasks) count each other's runs.  Waits at most
+    ``LOCK_WAIT`` seconds, then writes without it: a count may then miss
+    a run, but monitoring never holds up the work.  A lock file that is
+    not a regular file (a symlink planted there) is not used."""
+    folder, name = os.path.split(path)
+    try:
+        fd = os.open(os.path.join(folder, ".%s.lock" % name),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK,
+                     0o644)
+    except OSError:
+        yield
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            deadline = time.monotonic() + LOCK_WAIT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
 
 
 class BundlegenReport(Report):
