@@ -28,6 +28,7 @@ example as it is)::
       min-commits = 1
       incrementals = 6
       advertise = true
+      metrics-dir = /var/lib/prometheus/node-exporter
   [bundlegen "usw2"]
       url = s3://git-bundles/firefox
       region = us-west-2
@@ -81,6 +82,20 @@ or later that sets ``transfer.bundleURI`` takes the bundles on a plain
 name picks that one's; ``false`` (the default) leaves the config alone
 (unset ``uploadpack.advertiseBundleURIs`` to stop).
 
+``metrics-dir`` (or ``--metrics-dir``) is where each run but a dry run
+writes its metrics file for node_exporter's textfile collector: the
+names of ``hg help -e bundlegen`` with ``vcs="git"``; a format is
+``full`` or ``incremental`` (the sizes and build times of the list's
+incremental bundles added up), ``published_info``'s ``tip`` is the commit
+of the branch HEAD names, and ``published_behind_revisions`` counts
+commits.  ``--check-fresh`` writes nothing and exits 1 with one line when
+the published bundles are stale: more than ``--max-behind`` commits
+behind (default 1000), older than ``--max-age`` seconds (default 172800)
+while the repository moved past them, or a bundle or list URL of the
+base-url or a destination that does not answer a HEAD with it; else 0
+and one line.  Requests as in ``hg bundlegen --check-fresh``
+(``--check-timeout``, default 60 seconds in all).
+
 A run with nothing new (the same tips, or fewer than ``min-commits`` new
 commits) says so and does nothing but retry undeleted bundles;
 ``--force`` writes a bundle anyway, ``--dry-run`` says what a run would
@@ -99,7 +114,7 @@ import sys
 import time
 
 from gitbridge import gitconfig
-from vcsperf.core import bundlestore
+from vcsperf.core import bundlestore, freshness, metrics
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.pooling import (
     LockPolicy,
@@ -140,15 +155,45 @@ def add_commands(subparsers):
                         help="say what a run would do, and do nothing")
     parser.add_argument("--json", action="store_true",
                         help="print the result as one JSON object")
+    parser.add_argument("--metrics-dir", metavar="DIR", help="write the "
+                        "metrics file there (default: git config "
+                        "bundlegen.metrics-dir)")
+    parser.add_argument("--check-fresh", action="store_true",
+                        help="write nothing: exit 1 unless the published "
+                        "bundles are fresh")
+    parser.add_argument("--max-age", type=_count, metavar="SECONDS",
+                        default=freshness.DEFAULT_MAX_AGE,
+                        help="with --check-fresh: seconds bundles may be "
+                        "older than the repository's tips (default: %d)"
+                        % freshness.DEFAULT_MAX_AGE)
+    parser.add_argument("--max-behind", type=_count, metavar="N",
+                        default=freshness.DEFAULT_MAX_BEHIND,
+                        help="with --check-fresh: commits the bundles may "
+                        "lack (default: %d)" % freshness.DEFAULT_MAX_BEHIND)
+    parser.add_argument("--check-timeout", type=_count, metavar="SECONDS",
+                        default=freshness.TOTAL_TIMEOUT,
+                        help="with --check-fresh: seconds all HEAD requests "
+                        "may take (default: %d)" % freshness.TOTAL_TIMEOUT)
     parser.set_defaults(func=main)
+
+
+def _count(text):
+    if not (text.isascii() and text.isdigit()) or len(text) > 12:
+        raise argparse.ArgumentTypeError("not a whole number: %r" % text)
+    return int(text)
 
 
 def main(args):
     try:
+        if args.check_fresh:
+            return check_fresh(args.repo, args.output, args.base_url,
+                               args.max_age, args.max_behind,
+                               max(args.check_timeout, 1))
         result = generate(args.repo, output=args.output,
                           base_url=args.base_url, force=args.force,
                           dry_run=args.dry_run,
-                          say=_stderr if args.json else _stdout)
+                          say=_stderr if args.json else _stdout,
+                          metrics_dir=args.metrics_dir)
     except Abort as abort:
         return print_abort(abort)
     except CommandError as failure:
@@ -350,10 +395,132 @@ def _lost_bundle(output, chain, digests):
 
 
 def generate(repo, output=None, base_url=None, force=False, dry_run=False,
-             say=_stdout):
+             say=_stdout, metrics_dir=None):
     """One run; returns what it did as a dict (``message`` says it in a
-    line)."""
+    line).  Writes its metrics file in ``metrics_dir`` (default:
+    ``bundlegen.metrics-dir``), unless a dry run."""
+    if dry_run:
+        return _generate(repo, Settings(repo, output, base_url), force,
+                         True, say, {})
+    # First, so that a run stopped by its settings is a failure in the
+    # file too.
+    report = _metrics_report(repo, metrics_dir or _metrics_setting(repo))
+    uploads = {}
+    outcome = "failure"
+    settings = None
+    try:
+        settings = Settings(repo, output, base_url)
+        result = _generate(repo, settings, force, False, say, uploads)
+        if not result.get("refused"):
+            outcome = "success"
+        return result
+    finally:
+        if report is not None:
+            _write_metrics(repo, settings, report, outcome, uploads)
+
+
+def _metrics_setting(repo):
+    """``bundlegen.metrics-dir`` of the repository, read before its other
+    settings are checked; None when unset or unreadable."""
+    try:
+        return gitconfig.read(repo, r"^bundlegen\.metrics-dir$").get(
+            "bundlegen.metrics-dir") or None
+    except (Abort, CommandError, OSError):
+        return None
+
+
+def _metrics_report(repo, directory):
+    """The run's metrics file in ``directory`` (checked: an Abort when it
+    cannot be written), or None without one."""
+    if not directory:
+        return None
+    checked = metrics.check_directory(directory, "bundlegen.metrics-dir")
+    return metrics.BundlegenReport(checked, "git", os.path.abspath(repo))
+
+
+def _write_metrics(repo, settings, report, outcome, uploads):
+    """What is published (the record, when ``settings`` were read), how
+    many commits behind the repository it is, and what this run
+    uploaded; never an error."""
+    latest = None
+    try:
+        if settings is not None:  # None: the settings stopped the run
+            generations = bundlestore.Generations(
+                os.path.join(settings.output, RECORD))
+            _check_record(generations, generations.path)
+            latest = generations.latest
+    except Abort:
+        pass  # the run's own abort says why
+    if latest:
+        behind = None
+        try:
+            if all(_has_object(repo, sha) for sha in latest["tips"].values()):
+                behind = _new_commits(repo, _tips(repo), latest["tips"])
+        except CommandError:
+            pass  # the repository broke under the run: no count
+        report.published(latest["tips"].get(_head_ref(repo)) or "",
+                         latest["generated"], behind)
+        for kind in ("full", "incremental"):
+            chain = [b for b in latest["chain"] if b["kind"] == kind]
+            if chain:
+                report.bundle(kind, sum(b["size"] for b in chain),
+                              sum(b.get("seconds", 0) for b in chain))
+    report.uploads(uploads)
+    metrics.write_quietly(report, outcome, _stderr)
+
+
+def _head_ref(repo):
+    """The ref HEAD names (the branch clients check out)."""
+    try:
+        return git("symbolic-ref", "-q", "HEAD", cwd=repo).strip()
+    except CommandError:
+        return ""
+
+
+def check_fresh(repo, output, base_url, max_age, max_behind, total):
+    """``--check-fresh``: one line, and 0 when the published bundles are
+    fresh, 1 when not (see ``vcsperf.core.freshness``)."""
     settings = Settings(repo, output, base_url)
+    record_path = os.path.join(settings.output, RECORD)
+    generations = bundlestore.Generations(record_path)
+    _check_record(generations, record_path)
+    latest = generations.latest
+    if latest is None:
+        return _stale("no bundles are published (%s records none)"
+                      % record_path)
+    if not all(_has_object(repo, sha) for sha in latest["tips"].values()):
+        return _stale("the published tips are no longer all in the "
+                      "repository")
+    behind = _new_commits(repo, _tips(repo), latest["tips"])
+    reason = freshness.staleness(latest["generated"], behind, max_age,
+                                 max_behind)
+    if reason:
+        return _stale("the published bundles are %s" % reason)
+    chain = latest["chain"]
+    lists = [(d.base_url, d.public_url) for d in settings.destinations]
+    if settings.base_url:
+        lists.insert(0, (settings.base_url, lambda name: "%s/%s" % (
+            settings.base_url, name)))
+    published = []
+    for base, url in lists:
+        published.append((url(LIST_NAME), len(bundle_list(base, chain))))
+        published += [(url(b["file"]), b["size"]) for b in chain]
+    problem = freshness.missing(published, total)
+    if problem:
+        return _stale(problem)
+    print("fresh: %d bundles, %d commits behind, %s old; %d URLs answer"
+          % (len(chain), behind, freshness.describe_age(
+              freshness.age(latest["generated"])), len(published)))
+    return 0
+
+
+def _stale(reason):
+    print("stale: %s" % reason, flush=True)
+    return 1
+
+
+def _generate(repo, settings, force, dry_run, say, uploads):
+    """One run of ``generate`` with its checked ``settings``."""
     record_path = os.path.join(settings.output, RECORD)
     if dry_run:
         generations = bundlestore.Generations(record_path)
@@ -409,7 +576,8 @@ def generate(repo, output=None, base_url=None, force=False, dry_run=False,
                                {} if kind == "full" else latest["tips"])
         chain = ([] if kind == "full" else latest["chain"]) + [bundle]
         with network:
-            sent = _publish(settings, chain, bundle, latest, clients, say)
+            sent = _publish(settings, chain, bundle, latest, clients, say,
+                            uploads)
         generations.add(dict(settings.layout(), tips=tips, token=token,
                              generated=bundlestore.now(), chain=chain,
                              files=[b["file"] for b in chain]))
@@ -630,13 +798,15 @@ def bundle_list(base_url, chain):
     return ("\n".join(lines) + "\n").encode()
 
 
-def _publish(settings, chain, bundle, latest, clients, say):
+def _publish(settings, chain, bundle, latest, clients, say, uploads):
     """Upload the new bundle to every destination, then each one's list,
     then the local list; on a failure (or when the deadline passes), take
-    back what this run changed and abort.  Returns the bytes uploaded."""
+    back what this run changed and abort.  Returns the bytes uploaded;
+    ``uploads`` gets destination name -> (bytes, seconds)."""
     output = settings.output
 
     def report(destination, size, seconds):
+        uploads[destination.name] = (size, seconds)
         say("uploaded %s to %s in %.1f s" % (_size(size), destination.name,
                                              seconds))
     try:

@@ -36,7 +36,8 @@ Where Git differs:
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
   ``sharepool.network-deadline``, ``sharepool.timings``,
-  ``sharepool.layout``.
+  ``sharepool.layout``, ``sharepool.metrics-dir`` (``--metricsdir``: the
+  metrics file of ``hg help sharepool``, with ``vcs="git"``).
 - ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
   a byte a second for that long, a transfer fails); each network step
   (``ls-remote``, the clone's fetch, a fetch) also has a deadline,
@@ -62,7 +63,7 @@ from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
 from gitbridge import gitconfig
-from vcsperf.core import pooledcheckout, pooling
+from vcsperf.core import metrics, pooledcheckout, pooling
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
 
@@ -121,6 +122,9 @@ def add_commands(subparsers):
                         "the store (default: sharepool.layout, alternates)")
     parser.add_argument("--timings", action="store_true",
                         help="print a JSON line of per-step timings")
+    parser.add_argument("--metricsdir", metavar="DIR", help="write a "
+                        "metrics file of the run there (default: git config "
+                        "sharepool.metrics-dir)")
     parser.set_defaults(func=main)
 
 
@@ -129,6 +133,7 @@ def main(args):
     try:
         request = Request(args, gitconfig.read(".", SETTINGS))
         run = Run(request)
+        run.metrics_dir = request.metrics_dir
     except Abort as abort:
         return print_abort(abort)
     try:
@@ -185,6 +190,9 @@ class Request:
             timeout=number("lock-timeout", pooling.DEFAULT_LOCK_TIMEOUT))
         self.timings = args.timings or config.boolean("sharepool.timings",
                                                       False)
+        directory = args.metricsdir or config.get("sharepool.metrics-dir")
+        self.metrics_dir = metrics.check_directory(
+            directory, "sharepool.metrics-dir") if directory else None
 
     @property
     def wanted(self):
@@ -219,6 +227,7 @@ class Run(pooledcheckout.PooledCheckout):
 
     # a worktree is added at the commit, so the commit comes first
     SHARE_BEFORE_PULL = False
+    VCS = "git"
 
     def __init__(self, request):
         super().__init__(

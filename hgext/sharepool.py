@@ -146,6 +146,22 @@ store and what happened (``cloned``, ``pulled``, ``network_failures``,
 ``TASKCLUSTER_INSTANCE_TYPE``, the ``PERFHERDER_DATA:`` line that
 Treeherder ingests is printed, as robustcheckout prints it.
 
+``--metricsdir DIR`` (or ``sharepool.metrics-dir``) writes the same as a
+metrics file in Prometheus' text format, for node_exporter's textfile
+collector (see :hg:`help -e bundlegen`): one file per URL, each sample
+with ``vcs="hg"`` and ``repository`` (the URL without user or password):
+``vcsperf_checkout_step_duration_seconds{step}`` of the last run,
+``vcsperf_checkout_last_run_cloned``, ``vcsperf_checkout_last_run_pulled``
+(1 or 0), ``vcsperf_checkout_last_run_network_failures``,
+``vcsperf_checkout_last_run_restarts``,
+``vcsperf_checkout_last_run_duration_seconds``,
+``vcsperf_checkout_last_run_success``,
+``vcsperf_checkout_last_success_timestamp_seconds``,
+``vcsperf_checkout_last_failure_timestamp_seconds`` and
+``vcsperf_checkout_runs_total{outcome}``.  A directory that cannot be
+written stops the command before it starts; a file that cannot be
+written is a warning.
+
 Example config::
 
   [sharepool]
@@ -158,6 +174,7 @@ Example config::
   private-cache = true
   foreign-lock-grace = 600
   timings = true
+  metrics-dir = /var/lib/prometheus/node-exporter
 """
 
 import contextlib
@@ -185,7 +202,7 @@ from mercurial.utils import stringutil, urlutil
 
 from hgext3rd import _hgcompat, _hgnet
 from hgext3rd._hgcompat import cloneimpl, repofactory
-from vcsperf.core import pooledcheckout, pooling
+from vcsperf.core import errors, metrics, pooledcheckout, pooling
 
 urlerr = util.urlerr
 mpatch = policy.importmod('mpatch')
@@ -216,6 +233,7 @@ configitem(b'sharepool', b'foreign-lock-grace',
 configitem(b'sharepool', b'stream', default=True)
 configitem(b'sharepool', b'timings', default=False)
 configitem(b'sharepool', b'disk-report', default=False)
+configitem(b'sharepool', b'metrics-dir', default=None)
 # robustcheckout's names, in milliseconds, for hgrc files written for it
 configitem(b'robustcheckout', b'retryjittermin',
            default=configitems.dynamicdefault)
@@ -269,6 +287,9 @@ PERFHERDER_STEPS = ('remove_wdir', 'remove_store', 'clone', 'pull',
                                      b'directory')),
         (b'', b'timings', False, _(b'print a JSON line of per-step '
                                    b'timings')),
+        (b'', b'metricsdir', b'', _(b'write a metrics file of the run there '
+                                    b'(default: sharepool.metrics-dir)'),
+         _(b'DIR')),
     ],
     _(b'[OPTION]... URL DEST'),
     norepo=True,
@@ -287,6 +308,7 @@ def robustcheckout(ui, url, dest, **opts):
     ui.warn(_(b'(using Mercurial %s)\n') % util.version())
     _tune_for_ci(ui)
     run = _Run(ui, request)
+    run.metrics_dir = request.metrics_dir
     try:
         run.run()
     finally:
@@ -331,6 +353,17 @@ class _Request:
             [self.url, self.upstream], revision_hints=False)
         self.purge = opts['purge']
         self.noupdate = opts['noupdate']
+        self.metrics_dir = None
+        directory = opts['metricsdir'] or ui.config(b'sharepool',
+                                                    b'metrics-dir')
+        if directory:
+            try:
+                self.metrics_dir = metrics.check_directory(
+                    pycompat.fsdecode(util.expandpath(directory)),
+                    'sharepool.metrics-dir')
+            except errors.Abort as err:
+                raise error.Abort(os.fsencode(str(err)),
+                                  hint=os.fsencode(err.hint or ''))
         self.sparseprofile = opts['sparseprofile'] or None
         if self.sparseprofile:
             try:
@@ -415,6 +448,7 @@ class _Run(pooledcheckout.PooledCheckout):
     with Mercurial's steps, and robustcheckout's words."""
 
     TIMINGS_NAME = 'robustcheckout'
+    VCS = 'hg'
 
     def __init__(self, ui, request):
         super().__init__(

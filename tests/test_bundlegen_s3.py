@@ -69,15 +69,24 @@ class S3Proxy:
         except OSError:
             pass  # the client gave up: a deadline, a timeout
 
+    @staticmethod
+    def read_head(conn):
+        """The head of a request (and what came with it), or None when
+        the client went away first."""
+        conn.settimeout(60)
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < 65536:
+            data = conn.recv(65536)
+            if not data:
+                return None
+            head += data
+        return head
+
     def _answer(self, conn):
         with conn:
-            conn.settimeout(60)
-            head = b""
-            while b"\r\n\r\n" not in head and len(head) < 65536:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                head += data
+            head = self.read_head(conn)
+            if head is None:
+                return
             method, path = head.split(b" ", 2)[:2]
             method, path = method.decode(), path.decode()
             action, arg = next(((a, g) for m, part, a, g in self.faults

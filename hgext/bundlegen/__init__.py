@@ -166,6 +166,53 @@ stopping the unit) leaves nothing running.  On Linux, its ``hg bundle``
 processes are also killed when only the run is; elsewhere they run on in
 that run's own directory, and the next run does not wait for them.
 
+Monitoring: with ``bundlegen.metrics-dir`` (or ``--metrics-dir``), every
+run but a dry run writes a metrics file in Prometheus' text format there,
+for node_exporter's textfile collector (the directory its
+``--collector.textfile.directory`` names)::
+
+  [bundlegen]
+  output = /var/www/hg-bundles/myrepo
+  base-url = https://cdn.example.com/hg-bundles/myrepo
+  metrics-dir = /var/lib/prometheus/node-exporter
+
+The file is ``vcsperf_bundlegen_<name>_<hash of the path>.prom``, one per
+repository, replaced by rename (runs take turns through
+``.<file>.lock`` beside it).  Every sample carries ``vcs="hg"`` and
+``repository`` (the repository's path):
+
+- ``vcsperf_bundlegen_last_success_timestamp_seconds`` and
+  ``vcsperf_bundlegen_last_failure_timestamp_seconds`` (each kept until a
+  later run ends that way), ``vcsperf_bundlegen_last_run_success`` (1 or
+  0; a run that exits 1 because retired bundles could not be deleted
+  counts as failed), ``vcsperf_bundlegen_last_run_duration_seconds``,
+  ``vcsperf_bundlegen_runs_total{outcome="success"|"failure"}``;
+- ``vcsperf_bundlegen_published_info{tip="<node>"}`` (1),
+  ``vcsperf_bundlegen_published_timestamp_seconds`` (when the published
+  bundles were made), ``vcsperf_bundlegen_published_behind_revisions``
+  (changesets of the repository the published bundles lack);
+- ``vcsperf_bundlegen_bundle_size_bytes{format}`` and
+  ``vcsperf_bundlegen_bundle_build_duration_seconds{format}`` of the
+  published bundles; ``vcsperf_bundlegen_upload_bytes{destination}``
+  and ``vcsperf_bundlegen_upload_duration_seconds{destination}`` when the
+  run uploaded.
+
+A metrics directory that cannot be written stops the run before it does
+anything; a file that cannot be written once the run is done is a
+``warning:`` line, and the run's exit status stays what it was.
+``contrib/bundlegen/vcsperf-alerts.yml`` has alert rules.
+
+``--check-fresh`` builds nothing: it prints one line and exits 0 when the
+published bundles are fresh, 1 when they are stale: more than
+``--max-behind`` changesets behind the repository (default 1000), older
+than ``--max-age`` seconds (default 172800, two days) while the
+repository moved past them, a manifest that is not the one bundlegen
+wrote, or a URL of the manifest that does not answer a HEAD with its
+bundle (gone, another size, an error, a redirect loop or more than 5
+redirects).  Each request waits at most 10 seconds for a connect or a
+read, all of them together ``--check-timeout`` seconds (default 60).  For
+cron mail, systemd's ``OnFailure=``, or a Nagios-style check.
+
 Formats:
 
 .. bundlegen-formats
@@ -184,6 +231,7 @@ import os
 
 from mercurial import (
     cmdutil,
+    error,
     exchange,
     extensions,
     pycompat,
@@ -192,8 +240,9 @@ from mercurial import (
 from mercurial.i18n import _
 
 from hgext3rd import _hgcompat
+from vcsperf.core import freshness
 
-from . import fallback, formats, run, settings
+from . import fallback, formats, monitoring, run, settings
 
 # The formats' paragraphs come from their table, as core's ``hg help
 # bundlespec`` lists the compression engines from theirs.
@@ -225,6 +274,7 @@ configitem(b'bundlegen', b'upload-timeout', default=3600)
 configitem(b'bundlegen', b'min-changesets', default=1)
 configitem(b'bundlegen', b'min-bytes', default=0)
 configitem(b'bundlegen', b'destinations', default=[])
+configitem(b'bundlegen', b'metrics-dir', default=None)
 
 
 @command(
@@ -238,8 +288,24 @@ configitem(b'bundlegen', b'destinations', default=[])
                                  b'repository has not moved enough')),
         (b'n', b'dry-run', None, _(b'say what a run would do, and do '
                                    b'nothing')),
+        (b'', b'metrics-dir', b'', _(b'write the metrics file there '
+                                     b'(default: bundlegen.metrics-dir)'),
+         _(b'DIR')),
+        (b'', b'check-fresh', None, _(b'build nothing: exit 1 unless the '
+                                      b'published bundles are fresh')),
+        (b'', b'max-age', freshness.DEFAULT_MAX_AGE,
+         _(b'with --check-fresh: seconds bundles may be older than the '
+           b'repository\'s tip'), _(b'SECONDS')),
+        (b'', b'max-behind', freshness.DEFAULT_MAX_BEHIND,
+         _(b'with --check-fresh: changesets the bundles may lack'),
+         _(b'N')),
+        (b'', b'check-timeout', freshness.TOTAL_TIMEOUT,
+         _(b'with --check-fresh: seconds all HEAD requests may take'),
+         _(b'SECONDS')),
     ] + cmdutil.formatteropts,
-    _(b'hg bundlegen [--output DIR] [--base-url URL] [-f] [-n] [-T json]'),
+    _(b'hg bundlegen [--output DIR] [--base-url URL] [-f] [-n] [-T json] '
+      b'[--metrics-dir DIR] [--check-fresh [--max-age SECONDS] '
+      b'[--max-behind N] [--check-timeout SECONDS]]'),
     helpcategory=command.CATEGORY_MAINTENANCE,
 )
 def bundlegen(ui, repo, output=None, base_url=None, **opts):
@@ -257,12 +323,38 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     Only one run per repository at a time; a second one says whose run it
     waits for, and then does nothing if that run published this tip.
     """
-    checked = settings.Settings(ui, output, base_url)
-    settings.refuse_core_autogeneration(ui)
-    outdir = settings.output_directory(checked.output)
-    fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
-    return run.run(ui, repo, checked, outdir, fm, force=opts.get('force'),
-                   dry_run=opts.get('dry_run'))
+    if opts.get('check_fresh'):
+        if min(opts['max_age'], opts['max_behind']) < 0 or \
+                opts['check_timeout'] < 1:
+            raise error.Abort(_(b'--max-age and --max-behind cannot be '
+                                b'negative, nor --check-timeout below 1'))
+        checked = settings.Settings(ui, output, base_url)
+        return monitoring.check_fresh(
+            ui, repo, settings.output_directory(checked.output),
+            opts['max_age'], opts['max_behind'], opts['check_timeout'])
+    # First, so that a run stopped by its configuration is a failure in
+    # the file too.
+    report = None
+    if not opts.get('dry_run'):
+        report = monitoring.metrics_report(
+            ui, repo, opts.get('metrics_dir')
+            or ui.config(b'bundlegen', b'metrics-dir'))
+    uploads = {}
+    outdir = status = None
+    try:
+        checked = settings.Settings(ui, output, base_url)
+        settings.refuse_core_autogeneration(ui)
+        outdir = settings.output_directory(checked.output)
+        fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
+        status = run.run(ui, repo, checked, outdir, fm,
+                         force=opts.get('force'),
+                         dry_run=opts.get('dry_run'), uploads=uploads)
+        return status
+    finally:
+        if report is not None:
+            monitoring.write_metrics(
+                ui, repo, report, 'success' if status == 0 else 'failure',
+                outdir, uploads)
 
 
 def extsetup(ui):

@@ -94,11 +94,14 @@ def upload(ui, settings, outdir, bundle, published):
 
 
 def upload_to_destinations(ui, say, destinations, outdir, bundles, clients,
-                           network):
+                           network, uploads=None):
     """Upload every bundle to every destination, within the run's
     deadline; if one upload fails, what this run uploaded is deleted and
-    the run aborts, so every manifest stays as it was."""
+    the run aborts, so every manifest stays as it was.  ``uploads`` gets
+    destination name -> (bytes, seconds)."""
     def report(destination, size, seconds):
+        if uploads is not None:
+            uploads[destination.name] = (size, seconds)
         say(_(b'uploaded %s to %s in %.1f s\n')
             % (util.bytecount(size), destination.name.encode(), seconds))
     try:

@@ -23,10 +23,12 @@ from vcsperf.core import bundlestore
 from . import building, manifest, publishing
 
 
-def run(ui, repo, settings, outdir, fm, force=False, dry_run=False):
+def run(ui, repo, settings, outdir, fm, force=False, dry_run=False,
+        uploads=None):
     """Publish a new generation of bundles if one is due (or ``force``),
     writing what was done to the formatter ``fm``; return the exit
-    status."""
+    status.  ``uploads`` (a dict) gets destination name -> (bytes,
+    seconds) of what the run uploaded, for its metrics."""
     say = ui.status if fm.isplain() else _stderr(ui)
     with fm:
         if dry_run:
@@ -73,7 +75,7 @@ def run(ui, repo, settings, outdir, fm, force=False, dry_run=False):
                 publishing.upload(ui, settings, outdir, bundle, published)
             publishing.upload_to_destinations(
                 ui, say, settings.destinations, outdir, bundles, clients,
-                network)
+                network, uploads)
             with repo.wlock():
                 replaced, written = manifest.write_manifest(repo, lines)
             generations.add(dict(

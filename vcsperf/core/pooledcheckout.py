@@ -48,7 +48,7 @@ from typing import (
     Union,
 )
 
-from vcsperf.core import pooling
+from vcsperf.core import metrics, pooling
 
 #: How often damage found and repaired mid-run may restart the run.
 MAX_RESTARTS = 2
@@ -170,6 +170,12 @@ class PooledCheckout:
     SHARE_BEFORE_PULL = True
     #: The key of the JSON timings line.
     TIMINGS_NAME = "checkout"
+    #: The ``vcs`` label of the metrics file.
+    VCS = ""
+    #: Where the run writes its metrics file (``write_metrics``): a
+    #: directory the adapter checked (``metrics.check_directory``), or
+    #: None for no file.
+    metrics_dir: str | None = None
 
     def __init__(self, request: Request, attempts: pooling.NetworkAttempts,
                  lock_policy: pooling.LockPolicy) -> None:
@@ -315,9 +321,38 @@ class PooledCheckout:
         finally:
             self.timer.facts["network_failures"] = self.attempts.failures
             self.disconnect()
+            if self.metrics_dir is not None:
+                self.write_metrics(self.metrics_dir)
 
     def timings_line(self) -> str:
         return self.timer.json_line(self.TIMINGS_NAME)
+
+    def write_metrics(self, directory: str) -> None:
+        """The timings line as a metrics file, one per URL (without its
+        user and password), with when a checkout of it last succeeded
+        and failed; a file that cannot be written is a warning."""
+        url = re.sub(r"(?<=//)[^/@]*@", "", os.fsdecode(self.request.url))
+        report = metrics.Report(directory, "checkout", url,
+                                {"vcs": self.VCS, "repository": url})
+        facts = self.timer.facts
+        for step, seconds in sorted(self.timer.steps.items()):
+            report.set("step_duration_seconds", seconds, "Seconds each "
+                       "step of the last checkout took", step=step)
+        report.set("last_run_duration_seconds",
+                   self.timer.as_dict()["total"],
+                   "Seconds the last run took")
+        for fact in ("cloned", "pulled"):
+            report.set("last_run_%s" % fact, 1 if facts.get(fact) else 0,
+                       "1 if the last checkout %s its store, else 0" % fact)
+        report.set("last_run_network_failures",
+                   facts.get("network_failures") or 0,
+                   "Network failures the last checkout retried after")
+        report.set("last_run_restarts", facts.get("restarts") or 0,
+                   "Times the last checkout started over after repairing "
+                   "damage")
+        metrics.write_quietly(
+            report, "success" if facts.get("result") == "ok" else "failure",
+            lambda line: self.warn("%s", line))
 
     def _network_failure(self, exc: Exception) -> str | None:
         """The reason, said, when ``exc`` ends an attempt on a network

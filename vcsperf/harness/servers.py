@@ -172,7 +172,12 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
 
 
 class _FileHandler(QuietHandler):
-    def do_GET(self):
+    def do_HEAD(self):
+        """What a GET answers, without the body: how a freshness check
+        asks whether a bundle is there."""
+        self.do_GET(body=False)
+
+    def do_GET(self, body=True):
         server = self.server_owner
         name = urllib.parse.unquote(self.path.lstrip("/").split("?")[0])
         path = os.path.join(server.root, name)
@@ -186,6 +191,9 @@ class _FileHandler(QuietHandler):
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length",
                              str(os.fstat(fh.fileno()).st_size))
+            if not body:
+                self.end_headers()
+                return
             if name in server.truncate:
                 self.send_header("Connection", "close")
                 self.end_headers()
