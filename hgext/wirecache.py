@@ -11,7 +11,9 @@ harder than usual, and stores the bytes it sends on local disk; later
 requests for the same response are sent those bytes, over HTTP and SSH.
 Requests for a response being computed wait for it rather than compute
 it again (up to ``wirecache.wait`` seconds, then they compute it
-themselves).
+themselves).  The first request computes the whole response before it
+sends any of it, so that a slow client, or one that goes away, never
+holds up the others.
 
 A response is stored under a key made of everything it depends on: the
 repository's state (its changesets, which of them are visible, their
@@ -87,6 +89,7 @@ from mercurial import (
     wireprotov1server,
 )
 from mercurial.i18n import _
+from mercurial.utils import stringutil
 
 from hgext3rd import _hgcompat, _hgconfig, wirezstd
 from vcsperf.core import responsecache
@@ -340,7 +343,8 @@ def _compute(orig, repo, proto, others, cache, filling, encoding,
              fingerprint_cpu):
     start = time.thread_time()
     try:
-        rsp = orig(repo, proto, others)
+        # A copy: core takes the arguments out of the dict it is given.
+        rsp = orig(repo, proto, dict(others))
     except BaseException:
         filling.release()
         raise
@@ -350,17 +354,19 @@ def _compute(orig, repo, proto, others, cache, filling, encoding,
         filling.release()
         return rsp
     filling.cpu = time.thread_time() - start
-
-    def body():
-        try:
-            yield from filling.tee(encoding.compress(rsp.gen),
-                                   time.thread_time)
-        finally:
-            # Also when the client went away: the entry was finished.
-            _account(repo.ui, cache, filling.key,
-                     b'miss' if filling.stored else b'uncached',
-                     filling.size, filling.cpu, fingerprint_cpu)
-    return encoding.respond(body())
+    try:
+        body = filling.fill(encoding.compress(rsp.gen), time.thread_time)
+    except OSError as err:
+        # The cache's disk failed: computed again, without it.
+        repo.ui.log(b'wirecache', b'cache unusable: %s\n',
+                    stringutil.forcebytestr(err))
+        _account(repo.ui, cache, filling.key, b'uncached', 0, 0.0,
+                 fingerprint_cpu)
+        return orig(repo, proto, dict(others))
+    _account(repo.ui, cache, filling.key,
+             b'miss' if filling.stored else b'uncached', filling.size,
+             filling.cpu, fingerprint_cpu)
+    return encoding.respond(body)
 
 
 def _account(ui, cache, key, outcome, size, cpu, fingerprint_cpu):

@@ -28,7 +28,7 @@ def store(cache, key, data, pieces=4):
     assert isinstance(filling, Filling)
     step = max(1, len(data) // pieces)
     chunks = [data[i:i + step] for i in range(0, len(data), step)]
-    sent = b"".join(filling.tee(iter(chunks), time.thread_time))
+    sent = b"".join(filling.fill(iter(chunks), time.thread_time))
     assert sent == data
     return filling
 
@@ -169,8 +169,7 @@ def chunks():
     print("writing", flush=True)
     time.sleep(60)
     yield b"never"
-for _ in filling.tee(chunks(), time.thread_time):
-    pass
+filling.fill(chunks(), time.thread_time)
 """
 
 
@@ -214,7 +213,7 @@ def test_one_writer_per_key_among_concurrent_requests(tmp_path):
                     produced.append(1)
                     time.sleep(0.3)
                     yield b"the response"
-                results.append(b"".join(got.tee(chunks(), time.thread_time)))
+                results.append(b"".join(got.fill(chunks(), time.thread_time)))
                 return
             entry = got
         assert isinstance(entry, Entry)

@@ -22,6 +22,7 @@ blackbox =
 %s
 [wirecache]
 level = %d
+wait = 30
 [blackbox]
 track = wirecache
 """

@@ -7,7 +7,8 @@ leaves the old entries to eviction.  What this module guarantees:
 
 - one writer per key (``flock`` on ``locks/KEY``, released by the kernel if
   the writer dies); others asking for the key meanwhile wait for it, up to
-  a bound, and then read the entry;
+  a bound, and then read the entry; the writer computes the whole entry
+  before sending any of it, so that no client holds the key;
 - an entry appears only complete: it is written under ``tmp/`` and renamed
   into ``entries/`` after its trailer (length, production CPU seconds,
   BLAKE2b digest); a truncated, swapped or corrupt entry is found by that
@@ -31,10 +32,12 @@ import re
 import stat
 import struct
 import time
+import weakref
 from typing import (
     BinaryIO,
     Callable,
     Dict,
+    Iterable,
     Iterator,
     List,
     Optional,
@@ -70,7 +73,7 @@ _SMALL_SUFFIX = ".small"
 COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved")
 
 
-class CacheUnusable(Exception):
+class CacheUnusable(OSError):
     """The cache directory cannot be used; the caller goes without it."""
 
 
@@ -155,78 +158,74 @@ def make_key(parts: List[bytes]) -> str:
 class Filling:
     """The right to write one key's entry (its lock is held).
 
-    ``tee(chunks, clock)`` passes ``chunks`` through while writing them;
-    the entry is committed when they end, if it reached ``min_size``.  A
-    response below it leaves a marker so that later requests for the key
-    compute it without waiting for one another."""
+    ``fill(chunks, clock)`` produces the whole response into the entry,
+    releases the key and returns the chunks to send.  The response is
+    produced before any of it is sent, in the requester's own thread: no
+    client, slow or gone, holds the key while others wait, and whatever
+    the response is computed from is used only while the request runs.
+    A response below ``min_size`` leaves a marker instead of an entry, so
+    that later requests for the key compute it without waiting for one
+    another."""
 
     def __init__(self, cache: "ResponseCache", key: str, lock_fd: int) -> None:
         self._cache = cache
         self.key = key
-        self._lock_fd: Optional[int] = lock_fd
+        # Also released when the filling is dropped unused.
+        self._unlock = weakref.finalize(self, os.close, lock_fd)
         self.stored: Optional[bool] = None
         self.size = 0
         self.cpu = 0.0
 
     def release(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._unlock()
 
-    def tee(self, chunks: Iterator[bytes],
-            clock: Callable[[], float]) -> Iterator[bytes]:
-        """Yield ``chunks`` and write them to the entry.  ``clock`` is the
-        CPU clock whose time spent producing chunks (not sending them) is
-        recorded with the entry.  When the receiver goes away, the rest is
-        still produced and stored (waiting requests want it); when
-        producing fails, nothing is stored."""
+    def fill(self, chunks: Iterable[bytes],
+             clock: Callable[[], float]) -> Iterator[bytes]:
+        """Write ``chunks`` to the entry and return them to send.
+        ``clock`` is the CPU clock whose time producing them is recorded
+        with the entry (``cpu``, added to what it held).  Raises OSError
+        when the cache's disk fails (nothing is stored: the caller
+        computes the response without the cache), and whatever producing
+        raises (nothing is stored either)."""
         cache = self._cache
         try:
             tmp_path, fd = cache._create_tmp(self.key)
         except OSError:
             self.release()
-            yield from chunks
-            return
-        hasher = hashlib.blake2b(digest_size=32)
-        out = os.fdopen(fd, "wb")
+            raise
         committed = False
         try:
-            out.write(HEAD_MAGIC)
-            chunks = iter(chunks)
-            receiver_gone = False
-            while True:
+            hasher = hashlib.blake2b(digest_size=32)
+            with os.fdopen(fd, "wb") as out:
+                out.write(HEAD_MAGIC)
                 start = clock()
-                try:
-                    data = next(chunks)
-                except StopIteration:
-                    self.cpu += clock() - start
-                    break
+                for data in chunks:
+                    out.write(data)
+                    hasher.update(data)
+                    self.size += len(data)
                 self.cpu += clock() - start
-                if not data:
-                    continue
-                out.write(data)
-                hasher.update(data)
-                self.size += len(data)
-                if not receiver_gone:
-                    try:
-                        yield data
-                    except GeneratorExit:
-                        receiver_gone = True
-            out.write(_TRAILER.pack(self.size, self.cpu, hasher.digest()))
-            out.write(TAIL_MAGIC)
-            out.close()
-            committed = cache._commit(self.key, tmp_path, self.size)
-            self.stored = committed
-        except OSError:
-            # The cache's disk failed (full, removed): the response itself
-            # was sent whole or its error raised below.
-            self.stored = False
+                digest = hasher.digest()
+                out.write(_TRAILER.pack(self.size, self.cpu, digest))
+                out.write(TAIL_MAGIC)
+            # Opened before the rename: eviction may remove the entry
+            # while it is being sent.
+            reader = open(tmp_path, "rb")
+            entry = Entry(tmp_path, reader, self.size, self.cpu, digest)
+            if self.size < cache.min_size:
+                entry.check_whole()
+                reader.close()
+                cache._mark_small(self.key)
+                self.stored = False
+            else:
+                committed = cache._commit(self.key, tmp_path)
+                self.stored = True
+            return entry.chunks()
         finally:
-            if not out.closed:
-                out.close()
             if not committed:
                 _unlink_quietly(tmp_path)
             self.release()
+            if committed:
+                cache.evict()
 
 
 class ResponseCache:
@@ -316,7 +315,7 @@ class ResponseCache:
             lock_path = os.path.join(self._dir("locks", key[:2]), key)
             lock_fd = os.open(lock_path,
                               os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-        except (OSError, CacheUnusable):
+        except OSError:
             return None
         deadline = time.monotonic() + self.wait
         try:
@@ -348,20 +347,17 @@ class ResponseCache:
         return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
                              0o666)
 
-    def _commit(self, key: str, tmp_path: str, size: int) -> bool:
-        target = self._entry_path(key)
-        if size < self.min_size:
-            _unlink_quietly(tmp_path)
-            marker = os.path.join(self._dir("entries", key[:2]),
-                                  key + _SMALL_SUFFIX)
-            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
-                             0o666))
-            self.evict()
-            return False
+    def _commit(self, key: str, tmp_path: str) -> bool:
         self._dir("entries", key[:2])
-        os.rename(tmp_path, target)
-        self.evict()
+        os.rename(tmp_path, self._entry_path(key))
         return True
+
+    def _mark_small(self, key: str) -> None:
+        marker = os.path.join(self._dir("entries", key[:2]),
+                              key + _SMALL_SUFFIX)
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
+                         0o666))
+        self.evict()
 
     # Eviction -----------------------------------------------------------
 
@@ -461,7 +457,7 @@ class ResponseCache:
         try:
             fd = os.open(os.path.join(self._dir(), "stats.lock"),
                          os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-        except (OSError, CacheUnusable):
+        except OSError:
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
