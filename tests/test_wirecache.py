@@ -14,7 +14,6 @@ import zstandard
 from mercurial import bundle2, ui as uimod
 
 from netservers import write_ssh_wrapper
-from vcsperf.harness.proxies import RecordingProxy
 
 SERVER_HGRC = """[extensions]
 wirecache =
@@ -28,19 +27,6 @@ track = wirecache
 """
 #: The history served: the first releases of the real-content history.
 FIRST_RELEASES = 4
-
-
-@pytest.fixture
-def proxy():
-    proxies = []
-
-    def start(upstream):
-        proxies.append(RecordingProxy(upstream))
-        return proxies[-1]
-
-    yield start
-    for p in proxies:
-        p.stop()
 
 
 @pytest.fixture
