@@ -133,6 +133,18 @@ def test_thousands_of_keys_stay_within_the_bound(tmp_path):
     # The most recently written survive, the oldest went.
     assert cache.lookup(key(699)) is not None
     assert cache.lookup(key(1)) is None
+    # And the lock files of the keys that went, once idle.
+    locks = list((tmp_path / "locks").glob("*/*"))
+    assert len(locks) == 700
+    old = time.time() - responsecache.STALE_TMP_SECONDS - 1
+    for lock in locks:
+        os.utime(lock, (old, old))
+    cache.evict()
+    # Only those of the keys that still have an entry stay (a key marked
+    # too small to store is never locked).
+    stored = [path for _, _, path in cache.scan()
+              if not path.endswith(".small")]
+    assert len(list((tmp_path / "locks").glob("*/*"))) == len(stored)
 
 
 def test_least_recently_served_goes_first(tmp_path):

@@ -62,7 +62,8 @@ READ_SIZE = 256 * 1024
 #: How often a waiting request checks whether the writer has finished.
 POLL_SECONDS = 0.05
 #: A temporary file whose writer holds no lock and that is older than
-#: this is left over from a writer that died; eviction removes it.
+#: this is left over from a writer that died, and a lock file that old of
+#: a key with no entry is idle; eviction removes both.
 STALE_TMP_SECONDS = 60.0
 
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -412,8 +413,50 @@ class ResponseCache:
                 if remove_if_ours(path):
                     total -= size
             self._remove_dead_tmp()
+            self._remove_idle_locks()
         finally:
             os.close(fd)
+
+    def _remove_idle_locks(self) -> None:
+        """Lock files of keys with no entry, that nobody holds and nobody
+        made for a while: without this, every key ever asked for would
+        leave one.  (A request that opened one just before it goes may
+        write its key beside another that made a new one: the key is then
+        computed twice, and stored whole either way.)"""
+        top = os.path.join(self.root, "locks")
+        try:
+            subdirs = [d.path for d in os.scandir(top)
+                       if d.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        now = time.time()
+        for sub in subdirs:
+            try:
+                items = list(os.scandir(sub))
+            except OSError:
+                continue
+            for item in items:
+                if not _KEY.fullmatch(item.name):
+                    continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (not stat.S_ISREG(st.st_mode)
+                        or now - st.st_mtime < STALE_TMP_SECONDS
+                        or os.path.lexists(self._entry_path(item.name))):
+                    continue
+                try:
+                    fd = os.open(item.path, os.O_RDWR | os.O_NOFOLLOW)
+                except OSError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.unlink(item.path)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
 
     def _remove_dead_tmp(self) -> None:
         tmp_dir = os.path.join(self.root, "tmp")
