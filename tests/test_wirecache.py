@@ -11,8 +11,9 @@ import threading
 
 import pytest
 import zstandard
-from mercurial import bundle2, ui as uimod
+from mercurial import bundle2, hg as hgmod, ui as uimod
 
+from hgext3rd import wirecache
 from netservers import write_ssh_wrapper
 
 SERVER_HGRC = """[extensions]
@@ -338,3 +339,23 @@ def test_wirecache_command_on_an_empty_cache(served, hg):
         "responses: 0 hits, 0 misses, 0 uncached"
     item = stats(hg, served)
     assert (item["entries"], item["size"]) == (0, 0)
+
+
+def test_a_hidden_view_keys_apart_from_the_served_one(hgrepo, hg):
+    """``hg serve`` shows the ``served`` view (no secret, no hidden
+    changesets); a client allowed hidden access gets the ``visible``
+    one: with a secret changeset their keys differ, and so do they once
+    it is made draft."""
+    (hgrepo / "f").write_text("one\n")
+    hg("commit", "-q", "-A", "-m", "one", "-u", "t", cwd=hgrepo)
+    (hgrepo / "f").write_text("two\n")
+    hg("commit", "-q", "-m", "two", "-u", "t", "--secret", cwd=hgrepo)
+
+    def parts(view):
+        repo = hgmod.repository(uimod.ui.load(), bytes(hgrepo)).filtered(view)
+        return wirecache.state_parts(repo)
+
+    served, visible = parts(b"served"), parts(b"visible")
+    assert served != visible
+    hg("phase", "--draft", "-r", "tip", cwd=hgrepo)
+    assert parts(b"served") not in (served, visible)
