@@ -359,3 +359,17 @@ def test_a_hidden_view_keys_apart_from_the_served_one(hgrepo, hg):
     assert served != visible
     hg("phase", "--draft", "-r", "tip", cwd=hgrepo)
     assert parts(b"served") not in (served, visible)
+
+
+def test_outgoing_hooks_run_for_every_pull(served, hg, hgserve, tmp_path):
+    """A response from the cache would not run the server's ``outgoing``
+    hooks: with one configured, every pull is computed, and it runs."""
+    ran = tmp_path / "hook-ran"
+    with open(served / ".hg" / "hgrc", "a") as fh:
+        fh.write("[hooks]\noutgoing.audit = echo pulled >> %s\n" % ran)
+    url = hgserve(served).url
+    for name in ("one", "two"):
+        hg("clone", "-q", "-U", url, tmp_path / name)
+    assert ran.read_text() == "pulled\n" * 2
+    item = stats(hg, served)
+    assert (item["hits"], item["misses"], item["entries"]) == (0, 0, 0)
