@@ -324,12 +324,24 @@ def _ssh_frames(chunks):
     yield b'0\n'
 
 
+def ssh_options(proto):
+    """The compression options of an SSH connection whose client asked for
+    ``wirezstd`` responses, or None (stock client, HTTP, extension off)."""
+    return getattr(proto, 'wirezstd', None)
+
+
+def ssh_encode(chunks, opts):
+    """A pull response as this extension sends it over SSH: compressed
+    with ``opts`` and framed."""
+    return _ssh_frames(compress_response(chunks, opts))
+
+
 def _dispatch(orig, repo, proto, command, *args, **kwargs):
     rsp = orig(repo, proto, command, *args, **kwargs)
-    opts = getattr(proto, 'wirezstd', None)
+    opts = ssh_options(proto)
     if (opts is not None and command in _SSH_COMPRESSED_COMMANDS
             and isinstance(rsp, wireprototypes.streamres)):
-        rsp.gen = _ssh_frames(compress_response(rsp.gen, opts))
+        rsp.gen = ssh_encode(rsp.gen, opts)
     return rsp
 
 

@@ -20,6 +20,7 @@ from mercurial import util as hgutil
 
 import campaign
 from vcsperf.harness import history, objectstore, servers, tools
+from vcsperf.harness.proxies import RecordingProxy
 
 
 class Commands:
@@ -105,6 +106,21 @@ def hgserve(env):
     """
     with hg_servers(env) as start:
         yield start
+
+
+@pytest.fixture
+def proxy():
+    """``proxy(upstream_url)`` starts a ``RecordingProxy`` in front of a
+    server; every one started stops after the test."""
+    proxies = []
+
+    def start(upstream):
+        proxies.append(RecordingProxy(upstream))
+        return proxies[-1]
+
+    yield start
+    for p in proxies:
+        p.stop()
 
 
 @pytest.fixture

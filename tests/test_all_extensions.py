@@ -22,7 +22,7 @@ from vcsperf.core.commitid import find_ids
 from vcsperf.harness import tools
 
 SUITE = ("zstdstore", "wirezstd", "bundlegen", "sharepool", "commitid",
-         "pastbytes")
+         "pastbytes", "wirecache")
 
 HGRC = """[ui]
 interactive = false

@@ -241,7 +241,7 @@ def test_examples_are_found_in_every_kind_of_source():
     assert any(w.startswith("contrib/") for w in hgrc), hgrc
     helped = {w.split(",")[0] for w in hgrc if w.startswith("hg help -e ")}
     for name in ("wirezstd", "bundlegen", "zstdstore", "pastbytes",
-                 "sharepool", "commitid"):
+                 "sharepool", "commitid", "wirecache"):
         assert "hg help -e %s" % name in helped, helped
 
 
@@ -351,7 +351,8 @@ def _run_ok(argv, env, cwd=None):
 def _read_by_extensions(param):
     try:
         return bool({"wirezstd", "zstdstore", "bundlegen",
-                     "bundlegen-destinations"} & _sections(param.values[0]))
+                     "bundlegen-destinations", "wirecache"}
+                    & _sections(param.values[0]))
     except AssertionError:
         # Not an hgrc: the read-back test says so.
         return False
@@ -373,13 +374,22 @@ def test_hgrc_example_is_accepted_where_its_extension_reads_it(
     if sections & {"bundlegen", "bundlegen-destinations"}:
         _run_ok([hg, "bundlegen", "--dry-run", "--output",
                  tmp_path / "bundles"], env, cwd=repo)
-    if "wirezstd" in sections:
-        # The server reads [wirezstd] when it starts and per response; a
-        # client with the extension takes the wirezstd responses.
+    if sections & {"wirezstd", "wirecache"}:
+        # The server reads [wirezstd] and [wirecache] when it starts and
+        # per response; a client with the extension takes the wirezstd
+        # responses.
         with servers.HgServer(env, str(repo)) as server:
-            _run_ok([hg, "clone", "-U", server.url, tmp_path / "clone"],
-                    env)
-        _run_ok([hg, "verify", "-q", "-R", tmp_path / "clone"], env)
+            for clone in ("clone", "again"):
+                _run_ok([hg, "clone", "-U", server.url, tmp_path / clone],
+                        env)
+                _run_ok([hg, "verify", "-q", "-R", tmp_path / clone], env)
+        if "wirecache" in sections:
+            report = json.loads(_run_ok([hg, "wirecache", "-T", "json"],
+                                        env, cwd=repo).stdout)
+            # Two getbundle responses, each counted once.
+            counted = report[0]
+            assert sum(counted[k] for k in ("hits", "misses",
+                                            "uncached")) == 2, report
 
 
 # git config --------------------------------------------------------------

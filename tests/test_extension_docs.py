@@ -10,7 +10,7 @@ import pytest
 from vcsperf.harness import tools
 
 EXTENSIONS = ["zstdstore", "wirezstd", "bundlegen", "sharepool", "commitid",
-              "pastbytes"]
+              "pastbytes", "wirecache"]
 INI_SECTION = re.compile(r"^\s*\[([\w.-]+)\]\s*$")
 INI_ITEM = re.compile(r"^\s*([\w.-]+)\s*=")
 

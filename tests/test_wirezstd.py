@@ -14,7 +14,6 @@ import craftedwire
 from craftedwire import crafted_server  # noqa: F401 (a fixture)
 from hgext3rd import wirezstd
 from netservers import write_ssh_wrapper
-from vcsperf.harness.proxies import RecordingProxy
 
 EXT = ("--config", "extensions.wirezstd=")
 MIXES = [(client, server) for client in (False, True)
@@ -30,19 +29,6 @@ def _serve_config(repo, enabled):
     with open(hgrc, "w") as fh:
         if enabled:
             fh.write("[extensions]\nwirezstd =\n")
-
-
-@pytest.fixture
-def proxy():
-    proxies = []
-
-    def start(upstream):
-        proxies.append(RecordingProxy(upstream))
-        return proxies[-1]
-
-    yield start
-    for p in proxies:
-        p.stop()
 
 
 @pytest.fixture

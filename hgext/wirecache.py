@@ -1,0 +1,434 @@
+# wirecache.py - getbundle responses computed once, served many times
+#
+# This software may be used and distributed according to the terms of the
+# GNU General Public License version 2 or any later version.
+"""serve repeated pulls from a cache of compressed responses
+
+After a push, every CI worker asks ``hg serve`` for the same new
+changesets, and the server computes and compresses the same response each
+time.  With this extension the first such request computes it, compressed
+harder than usual, and stores the bytes it sends on local disk; later
+requests for the same response are sent those bytes, over HTTP and SSH.
+Requests for a response being computed wait for it rather than compute
+it again (up to ``wirecache.wait`` seconds, then they compute it
+themselves).  The first request computes the whole response before it
+sends any of it, so that a slow client, or one that goes away, never
+holds up the others.
+
+A response is stored under a key made of everything it depends on: the
+repository's state (its changesets, which of them are visible, their
+phases, obsolescence markers and bookmarks, and its last transaction), the
+request (its ``common`` and ``heads``, bundle capabilities and every other
+argument, what the client said it can decode), the compression the server
+chose for the client, and the server's configuration.  A push, a strip, a
+phase change, new obsolescence markers, ``hg serve`` with hidden
+changesets, a client with other capabilities: each makes other keys, so a
+response is only ever served to a request that would get the same bytes
+from a server without the cache.  Entries of former states are removed by
+the size bound, least recently used first.
+
+Responses sent with zstd (core ``zstd`` over HTTP, and ``wirezstd`` when
+that extension is enabled) are compressed for the cache at
+``wirecache.level``, which any zstd reader decodes.  Level 17 was chosen
+by measurement on a real history (the pip releases): the new changesets of
+one and five releases compress to 0.86 and 0.83 of level 3's bytes, a full
+pull to 0.75, for 100 times level 3's compression time, paid once; level
+19 saves 1 to 2 percent more for twice the time.  zlib and uncompressed
+responses are stored as they are sent.
+
+Server configuration::
+
+  [extensions]
+  wirecache =
+
+  [wirecache]
+  # on or off
+  enabled = yes
+  # the cache directory: absolute, or relative to the repository's .hg
+  path = cache/wirecache
+  # total size of the entries: 1m to 1024g
+  max-size = 2g
+  # responses smaller than this are not stored: 0 to 64m
+  min-size = 4k
+  # zstd level of stored responses: 1 to 22
+  level = 17
+  # seconds a request waits for another computing the same response
+  wait = 120
+
+Pulls that the cache leaves alone: stream clones, responses the server
+sends uncompressed (errors, pull bundles), and every pull while an
+``outgoing`` or ``preoutgoing`` hook is configured (a cached response
+would not run it).  A cache directory that is missing, read-only or full
+is skipped: the response is computed as without the extension.  A stored
+entry that is truncated or changed is found by its checksum and removed;
+one too large to check before sending is checked as it is sent, and cut
+short before its end if it fails, so the client's pull fails and applies
+nothing.
+
+``hg wirecache`` reports hits, misses, uncached responses, bytes sent
+from the cache, the CPU seconds they cost when computed, and the number
+and size of the entries (``-T json`` for scripts).  Each response is also
+logged through ``ui.log`` (event ``wirecache``, shown by the ``blackbox``
+extension).
+"""
+
+import os
+import time
+
+from mercurial import (
+    cmdutil,
+    commands,
+    error,
+    extensions,
+    pycompat,
+    registrar,
+    scmutil,
+    util,
+    wireprotoserver,
+    wireprototypes,
+    wireprotov1server,
+)
+from mercurial.i18n import _
+from mercurial.utils import stringutil
+
+from hgext3rd import _hgcompat, _hgconfig, wirezstd
+from vcsperf.core import responsecache
+
+testedwith = _hgcompat.TESTEDWITH
+minimumhgversion = _hgcompat.MINIMUM_HG
+__version__ = _hgcompat.VERSION
+buglink = _hgcompat.BUGLINK
+
+cmdtable = {}
+command = registrar.command(cmdtable)
+configtable = {}
+configitem = registrar.configitem(configtable)
+
+configitem(b'wirecache', b'enabled', default=True)
+configitem(b'wirecache', b'path', default=b'cache/wirecache')
+configitem(b'wirecache', b'max-size', default=b'2g')
+configitem(b'wirecache', b'min-size', default=b'4k')
+configitem(b'wirecache', b'level', default=17)
+configitem(b'wirecache', b'wait', default=120)
+
+_MAX_SIZE = (1 << 20, 1024 << 30)
+_MIN_SIZE = (0, 64 << 20)
+_LEVELS = (1, 22)
+_WAIT = (0, 3600)
+
+#: Engines whose stored responses are compressed at ``wirecache.level``.
+_ZSTD_ENGINES = (b'zstd', wirezstd.ENGINE)
+#: Hooks a response from the cache would not run.
+_PULL_HOOKS = (b'outgoing', b'preoutgoing')
+
+
+def _cache(repo):
+    ui = repo.ui
+    path = util.expandpath(ui.config(b'wirecache', b'path'))
+    if not os.path.isabs(path):
+        path = repo.vfs.join(path)
+    return responsecache.ResponseCache(
+        pycompat.fsdecode(path),
+        max_size=_hgconfig.config_bytes(ui, b'wirecache', b'max-size',
+                                        *_MAX_SIZE),
+        min_size=_hgconfig.config_bytes(ui, b'wirecache', b'min-size',
+                                        *_MIN_SIZE),
+        wait=_hgconfig.config_int(ui, b'wirecache', b'wait', *_WAIT))
+
+
+def _level(ui):
+    return _hgconfig.config_int(ui, b'wirecache', b'level', *_LEVELS)
+
+
+def check_config(ui, repo):
+    """Read every setting once, so that ``hg serve`` refuses a bad one
+    before it listens."""
+    _hgconfig.config_bool(ui, b'wirecache', b'enabled')
+    _level(ui)
+    if repo is not None:
+        _cache(repo)
+
+
+# The key ---------------------------------------------------------------
+
+
+def _stat_part(path):
+    # The store's last transaction: it covers what the rest of the state
+    # does not (``hg censor``, a rollback), at the cost of one stat.
+    try:
+        st = os.stat(path)
+    except OSError:
+        return b'-'
+    return b'%d:%d:%d' % (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def state_parts(repo):
+    """What the repository (as ``repo``'s view shows it) holds that a
+    pull response depends on, read from the objects the response is
+    computed from."""
+    unfi = repo.unfiltered()
+    cl = unfi.changelog
+    tiprev = len(cl) - 1
+    parts = [repo.filtername or b'', b'%d' % len(cl), cl.node(tiprev)]
+    hidden = scmutil.combined_filtered_and_obsolete_hash(
+        repo, tiprev, needobsolete=True)
+    parts.append(hidden or b'')
+    # Phase roots by phase: revisions in 6.9 and 7.x alike.
+    roots = unfi._phasecache._phaseroots
+    parts.append(repr(sorted((phase, sorted(revs))
+                             for phase, revs in roots.items())).encode())
+    markers = unfi.obsstore
+    count = len(markers)
+    parts.append(b'%d' % count)
+    if count:
+        parts.append(repr(markers._all[-1]).encode())
+    parts.append(repr(sorted(unfi._bookmarks.items())).encode())
+    parts.append(_stat_part(unfi.svfs.join(b'undo')))
+    return parts
+
+
+#: Sections that change how a server presents itself and what it logs,
+#: not the bytes of a pull response; hgweb also sets some of them per
+#: request (``bundle.mainreporoot`` on the first only).
+_PRESENTATION = {b'alias', b'annotate', b'auth', b'blackbox', b'bundle',
+                 b'color', b'commands', b'defaults', b'diff', b'hostsecurity',
+                 b'merge', b'merge-tools', b'pager', b'paths', b'progress',
+                 b'revsetalias', b'templatealias', b'templates', b'ui',
+                 b'web'}
+
+
+def config_parts(ui):
+    """The server's configuration (levels, extensions, experimental
+    switches: any may change a response) but for how it presents itself,
+    and the software."""
+    return [util.version(), _hgcompat.VERSION,
+            repr(sorted(item for item in ui.walkconfig()
+                        if item[0] not in _PRESENTATION)).encode()]
+
+
+def request_parts(proto, others):
+    caps = sorted(proto.getprotocaps())
+    return [proto.name, b' '.join(caps),
+            repr(sorted(others.items())).encode()]
+
+
+# Encodings: how a response travels, and what is stored -------------------
+
+
+class _Stored:
+    """Stands for the engine a stored response was compressed with: the
+    response is sent as it is, under that engine's name."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def name(self):
+        return self._engine.name()
+
+    def wireprotosupport(self):
+        return self._engine.wireprotosupport()
+
+    def compressstream(self, it, opts=None):
+        return it
+
+
+def _harder(name, opts, level):
+    if name not in _ZSTD_ENGINES:
+        return opts
+    opts = dict(opts)
+    for item in (b'level', b'small-response-level'):
+        if item == b'level' or item in opts:
+            opts[item] = max(level, opts.get(item) or 0)
+    return opts
+
+
+class _Encoding:
+    """The encoding the server chose for this request: ``parts`` for the
+    key, ``compress`` for a response computed now, ``respond`` for the
+    bytes to send."""
+
+    def __init__(self, repo, proto):
+        level = _level(repo.ui)
+        if proto.name == wireprototypes.SSHV1:
+            opts = wirezstd.ssh_options(proto)
+            if opts is None:
+                self.parts = [b'ssh-raw']
+                self.compress = lambda chunks: chunks
+            else:
+                opts = _harder(wirezstd.ENGINE, opts, level)
+                self.parts = [b'ssh-wirezstd', repr(sorted(opts.items()))
+                              .encode()]
+                self.compress = lambda chunks: wirezstd.ssh_encode(chunks,
+                                                                   opts)
+            # A legacy stream is written as it is: wirezstd compresses
+            # only ``streamres``.
+            self.respond = lambda body: wireprototypes.streamreslegacy(
+                gen=body)
+            return
+        mediatype, engine, opts = wireprotoserver._httpresponsetype(
+            repo.ui, proto, False)
+        opts = _harder(engine.name(), opts, level)
+        self.parts = [b'http', mediatype, engine.name(),
+                      repr(sorted(opts.items())).encode()]
+        self.compress = lambda chunks: engine.compressstream(chunks, opts)
+
+        def respond(body):
+            proto.wirecache_sent = (mediatype, engine)
+            return wireprototypes.streamres(gen=body)
+        self.respond = respond
+
+
+def _httpresponsetype(orig, ui, proto, *args, **kwargs):
+    sent = getattr(proto, 'wirecache_sent', None)
+    if sent is not None:
+        return sent[0], _Stored(sent[1]), {}
+    return orig(ui, proto, *args, **kwargs)
+
+
+# getbundle -------------------------------------------------------------
+
+
+def _uncacheable(ui, others):
+    if others.get(b'stream', b'0') not in (b'0', b''):
+        return True
+    return any(name.split(b'.')[0] in _PULL_HOOKS
+               for name, _value in ui.configitems(b'hooks'))
+
+
+def _getbundle(orig, repo, proto, others):
+    ui = repo.ui
+    if (not _hgconfig.config_bool(ui, b'wirecache', b'enabled')
+            or _uncacheable(ui, others)):
+        return orig(repo, proto, others)
+    start_cpu = time.thread_time()
+    cache = _cache(repo)
+    encoding = _Encoding(repo, proto)
+    key = responsecache.make_key(
+        state_parts(repo) + config_parts(ui) + request_parts(proto, others)
+        + encoding.parts)
+    fingerprint_cpu = time.thread_time() - start_cpu
+    entry = cache.lookup(key)
+    if entry is None:
+        got = cache.acquire(key)
+        if got is None:
+            _account(ui, cache, key, b'uncached', 0, 0.0, fingerprint_cpu)
+            return orig(repo, proto, others)
+        if isinstance(got, responsecache.Entry):
+            entry = got
+        else:
+            return _compute(orig, repo, proto, others, cache, got, encoding,
+                            fingerprint_cpu)
+    return encoding.respond(_send_entry(ui, cache, key, entry,
+                                        fingerprint_cpu))
+
+
+def _send_entry(ui, cache, key, entry, fingerprint_cpu):
+    outcome = b'hit'
+    try:
+        yield from entry.chunks()
+    except responsecache.CorruptEntry as err:
+        responsecache.remove_if_ours(err.path)
+        outcome = b'corrupt'
+        raise error.Abort(_(b'wirecache entry %s is corrupt; removed')
+                          % pycompat.fsencode(err.path))
+    finally:
+        if outcome == b'hit':
+            _account(ui, cache, key, b'hit', entry.size, entry.cpu,
+                     fingerprint_cpu)
+        else:
+            _account(ui, cache, key, outcome, 0, 0.0, fingerprint_cpu)
+
+
+def _compute(orig, repo, proto, others, cache, filling, encoding,
+             fingerprint_cpu):
+    start = time.thread_time()
+    try:
+        # A copy: core takes the arguments out of the dict it is given.
+        rsp = orig(repo, proto, dict(others))
+    except BaseException:
+        filling.release()
+        raise
+    if (not isinstance(rsp, wireprototypes.streamres)
+            or rsp.prefer_uncompressed):
+        # An error part, a pull bundle: sent as without the cache.
+        filling.release()
+        return rsp
+    filling.cpu = time.thread_time() - start
+    try:
+        body = filling.fill(encoding.compress(rsp.gen), time.thread_time)
+    except OSError as err:
+        # The cache's disk failed: computed again, without it.
+        repo.ui.log(b'wirecache', b'cache unusable: %s\n',
+                    stringutil.forcebytestr(err))
+        _account(repo.ui, cache, filling.key, b'uncached', 0, 0.0,
+                 fingerprint_cpu)
+        return orig(repo, proto, dict(others))
+    _account(repo.ui, cache, filling.key,
+             b'miss' if filling.stored else b'uncached', filling.size,
+             filling.cpu, fingerprint_cpu)
+    return encoding.respond(body)
+
+
+def _account(ui, cache, key, outcome, size, cpu, fingerprint_cpu):
+    counters = {b'hit': {'hits': 1, 'bytes_saved': size, 'cpu_saved': cpu},
+                b'miss': {'misses': 1},
+                b'uncached': {'uncached': 1},
+                b'corrupt': {'uncached': 1}}[outcome]
+    cache.count(**counters)
+    ui.log(b'wirecache',
+           b'getbundle %s key %s: %d bytes, %.3f s CPU computing, '
+           b'%.4f s CPU keying\n', outcome, key[:12].encode(), size, cpu,
+           fingerprint_cpu)
+
+
+# The command -----------------------------------------------------------
+
+
+@command(
+    b'wirecache',
+    cmdutil.formatteropts,
+    _(b'hg wirecache [-T TEMPLATE]'),
+    helpcategory=command.CATEGORY_MAINTENANCE,
+)
+def wirecache(ui, repo, **opts):
+    """report what the cache of pull responses saved
+
+    Hits are responses sent from the cache, misses responses computed and
+    stored, uncached ones computed without being stored (too small, their
+    writer took too long, the cache unusable, or a stored entry found
+    corrupt).  Bytes saved are the bytes sent from the cache, and CPU
+    seconds saved what computing them took the first time.  Entries and
+    size are what the cache directory holds now, markers of responses too
+    small to store included.
+    """
+    cache = _cache(repo)
+    counters = cache.counters()
+    entries = cache.scan()
+    fm = ui.formatter(b'wirecache', pycompat.byteskwargs(opts))
+    fm.startitem()
+    fm.write(b'path', _(b'cache: %s\n'), pycompat.fsencode(cache.root))
+    fm.write(b'hits misses uncached',
+             _(b'responses: %d hits, %d misses, %d uncached\n'),
+             int(counters['hits']), int(counters['misses']),
+             int(counters['uncached']))
+    fm.write(b'bytes_saved cpu_saved',
+             _(b'saved: %d bytes sent from the cache, %.3f CPU seconds\n'),
+             int(counters['bytes_saved']), counters['cpu_saved'])
+    fm.write(b'entries size max_size', _(b'entries: %d, %d of %d bytes\n'),
+             len(entries), sum(size for _, size, _ in entries),
+             cache.max_size)
+    fm.end()
+
+
+def _serve(orig, ui, repo, *args, **opts):
+    check_config(repo.ui if repo is not None else ui, repo)
+    return orig(ui, repo, *args, **opts)
+
+
+def extsetup(ui):
+    _hgcompat.report_our_crashes()
+    extensions.wrapcommand(commands.table, b'serve', _serve)
+    extensions.wrapfunction(wireprotov1server.commands[b'getbundle'], 'func',
+                            _getbundle)
+    extensions.wrapfunction(wireprotoserver, '_httpresponsetype',
+                            _httpresponsetype)

@@ -1,0 +1,249 @@
+"""The response cache's store (vcsperf/core/responsecache.py), attacked
+directly: entries truncated, swapped for garbage or symbolic links behind
+its back, its directory deleted or made a file, a writer killed mid-entry,
+thousands of distinct keys under a small bound, and one writer per key
+among threads."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from vcsperf.core import responsecache
+from vcsperf.core.responsecache import Entry, Filling, ResponseCache
+
+MIB = 1 << 20
+
+
+def cache_at(path, max_size=64 * MIB, min_size=0, wait=5):
+    return ResponseCache(str(path), max_size=max_size, min_size=min_size,
+                         wait=wait)
+
+
+def store(cache, key, data, pieces=4):
+    filling = cache.acquire(key)
+    assert isinstance(filling, Filling)
+    step = max(1, len(data) // pieces)
+    chunks = [data[i:i + step] for i in range(0, len(data), step)]
+    sent = b"".join(filling.fill(iter(chunks), time.thread_time))
+    assert sent == data
+    return filling
+
+
+def key(n):
+    return responsecache.make_key([b"test", b"%d" % n])
+
+
+def test_an_entry_is_served_as_stored(tmp_path):
+    cache = cache_at(tmp_path)
+    data = os.urandom(3 * MIB)
+    assert cache.lookup(key(1)) is None
+    assert store(cache, key(1), data).stored
+    entry = cache.lookup(key(1))
+    assert entry.size == len(data) and entry.cpu >= 0
+    assert b"".join(entry.chunks()) == data
+    # Larger than what is checked whole: checked while it is read.
+    big = os.urandom(responsecache.CHECK_WHOLE_UP_TO + 1000)
+    store(cache, key(2), big)
+    assert b"".join(cache.lookup(key(2)).chunks()) == big
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "grown",
+                                    "empty", "bit-flip"])
+def test_a_damaged_entry_is_never_served(tmp_path, damage):
+    cache = cache_at(tmp_path)
+    data = os.urandom(100000)
+    store(cache, key(1), data)
+    path = cache._entry_path(key(1))
+    raw = open(path, "rb").read()
+    changed = {
+        "truncated": raw[:-100],
+        "garbage": os.urandom(len(raw)),
+        "grown": raw + b"x",
+        "empty": b"",
+        "bit-flip": raw[:5000] + bytes([raw[5000] ^ 1]) + raw[5001:],
+    }[damage]
+    with open(path, "wb") as fh:
+        fh.write(changed)
+    assert cache.lookup(key(1)) is None
+    assert not os.path.exists(path)
+    # And the key is written again.
+    assert store(cache, key(1), data).stored
+
+
+def test_a_large_entry_damaged_is_cut_before_its_end(tmp_path):
+    cache = cache_at(tmp_path)
+    data = os.urandom(responsecache.CHECK_WHOLE_UP_TO + 3 * MIB)
+    store(cache, key(1), data)
+    path = cache._entry_path(key(1))
+    with open(path, "r+b") as fh:
+        fh.seek(MIB)
+        fh.write(b"\0" * 16)
+    entry = cache.lookup(key(1))
+    sent = []
+    with pytest.raises(responsecache.CorruptEntry):
+        for chunk in entry.chunks():
+            sent.append(chunk)
+    assert len(b"".join(sent)) < len(data)
+
+
+def test_a_symlinked_entry_is_not_followed_nor_its_target_touched(tmp_path):
+    cache = cache_at(tmp_path / "cache")
+    outside = tmp_path / "outside"
+    data = os.urandom(50000)
+    store(cache, key(1), data)
+    path = cache._entry_path(key(1))
+    os.rename(path, outside)
+    os.symlink(outside, path)
+    before = outside.read_bytes()
+    assert cache.lookup(key(1)) is None
+    store(cache, key(1), data)
+    assert not os.path.islink(path)
+    assert outside.read_bytes() == before
+
+
+def test_a_deleted_or_unusable_directory_makes_the_cache_step_aside(tmp_path):
+    cache = cache_at(tmp_path / "cache")
+    store(cache, key(1), b"x" * 1000)
+    subprocess.run(["rm", "-rf", str(tmp_path / "cache")], check=True)
+    assert cache.lookup(key(1)) is None
+    assert store(cache, key(1), b"y" * 1000).stored
+    blocked = cache_at(tmp_path / "a-file")
+    (tmp_path / "a-file").write_text("not a directory\n")
+    assert blocked.lookup(key(1)) is None
+    assert blocked.acquire(key(1)) is None
+    blocked.count(hits=1)  # counting fails quietly too
+    assert blocked.counters()["hits"] == 0
+
+
+def test_thousands_of_keys_stay_within_the_bound(tmp_path):
+    bound = MIB
+    cache = cache_at(tmp_path, max_size=bound, min_size=2000)
+    for n in range(700):
+        # Entries and markers of responses too small to store.
+        store(cache, key(n), os.urandom(5000 if n % 2 else 100))
+        if n % 100 == 0:
+            assert sum(s for _, s, _ in cache.scan()) <= bound
+    found = cache.scan()
+    assert sum(size for _, size, _ in found) <= bound
+    assert len(found) <= bound // responsecache.BLOCK
+    # The most recently written survive, the oldest went.
+    assert cache.lookup(key(699)) is not None
+    assert cache.lookup(key(1)) is None
+    # And the lock files of the keys that went, once idle.
+    locks = list((tmp_path / "locks").glob("*/*"))
+    assert len(locks) == 700
+    old = time.time() - responsecache.STALE_TMP_SECONDS - 1
+    for lock in locks:
+        os.utime(lock, (old, old))
+    cache.evict()
+    # Only those of the keys that still have an entry stay (a key marked
+    # too small to store is never locked).
+    stored = [path for _, _, path in cache.scan()
+              if not path.endswith(".small")]
+    assert len(list((tmp_path / "locks").glob("*/*"))) == len(stored)
+
+
+def test_least_recently_served_goes_first(tmp_path):
+    cache = cache_at(tmp_path, max_size=3 * 100 * 1024, min_size=0)
+    for n in range(3):
+        store(cache, key(n), os.urandom(90 * 1024))
+        os.utime(cache._entry_path(key(n)), (n, n))
+    cache.lookup(key(0)).close()  # served: now the most recent
+    store(cache, key(3), os.urandom(90 * 1024))
+    assert cache.lookup(key(1)) is None
+    assert all(cache.lookup(key(n)) is not None for n in (0, 2, 3))
+
+
+def test_files_not_named_as_ours_are_never_removed(tmp_path):
+    cache = cache_at(tmp_path, max_size=MIB, min_size=0)
+    store(cache, key(0), b"x" * 1000)
+    strangers = [tmp_path / "entries" / key(0)[:2] / "README",
+                 tmp_path / "tmp" / "notes.txt", tmp_path / "stranger"]
+    for path in strangers:
+        path.write_bytes(b"z" * (2 * MIB))
+    for n in range(1, 5):
+        store(cache, key(n), os.urandom(400 * 1024))
+    assert all(path.exists() for path in strangers)
+
+
+WRITER = r"""
+import os, sys, time
+sys.path[:0] = %(path)r
+from vcsperf.core.responsecache import ResponseCache
+cache = ResponseCache(%(root)r, 1 << 30, 0, 5)
+filling = cache.acquire(%(key)r)
+def chunks():
+    yield b"half of it"
+    print("writing", flush=True)
+    time.sleep(60)
+    yield b"never"
+filling.fill(chunks(), time.thread_time)
+"""
+
+
+def test_a_writer_killed_mid_entry_leaves_nothing_taken_for_complete(
+        tmp_path):
+    cache = cache_at(tmp_path, wait=0.5)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER % {
+            "path": sys.path, "root": str(tmp_path), "key": key(1)}],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "writing\n"
+        # Its lock is held: a request waits, then goes without the cache.
+        assert cache.acquire(key(1)) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    assert cache.lookup(key(1)) is None
+    [left] = os.listdir(tmp_path / "tmp")
+    # The kernel released its lock: the key is written again, whole.
+    assert store(cache, key(1), b"whole").stored
+    assert b"".join(cache.lookup(key(1)).chunks()) == b"whole"
+    # Its temporary file goes with the next eviction once it is stale.
+    old = time.time() - responsecache.STALE_TMP_SECONDS - 1
+    os.utime(tmp_path / "tmp" / left, (old, old))
+    cache.evict()
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_one_writer_per_key_among_concurrent_requests(tmp_path):
+    cache = cache_at(tmp_path, wait=30)
+    produced = []
+    results = []
+
+    def request():
+        entry = cache.lookup(key(7))
+        if entry is None:
+            got = cache.acquire(key(7))
+            if isinstance(got, Filling):
+                def chunks():
+                    produced.append(1)
+                    time.sleep(0.3)
+                    yield b"the response"
+                results.append(b"".join(got.fill(chunks(), time.thread_time)))
+                return
+            entry = got
+        assert isinstance(entry, Entry)
+        results.append(b"".join(entry.chunks()))
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert produced == [1]
+    assert results == [b"the response"] * 8
+
+
+def test_counters_survive_a_garbage_stats_file(tmp_path):
+    cache = cache_at(tmp_path)
+    cache.count(hits=2, bytes_saved=100)
+    (tmp_path / "stats.json").write_bytes(b"\xff{not json")
+    assert cache.counters()["hits"] == 0
+    cache.count(hits=1)
+    assert cache.counters()["hits"] == 1

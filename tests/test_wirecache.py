@@ -1,0 +1,375 @@
+"""wirecache: pulls over real ``hg serve`` (HTTP, behind recording proxies)
+and over SSH (the ``ssh`` stand-in) served from the cache, each response
+decoded and compared part by part with what a server without the cache
+sends for the same request in the same repository state, across a push, a
+strip, a phase change, obsolescence markers, clients of other
+capabilities and concurrent clients."""
+
+import io
+import json
+import threading
+
+import pytest
+import zstandard
+from mercurial import bundle2, hg as hgmod, ui as uimod
+
+from hgext3rd import wirecache
+from netservers import write_ssh_wrapper
+
+SERVER_HGRC = """[extensions]
+wirecache =
+blackbox =
+%s
+[wirecache]
+level = %d
+wait = 30
+[blackbox]
+track = wirecache
+"""
+#: The history served: the first releases of the real-content history.
+FIRST_RELEASES = 4
+
+
+@pytest.fixture
+def served(real_hg_repo_cached, hg, tmp_path):
+    """A server repository of the first releases, with wirecache (at level
+    3 unless a test says otherwise: most tests are about correctness)."""
+    repo = tmp_path / "served"
+    hg("clone", "-q", "-U", "-r", str(FIRST_RELEASES - 1),
+       real_hg_repo_cached, repo)
+    configure(repo)
+    return repo
+
+
+def configure(repo, level=3, extra=""):
+    (repo / ".hg" / "hgrc").write_text(SERVER_HGRC % (extra, level))
+
+
+def stats(hg, repo):
+    [item] = json.loads(hg("wirecache", "-R", repo, "-T", "json"))
+    return item
+
+
+def payload(body):
+    """The bundle a ``application/mercurial-0.2`` response carries,
+    decompressed, and the engine it names."""
+    length = body[0]
+    engine, data = body[1:1 + length], body[1 + length:]
+    if engine in (b"zstd", b"wirezstd"):
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(data), read_across_frames=True)
+        data = reader.read()
+    else:
+        assert engine == b"none", engine
+    return engine, data
+
+
+def parts(bundle):
+    """Every part of a bundle2 stream: type, parameters, payload."""
+    unbundler = bundle2.getunbundler(uimod.ui.load(), io.BytesIO(bundle))
+    return [(p.type, sorted(p.mandatoryparams), sorted(p.advisoryparams),
+             p.read()) for p in unbundler.iterparts()]
+
+
+def last_getbundle(recorder):
+    """The parts of the last getbundle response ``recorder`` saw."""
+    return parts(payload(recorder.bodies("cmd=getbundle")[-1])[1])
+
+
+class Pair:
+    """The repository served twice: with the cache, and by a server of the
+    same repository with it off, each behind a recording proxy; ``pull``
+    runs the same client command against both, from two copies of the
+    same client repository, and checks that the responses decode alike."""
+
+    def __init__(self, hg, hgserve, proxy, repo, *serve_args):
+        self.hg = hg
+        self.cached = proxy(hgserve(repo, *serve_args).url)
+        self.cacheless = proxy(hgserve(repo, "--config",
+                                       "wirecache.enabled=no",
+                                       *serve_args).url)
+
+    def pull(self, client, *args):
+        """Pull into ``client`` (a path; its copy ``client-cacheless`` is
+        made on first use) from both servers; returns the bundle parts
+        of the cached server's last getbundle response."""
+        other = client.parent / (client.name + "-cacheless")
+        if not other.exists():
+            self.hg("clone", "-q", "-U", client, other)
+        self.hg("pull", "-q", "-R", client, *args, self.cached.url)
+        self.hg("pull", "-q", "-R", other, *args, self.cacheless.url)
+        got = last_getbundle(self.cached)
+        assert got == last_getbundle(self.cacheless)
+        assert heads(self.hg, client) == heads(self.hg, other)
+        return got
+
+    def clone(self, dest, *args):
+        self.hg("clone", "-q", "-U", *args, self.cached.url, dest)
+        self.hg("clone", "-q", "-U", *args, self.cacheless.url,
+                str(dest) + "-cacheless")
+        got = last_getbundle(self.cached)
+        assert got == last_getbundle(self.cacheless)
+        return got
+
+
+def heads(hg, repo):
+    return hg("log", "-R", repo, "-r", "heads(all())", "-T",
+              "{node} {phase}\\n")
+
+
+def test_second_clone_is_served_from_the_cache(served, hg, hgserve, proxy,
+                                                tmp_path):
+    configure(served, level=17, extra="wirezstd =")
+    pair = Pair(hg, hgserve, proxy, served)
+    first = pair.clone(tmp_path / "one")
+    assert stats(hg, served)["misses"] == 1
+    second = pair.clone(tmp_path / "two")
+    assert first == second
+    item = stats(hg, served)
+    assert (item["hits"], item["misses"], item["entries"]) == (1, 1, 1)
+    [miss, hit] = pair.cached.bodies("cmd=getbundle")
+    assert miss == hit
+    assert item["bytes_saved"] == len(hit) - 1 - hit[0]
+    assert item["cpu_saved"] > 0
+    # Stored at level 17, sent by the cacheless server at core zstd's
+    # level 3 (the client has no wirezstd): the same bundle in fewer bytes.
+    [cacheless, _] = pair.cacheless.bodies("cmd=getbundle")
+    assert payload(hit) == payload(cacheless)
+    assert len(hit) < len(cacheless)
+    hg("verify", "-q", "-R", tmp_path / "two")
+    assert "getbundle hit key" in _server_log(served)
+
+
+def _server_log(repo):
+    log = repo / ".hg" / "blackbox.log"
+    return log.read_text() if log.exists() else ""
+
+
+@pytest.mark.slow
+def test_every_change_to_the_repository_makes_other_responses(
+        served, hg, hgserve, proxy, tmp_path):
+    """A push, a phase change, obsolescence markers (a hidden changeset),
+    a strip, each by a stock hg writing to the served repository between
+    pulls: after each, both servers send the same bundle."""
+    with open(served / ".hg" / "hgrc", "a") as fh:
+        fh.write("[experimental]\nevolution = all\n"
+                 "[phases]\npublish = no\n")
+    stock = ("--config", "extensions.wirecache=!")
+    pair = Pair(hg, hgserve, proxy, served)
+    client = tmp_path / "client"
+    hg("clone", "-q", "-U", "-r", "2", served, client)
+    hg("clone", "-q", "-U", client, str(client) + "-cacheless")
+    # Served from the cache from here on: the same pull from a new copy.
+    before = pair.pull(client)
+    twin = tmp_path / "twin"
+    hg("clone", "-q", "-U", "-r", "2", served, twin)
+    assert pair.pull(twin) == before
+    assert stats(hg, served)["hits"] == 1
+
+    work = tmp_path / "work"
+    hg("clone", "-q", served, work)
+    (work / "new-file").write_text("a change after the cached pull\n")
+    hg("commit", "-q", "-A", "-m", "pushed", "-u", "t", cwd=work)
+    hg("push", "-q", *stock, "-R", work, served)
+    after_push = pair.pull(client)
+    assert after_push != before
+    assert any(p[0] == b"changegroup" and p[3] for p in after_push)
+
+    # A phase change alone: same changesets, other phase-heads.
+    hg("phase", *stock, "-R", served, "--public", "-r", "tip")
+    after_phase = pair.pull(client)
+    assert after_phase != after_push
+
+    # An obsolescence marker hides the pushed changeset from a new clone.
+    node = hg("log", "-R", served, "-r", "tip", "-T", "{node}")
+    hg("phase", *stock, "-R", served, "--draft", "--force", "-r", node)
+    clone_before = pair.clone(tmp_path / "before-prune")
+    hg("debugobsolete", *stock, "-R", served, node)
+    clone_after = pair.clone(tmp_path / "after-prune")
+    assert clone_after != clone_before
+    assert node not in hg("log", "-R", tmp_path / "after-prune", "--hidden",
+                          "-T", "{node}\\n")
+
+    # A strip, and the pull from the first state again.
+    hg("--config", "extensions.strip=", *stock, "debugobsolete", "-R",
+       served, "--delete", "0")
+    hg("--config", "extensions.strip=", *stock, "strip", "-q", "-R", served,
+       "--no-backup", "-r", node)
+    again = tmp_path / "again"
+    hg("clone", "-q", "-U", "-r", "2", served, again)
+    assert pair.pull(again) == before
+    # Seven pulls, one the twin of another; the rest each met a new state
+    # (responses under wirecache.min-size count as uncached).
+    counted = stats(hg, served)
+    assert counted["hits"] == 1
+    assert counted["misses"] + counted["uncached"] == 6
+    assert "getbundle miss key" in _server_log(served)
+
+
+@pytest.mark.slow
+def test_clients_of_other_capabilities_get_their_own_responses(
+        served, hg, hgserve, proxy, tmp_path):
+    """Clients that ask differently (wirezstd, obsolescence markers,
+    bundle1) each get what the cacheless server sends them; then a stock
+    client again, from the cache."""
+    configure(served, extra="wirezstd =")
+    pair = Pair(hg, hgserve, proxy, served)
+    bundle1 = ("--config", "devel.legacy.exchange=bundle1")
+    engines = []
+    for name, args in (
+            ("stock", ()),
+            ("wirezstd", ("--config", "extensions.wirezstd=")),
+            ("evolution", ("--config", "experimental.evolution=all")),
+            ("bundle1", bundle1),
+            ("stock-again", ())):
+        dest = tmp_path / name
+        if args == bundle1:
+            hg("clone", "-q", "-U", *args, pair.cached.url, dest)
+            hg("clone", "-q", "-U", *args, pair.cacheless.url,
+               str(dest) + "-cacheless")
+            got, want = (payload(r.bodies("cmd=getbundle")[-1])
+                         for r in (pair.cached, pair.cacheless))
+            assert got == want
+        else:
+            pair.clone(dest, *args)
+        engines.append(payload(pair.cached.bodies("cmd=getbundle")[-1])[0])
+        hg("verify", "-q", "-R", dest)
+    assert engines == [b"zstd", b"wirezstd", b"zstd", b"zstd", b"zstd"]
+    item = stats(hg, served)
+    assert (item["hits"], item["misses"]) == (1, 4)
+
+
+@pytest.fixture
+def ssh(tmp_path, hg, env):
+    wrapper = write_ssh_wrapper(str(tmp_path / "ssh"))
+    record = tmp_path / "ssh-record"
+
+    def run(*args, cut=None, check=True):
+        env.pop("VCSPERF_SSH_CUT", None)
+        env["VCSPERF_SSH_RECORD"] = str(record)
+        if cut is not None:
+            env["VCSPERF_SSH_CUT"] = str(cut)
+        full = ("--config", "ui.ssh=%s" % wrapper,
+                "--config", "ui.remotecmd=%s" % hg.binary) + args
+        return hg(*full) if check else hg.proc(*full)
+
+    run.record = record
+    return run
+
+
+@pytest.mark.parametrize("wirezstd", [False, True],
+                         ids=["raw", "wirezstd"])
+def test_ssh_pulls_are_served_from_the_cache(wirezstd, served, hg, ssh,
+                                             tmp_path):
+    ext = ("--config", "extensions.wirezstd=") if wirezstd else ()
+    configure(served, extra="wirezstd =" if wirezstd else "")
+    url = "ssh://user@dummy/%s" % served
+    ssh(*ext, "clone", "-U", url, tmp_path / "one")
+    miss = ssh.record.read_bytes()
+    ssh(*ext, "clone", "-U", url, tmp_path / "two")
+    assert ssh.record.read_bytes() == miss
+    item = stats(hg, served)
+    assert (item["hits"], item["misses"]) == (1, 1)
+    hg("verify", "-q", "-R", tmp_path / "two")
+    assert (zstandard.FRAME_HEADER in miss) == wirezstd
+    if not wirezstd:
+        # Uncompressed over SSH: byte for byte what the cacheless server
+        # sends.
+        with open(served / ".hg" / "hgrc", "a") as fh:
+            fh.write("enabled = no\n")
+        ssh("clone", "-U", url, tmp_path / "three")
+        assert ssh.record.read_bytes() == miss
+
+
+def test_a_client_gone_mid_response_still_leaves_a_whole_entry(
+        served, hg, ssh, tmp_path):
+    """The ssh stand-in stops reading after 200 kB (the client's pull
+    fails and applies nothing); the server still finishes the response
+    for the cache, and the next clone is served it whole."""
+    url = "ssh://user@dummy/%s" % served
+    proc = ssh("clone", "-U", url, tmp_path / "cut", cut=200000,
+               check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "cut").exists()
+    ssh("clone", "-U", url, tmp_path / "whole")
+    hg("verify", "-q", "-R", tmp_path / "whole")
+    item = stats(hg, served)
+    assert (item["misses"], item["hits"], item["entries"]) == (1, 1, 1)
+    assert "getbundle hit key" in _server_log(served)
+
+
+@pytest.mark.slow
+def test_concurrent_clients_compute_the_response_once(served, hg, hgserve,
+                                                      tmp_path):
+    server = hgserve(served)
+    procs = [hg.proc("clone", "-q", "-U", server.url, tmp_path / str(n))
+             for n in range(1)]  # warm the capabilities and the repo
+    assert procs[0].returncode == 0
+    # A new state, then 6 clients at once.
+    work = tmp_path / "work"
+    hg("clone", "-q", served, work)
+    (work / "f").write_text("new\n")
+    hg("commit", "-q", "-A", "-m", "x", "-u", "t", cwd=work)
+    hg("push", "-q", "-R", work, served)
+    results = []
+
+    def clone(n):
+        results.append(hg.proc("clone", "-q", "-U", server.url,
+                               tmp_path / ("c%d" % n)))
+    threads = [threading.Thread(target=clone, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0] * 6
+    item = stats(hg, served)
+    assert (item["misses"], item["hits"]) == (2, 5)
+
+
+def test_bad_setting_stops_hg_serve_with_one_abort(served, hg):
+    proc = hg.proc("serve", "-R", served, "--config", "wirecache.level=30",
+                   "-p", "0")
+    assert proc.returncode != 0
+    assert proc.stderr.splitlines()[0] == \
+        "abort: wirecache.level must be a whole number from 1 to 22"
+
+
+def test_wirecache_command_on_an_empty_cache(served, hg):
+    assert hg("wirecache", "-R", served).splitlines()[1] == \
+        "responses: 0 hits, 0 misses, 0 uncached"
+    item = stats(hg, served)
+    assert (item["entries"], item["size"]) == (0, 0)
+
+
+def test_a_hidden_view_keys_apart_from_the_served_one(hgrepo, hg):
+    """``hg serve`` shows the ``served`` view (no secret, no hidden
+    changesets); a client allowed hidden access gets the ``visible``
+    one: with a secret changeset their keys differ, and so do they once
+    it is made draft."""
+    (hgrepo / "f").write_text("one\n")
+    hg("commit", "-q", "-A", "-m", "one", "-u", "t", cwd=hgrepo)
+    (hgrepo / "f").write_text("two\n")
+    hg("commit", "-q", "-m", "two", "-u", "t", "--secret", cwd=hgrepo)
+
+    def parts(view):
+        repo = hgmod.repository(uimod.ui.load(), bytes(hgrepo)).filtered(view)
+        return wirecache.state_parts(repo)
+
+    served, visible = parts(b"served"), parts(b"visible")
+    assert served != visible
+    hg("phase", "--draft", "-r", "tip", cwd=hgrepo)
+    assert parts(b"served") not in (served, visible)
+
+
+def test_outgoing_hooks_run_for_every_pull(served, hg, hgserve, tmp_path):
+    """A response from the cache would not run the server's ``outgoing``
+    hooks: with one configured, every pull is computed, and it runs."""
+    ran = tmp_path / "hook-ran"
+    with open(served / ".hg" / "hgrc", "a") as fh:
+        fh.write("[hooks]\noutgoing.audit = echo pulled >> %s\n" % ran)
+    url = hgserve(served).url
+    for name in ("one", "two"):
+        hg("clone", "-q", "-U", url, tmp_path / name)
+    assert ran.read_text() == "pulled\n" * 2
+    item = stats(hg, served)
+    assert (item["hits"], item["misses"], item["entries"]) == (0, 0, 0)

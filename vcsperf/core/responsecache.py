@@ -1,0 +1,555 @@
+"""A disk cache of server responses, computed once and served many times.
+
+A response is stored under a key that its caller derives from everything
+that determines it (the repository's state, the request, the encoding), so
+an entry is never stale: a change to the repository makes new keys and
+leaves the old entries to eviction.  What this module guarantees:
+
+- one writer per key (``flock`` on ``locks/KEY``, released by the kernel if
+  the writer dies); others asking for the key meanwhile wait for it, up to
+  a bound, and then read the entry; the writer computes the whole entry
+  before sending any of it, so that no client holds the key;
+- an entry appears only complete: it is written under ``tmp/`` and renamed
+  into ``entries/`` after its trailer (length, production CPU seconds,
+  BLAKE2b digest); a truncated, swapped or corrupt entry is found by that
+  trailer before or while it is read and is never served whole;
+- the total size stays under a bound: the least recently used entries
+  (by the time each was last served) are removed after each write; only
+  files named as this module names them are ever removed;
+- anything wrong with the directory (missing, read-only, full) makes the
+  cache step aside: the caller computes the response as if it had none.
+
+It imports neither Mercurial nor dulwich: the Mercurial extension
+``wirecache`` uses it for ``getbundle`` responses.
+"""
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import stat
+import struct
+import time
+import weakref
+from typing import (
+    BinaryIO,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    Union,
+)
+
+#: First bytes of every entry.
+HEAD_MAGIC = b"VCSPRC1\n"
+#: Last bytes of every entry, after the trailer's fields.
+TAIL_MAGIC = b"\nVCSPRC1"
+#: Trailer: payload length, CPU seconds it took to produce, BLAKE2b-256.
+_TRAILER = struct.Struct(">Qd32s")
+TRAILER_SIZE = _TRAILER.size + len(TAIL_MAGIC)
+#: Entries up to this size are read and checked whole before they are sent.
+CHECK_WHOLE_UP_TO = 8 * 1024 * 1024
+#: Every file counts at least one filesystem block towards the size bound,
+#: so that tiny entries cannot make their number unbounded.
+BLOCK = 4096
+#: Read size when an entry is streamed.
+READ_SIZE = 256 * 1024
+#: How often a waiting request checks whether the writer has finished.
+POLL_SECONDS = 0.05
+#: A temporary file whose writer holds no lock and that is older than
+#: this is left over from a writer that died, and a lock file that old of
+#: a key with no entry is idle; eviction removes both.
+STALE_TMP_SECONDS = 60.0
+
+_KEY = re.compile(r"[0-9a-f]{64}")
+_TMP = re.compile(r"([0-9a-f]{64})\.[0-9]+\.[0-9a-f]{16}")
+_SMALL_SUFFIX = ".small"
+
+#: Counters kept in ``stats.json``.
+COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved")
+
+
+class CacheUnusable(OSError):
+    """The cache directory cannot be used; the caller goes without it."""
+
+
+class Entry:
+    """A complete entry, open for reading: ``size`` payload bytes that took
+    ``cpu`` seconds to produce."""
+
+    def __init__(self, path: str, fh: BinaryIO, size: int, cpu: float,
+                 digest: bytes) -> None:
+        self.path = path
+        self.size = size
+        self.cpu = cpu
+        self._fh = fh
+        self._digest = digest
+        self._whole: Optional[bytes] = None
+
+    def check_whole(self) -> bool:
+        """Read and check a small entry before anything of it is sent."""
+        self._fh.seek(len(HEAD_MAGIC))
+        data = self._fh.read(self.size)
+        if len(data) != self.size or _digest(data) != self._digest:
+            return False
+        self._whole = data
+        return True
+
+    def chunks(self) -> Iterator[bytes]:
+        """The payload; a large entry is checked as it is read, and one
+        found corrupt at its end raises ``CorruptEntry`` instead of its
+        last chunk, so that the receiver sees a cut response."""
+        try:
+            if self._whole is not None:
+                yield self._whole
+                return
+            self._fh.seek(len(HEAD_MAGIC))
+            hasher = hashlib.blake2b(digest_size=32)
+            left = self.size
+            pending = b""
+            while left:
+                data = self._fh.read(min(READ_SIZE, left))
+                if not data:
+                    raise CorruptEntry(self.path, "shorter than its trailer")
+                left -= len(data)
+                hasher.update(data)
+                # Held back one chunk: the last is sent only once the
+                # digest of the whole matches.
+                if pending:
+                    yield pending
+                pending = data
+            if hasher.digest() != self._digest:
+                raise CorruptEntry(self.path, "digest mismatch")
+            if pending:
+                yield pending
+        finally:
+            self._fh.close()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class CorruptEntry(Exception):
+    """An entry that failed its check while it was being sent."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__("%s: %s" % (path, why))
+        self.path = path
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def make_key(parts: List[bytes]) -> str:
+    """The key for a list of byte strings (unambiguous: each is
+    length-prefixed)."""
+    hasher = hashlib.sha256()
+    for part in parts:
+        hasher.update(b"%d:" % len(part))
+        hasher.update(part)
+    return hasher.hexdigest()
+
+
+class Filling:
+    """The right to write one key's entry (its lock is held).
+
+    ``fill(chunks, clock)`` produces the whole response into the entry,
+    releases the key and returns the chunks to send.  The response is
+    produced before any of it is sent, in the requester's own thread: no
+    client, slow or gone, holds the key while others wait, and whatever
+    the response is computed from is used only while the request runs.
+    A response below ``min_size`` leaves a marker instead of an entry, so
+    that later requests for the key compute it without waiting for one
+    another."""
+
+    def __init__(self, cache: "ResponseCache", key: str, lock_fd: int) -> None:
+        self._cache = cache
+        self.key = key
+        # Also released when the filling is dropped unused.
+        self._unlock = weakref.finalize(self, os.close, lock_fd)
+        self.stored: Optional[bool] = None
+        self.size = 0
+        self.cpu = 0.0
+
+    def release(self) -> None:
+        self._unlock()
+
+    def fill(self, chunks: Iterable[bytes],
+             clock: Callable[[], float]) -> Iterator[bytes]:
+        """Write ``chunks`` to the entry and return them to send.
+        ``clock`` is the CPU clock whose time producing them is recorded
+        with the entry (``cpu``, added to what it held).  Raises OSError
+        when the cache's disk fails (nothing is stored: the caller
+        computes the response without the cache), and whatever producing
+        raises (nothing is stored either)."""
+        cache = self._cache
+        try:
+            tmp_path, fd = cache._create_tmp(self.key)
+        except OSError:
+            self.release()
+            raise
+        committed = False
+        try:
+            hasher = hashlib.blake2b(digest_size=32)
+            with os.fdopen(fd, "wb") as out:
+                out.write(HEAD_MAGIC)
+                start = clock()
+                for data in chunks:
+                    out.write(data)
+                    hasher.update(data)
+                    self.size += len(data)
+                self.cpu += clock() - start
+                digest = hasher.digest()
+                out.write(_TRAILER.pack(self.size, self.cpu, digest))
+                out.write(TAIL_MAGIC)
+            # Opened before the rename: eviction may remove the entry
+            # while it is being sent.
+            reader = open(tmp_path, "rb")
+            entry = Entry(tmp_path, reader, self.size, self.cpu, digest)
+            if self.size < cache.min_size:
+                entry.check_whole()
+                reader.close()
+                cache._mark_small(self.key)
+                self.stored = False
+            else:
+                committed = cache._commit(self.key, tmp_path)
+                self.stored = True
+            return entry.chunks()
+        finally:
+            if not committed:
+                _unlink_quietly(tmp_path)
+            self.release()
+            if committed:
+                cache.evict()
+
+
+class ResponseCache:
+    """The cache in directory ``root``: at most ``max_size`` bytes, entries
+    of at least ``min_size`` bytes; a request waits at most ``wait``
+    seconds for another one writing the entry it wants."""
+
+    def __init__(self, root: str, max_size: int, min_size: int,
+                 wait: float) -> None:
+        self.root = root
+        self.max_size = max_size
+        self.min_size = min_size
+        self.wait = wait
+
+    # Paths --------------------------------------------------------------
+
+    def _entry_path(self, key: str) -> str:
+        return os.path.join(self.root, "entries", key[:2], key)
+
+    def _dir(self, *parts: str) -> str:
+        path = os.path.join(self.root, *parts)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as err:
+            raise CacheUnusable("%s: %s" % (path, err.strerror)) from err
+        return path
+
+    # Reading ------------------------------------------------------------
+
+    def lookup(self, key: str) -> Optional[Entry]:
+        """The complete entry for ``key``, marked as just used, or None.
+        An entry that fails its checks is removed."""
+        path = self._entry_path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        fh = os.fdopen(fd, "rb")
+        entry = self._check(path, fh)
+        if entry is None:
+            fh.close()
+            remove_if_ours(path)
+            return None
+        if entry.size <= CHECK_WHOLE_UP_TO and not entry.check_whole():
+            entry.close()
+            remove_if_ours(path)
+            return None
+        try:
+            os.utime(fd)
+        except OSError:
+            pass  # a read-only cache still serves; its LRU order is older
+        return entry
+
+    @staticmethod
+    def _check(path: str, fh: BinaryIO) -> Optional[Entry]:
+        try:
+            st = os.fstat(fh.fileno())
+            if st.st_size < len(HEAD_MAGIC) + TRAILER_SIZE:
+                return None
+            if fh.read(len(HEAD_MAGIC)) != HEAD_MAGIC:
+                return None
+            fh.seek(st.st_size - TRAILER_SIZE)
+            trailer = fh.read(TRAILER_SIZE)
+        except OSError:
+            return None
+        if trailer[_TRAILER.size:] != TAIL_MAGIC:
+            return None
+        size, cpu, digest = _TRAILER.unpack(trailer[:_TRAILER.size])
+        if len(HEAD_MAGIC) + size + TRAILER_SIZE != st.st_size:
+            return None
+        return Entry(path, fh, size, cpu, digest)
+
+    def _is_small(self, key: str) -> bool:
+        return os.path.lexists(self._entry_path(key) + _SMALL_SUFFIX)
+
+    # Writing ------------------------------------------------------------
+
+    def acquire(self, key: str) -> Union[Entry, "Filling", None]:
+        """For a key that ``lookup`` did not find: an ``Entry`` (another
+        request wrote it while this one waited), a ``Filling`` (this
+        request writes it), or None (compute it without the cache: it is
+        below the size worth caching, its writer took longer than
+        ``wait``, or the cache is unusable)."""
+        if self._is_small(key):
+            return None
+        try:
+            lock_path = os.path.join(self._dir("locks", key[:2]), key)
+            lock_fd = os.open(lock_path,
+                              os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError:
+            return None
+        deadline = time.monotonic() + self.wait
+        try:
+            while True:
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as err:
+                    if err.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                if time.monotonic() >= deadline:
+                    os.close(lock_fd)
+                    return None
+                time.sleep(POLL_SECONDS)
+        except OSError:
+            os.close(lock_fd)
+            return None
+        # Locked: the previous writer finished (or died) meanwhile.
+        entry = self.lookup(key)
+        if entry is not None or self._is_small(key):
+            os.close(lock_fd)
+            return entry
+        return Filling(self, key, lock_fd)
+
+    def _create_tmp(self, key: str) -> Tuple[str, int]:
+        tmp_dir = self._dir("tmp")
+        path = os.path.join(tmp_dir, "%s.%d.%s" % (key, os.getpid(),
+                                                    os.urandom(8).hex()))
+        return path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                             0o666)
+
+    def _commit(self, key: str, tmp_path: str) -> bool:
+        self._dir("entries", key[:2])
+        os.rename(tmp_path, self._entry_path(key))
+        return True
+
+    def _mark_small(self, key: str) -> None:
+        marker = os.path.join(self._dir("entries", key[:2]),
+                              key + _SMALL_SUFFIX)
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
+                         0o666))
+        self.evict()
+
+    # Eviction -----------------------------------------------------------
+
+    def scan(self) -> List[Tuple[float, int, str]]:
+        """(last use, size counted, path) of every entry and marker."""
+        found = []
+        top = os.path.join(self.root, "entries")
+        try:
+            subdirs = [d for d in os.scandir(top)
+                       if d.is_dir(follow_symlinks=False)
+                       and re.fullmatch(r"[0-9a-f]{2}", d.name)]
+        except OSError:
+            return []
+        for sub in subdirs:
+            try:
+                files = list(os.scandir(sub.path))
+            except OSError:
+                continue
+            for item in files:
+                name = item.name
+                if name.endswith(_SMALL_SUFFIX):
+                    name = name[:-len(_SMALL_SUFFIX)]
+                if not _KEY.fullmatch(name):
+                    continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                found.append((st.st_mtime, max(st.st_size, BLOCK), item.path))
+        return found
+
+    def evict(self) -> None:
+        """Remove the least recently used entries until the total is at
+        most ``max_size``, and temporary files of dead writers.  One
+        process evicts at a time; another that finds it busy skips."""
+        try:
+            fd = os.open(os.path.join(self.root, "evict.lock"),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return
+            entries = self.scan()
+            total = sum(size for _, size, _ in entries)
+            entries.sort()
+            for _, size, path in entries:
+                if total <= self.max_size:
+                    break
+                if remove_if_ours(path):
+                    total -= size
+            self._remove_dead_tmp()
+            self._remove_idle_locks()
+        finally:
+            os.close(fd)
+
+    def _remove_idle_locks(self) -> None:
+        """Lock files of keys with no entry, that nobody holds and nobody
+        made for a while: without this, every key ever asked for would
+        leave one.  (A request that opened one just before it goes may
+        write its key beside another that made a new one: the key is then
+        computed twice, and stored whole either way.)"""
+        top = os.path.join(self.root, "locks")
+        try:
+            subdirs = [d.path for d in os.scandir(top)
+                       if d.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        now = time.time()
+        for sub in subdirs:
+            try:
+                items = list(os.scandir(sub))
+            except OSError:
+                continue
+            for item in items:
+                if not _KEY.fullmatch(item.name):
+                    continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (not stat.S_ISREG(st.st_mode)
+                        or now - st.st_mtime < STALE_TMP_SECONDS
+                        or os.path.lexists(self._entry_path(item.name))):
+                    continue
+                try:
+                    fd = os.open(item.path, os.O_RDWR | os.O_NOFOLLOW)
+                except OSError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.unlink(item.path)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+
+    def _remove_dead_tmp(self) -> None:
+        tmp_dir = os.path.join(self.root, "tmp")
+        try:
+            items = list(os.scandir(tmp_dir))
+        except OSError:
+            return
+        now = time.time()
+        for item in items:
+            found = _TMP.fullmatch(item.name)
+            if not found:
+                continue
+            try:
+                if now - item.stat(follow_symlinks=False).st_mtime \
+                        < STALE_TMP_SECONDS:
+                    continue
+            except OSError:
+                continue
+            if not self._writer_alive(found.group(1)):
+                remove_if_ours(item.path)
+
+    def _writer_alive(self, key: str) -> bool:
+        path = os.path.join(self.root, "locks", key[:2], key)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+
+    # Counters -----------------------------------------------------------
+
+    def count(self, **add: float) -> None:
+        """Add to the counters of ``stats.json`` (under its lock, replaced
+        by write-then-rename).  A failure to count never fails a request."""
+        try:
+            fd = os.open(os.path.join(self._dir(), "stats.lock"),
+                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            counters = self.counters()
+            for name, value in add.items():
+                counters[name] = counters.get(name, 0) + value
+            path = os.path.join(self.root, "stats.json")
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "w") as fh:
+                json.dump(counters, fh)
+            os.rename(tmp, path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def counters(self) -> Dict[str, float]:
+        """The counters; a missing or unreadable ``stats.json`` counts as
+        zeros (it holds figures, nothing a response depends on)."""
+        counters: Dict[str, float] = {name: 0 for name in COUNTERS}
+        try:
+            with open(os.path.join(self.root, "stats.json"), "rb") as fh:
+                saved = json.loads(fh.read(65536))
+        except (OSError, ValueError):
+            return counters
+        if isinstance(saved, dict):
+            for name in COUNTERS:
+                value = saved.get(name)
+                if isinstance(value, (int, float)) and value >= 0:
+                    counters[name] = value
+        return counters
+
+
+def remove_if_ours(path: str) -> bool:
+    """Remove ``path`` if it is a regular file or a symbolic link (the
+    link, never what it points to); a directory or anything else planted
+    under our name is left alone."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        return False
+    return _unlink_quietly(path)
+
+
+def _unlink_quietly(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
