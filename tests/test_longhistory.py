@@ -76,13 +76,14 @@ def git_messages(gitdir, env):
             if entry]
 
 
+@pytest.mark.slow
 def test_the_forms_verify_and_keep_every_message(built):
     directory, env, first, summary = built
     # Five messages are usable (the blank one left out; git log gives
     # the Latin-1 one as UTF-8): 250 commits are 50 passes through them.
     assert (summary["messages"], summary["passes"]) == (5, 50)
     # The 250-commit Mercurial form went on from the 100 of the first
-    # build; Git's is written again (fast-import takes a minute a
+    # build; Git's is written again (fast-import takes five minutes a
     # million).
     assert first["hg"]["written"] == 100
     assert summary["hg"]["written"] == 150
@@ -115,6 +116,7 @@ def test_the_forms_verify_and_keep_every_message(built):
         longhistory.EPOCH + 249 * longhistory.STEP)
 
 
+@pytest.mark.slow
 def test_each_pass_has_its_own_keys_and_the_index_finds_them(built):
     directory, env, _, _ = built
     gitdir = os.path.join(directory, longhistory.GIT_NAME)
@@ -155,6 +157,7 @@ def test_each_pass_has_its_own_keys_and_the_index_finds_them(built):
     assert found == {key: place[shas[0]] for key, shas in carriers.items()}
 
 
+@pytest.mark.slow
 def test_a_rerun_changes_nothing(built):
     directory, env, _, summary = built
     before = summary["git"], summary["hg"]
