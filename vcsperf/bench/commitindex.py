@@ -2,6 +2,7 @@
 index beside reading every description, in one run.
 
     vcsperf bench commitindex HG_REPO... [--git GIT_REPO]... [--runs 5]
+        [--new 100]
 
 For each Mercurial repository (copied first; the source is not written):
 
@@ -32,9 +33,13 @@ alternate, run by run; medians of CPU time (user + system, the
 command's and its children's): the machine may be shared.  All six
 extensions are enabled, as users run them.
 
-At a million changesets (``vcsperf.harness.longhistory``) a scan takes a
-minute or more per lookup: ``--runs 1`` keeps the whole run near an
-hour.
+At a million changesets, the histories of ``vcsperf.harness.longhistory``
+(real messages with Mozilla's trailers), a scan takes a minute or more
+per lookup, so one run of each command::
+
+    python -m vcsperf.harness.longhistory --dir /work/data/long
+    vcsperf bench commitindex --runs 1 /work/data/long/long-hg \
+        --git /work/data/long/long.git
 """
 
 import collections
