@@ -190,6 +190,10 @@ def bench_hg(source, work, env, runs, new=100):
         for name, repo in (("scan", scan), ("index", ours)):
             cold["%s %s" % (kind, name)] = (
                 [hg, "log", "-r", revset, "-T", "{node}"], env, repo)
+        if kind == REVIEW:
+            # What a user of core hg types: a substring of descriptions.
+            cold["desc"] = ([hg, "log", "-r", "desc(%r)" % key, "-T",
+                             "{node}"], env, scan)
     results["cold"] = alternating(cold, runs)
 
     # 1,000 lookups in one process.
@@ -349,6 +353,8 @@ def report_hg(repo, r):
     for kind in (ID, REVIEW, BUG):
         lines.append("| one lookup by %s, fresh process | %s | %s |" % (
             kind, ms(cold["%s scan" % kind]), ms(cold["%s index" % kind])))
+    lines.append("| one lookup by review with core hg (hg log -r "
+                 "'desc(...)') | %s | |" % ms(cold["desc"]))
     lines.append("| hg log -r tip (the yardstick) | %s | |"
                  % ms(cold["hg log -r tip"]))
     inproc = r["in process"]
