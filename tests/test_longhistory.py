@@ -175,3 +175,37 @@ def test_the_passes_move_every_key_kind():
     assert message_keys(moved.decode()) == {
         ("bug", "630000017"), ("bug", "630000042"), ("id", "11CdEf"), ("review", "D630000005"),
         ("review", "I003fef0123456789abcdef0123456789abcdef01")}
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_on_both_forms(built):
+    """``vcsperf bench commitindex`` as the 1,000,000-commit run calls it,
+    on the small forms: every row of both tables, the Git lookups after
+    a fetch of the ``--new`` commits, and neither source moved."""
+    directory, env, _, _ = built
+    gitdir = os.path.join(directory, longhistory.GIT_NAME)
+    hgdir = os.path.join(directory, longhistory.HG_NAME)
+    tips = (tools.run(["git", "-C", gitdir, "rev-parse", "main"], env),
+            tools.hg(["log", "-r", "tip", "-T", "{node}"], env, cwd=hgdir))
+    out = tools.run([tools.executable("vcsperf"), "bench", "commitindex",
+                     "--runs", "1", "--new", "20", hgdir, "--git", gitdir],
+                    env)
+    hg_part, git_part = out.split("\n\n")[:2]
+    assert "250 changesets, keys {'bug': 150, 'review': 100, 'id': 50} " \
+        "(300)" in hg_part
+    for row in ("one lookup by review with core hg (hg log -r 'desc(",
+                "| hg pull of 20 changesets |", "| index bytes | | ",
+                "| peak memory of the build (hg debugupdatecaches) | | "):
+        assert row in hg_part
+    assert "250 commits, 300 keys" in git_part
+    for row in ("| one lookup by id, fresh process |",
+                "| one lookup by review, fresh process |",
+                "| one lookup by bug, fresh process |",
+                "| 1,000 lookups in one process |",
+                "| first lookup (builds the index of all but 20 commits) |",
+                "| lookup after a fetch of 20 commits (updates the index) |",
+                "| peak memory of the build (commitid-lookup --rebuild) | |"):
+        assert row in git_part
+    assert (tools.run(["git", "-C", gitdir, "rev-parse", "main"], env),
+            tools.hg(["log", "-r", "tip", "-T", "{node}"], env,
+                     cwd=hgdir)) == tips
