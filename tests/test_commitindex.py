@@ -255,6 +255,39 @@ def test_a_reader_keeps_its_version_while_a_writer_compacts(directory):
         assert index.lookup(ID, "k1") == [1, 99]
 
 
+def test_compaction_merges_into_the_table_without_reading_it_whole(
+        directory):
+    """Compaction (every ``tail_limit`` entries, so often on a long
+    history) merges the tail and the new entries into the sorted table:
+    the same entries as sorting all of them, duplicates in table, tail
+    and batch once, entries before the first and past the last."""
+    items = [(ID, "k%d" % i, i) for i in range(0, 400, 2)]
+    commitindex.write(directory, NAME, items, b"", b"")
+    tail = [(ID, "k2", 2), (BUG, "7", 401), (ID, "k3", 3)]
+    with commitindex.Index(directory, NAME) as index:
+        commitindex.write(directory, NAME, tail, b"", b"", base=index)
+    with commitindex.Index(directory, NAME) as index:
+        assert index.docket.tail[1] == 3
+    batch = [(ID, "k3", 3), (ID, "k4", 4), (ID, "k401", 402),
+             (REVIEW, "D1", 403), (ID, "k401", 402)]
+    with commitindex.Index(directory, NAME) as index:
+        commitindex.write(directory, NAME, batch, b"", b"", base=index,
+                          tail_limit=0)
+    every = items + tail + batch
+    with commitindex.Index(directory, NAME) as index:
+        index.verify()
+        assert index.docket.tail[1] == 0
+        data = index.table.data()
+        assert data == b"".join(sorted(set(commitindex._pack(every))))
+        assert index.table.count == len(set(every))
+    check_answers(directory, every)
+    # An entry below every other and one above: both ends of the merge.
+    first, last = commitindex.ENTRY.pack(b"\0" * 8, 1), \
+        commitindex.ENTRY.pack(b"\xff" * 8, 2)
+    assert commitindex._merged(data, [first, last]) == first + data + last
+    assert commitindex._merged(data, []) == data
+
+
 # The key rules ---------------------------------------------------------------
 
 MESSAGE = """Bug 1234567 - frob the widget (bug 0042); r=glob

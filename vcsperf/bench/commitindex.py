@@ -2,6 +2,7 @@
 index beside reading every description, in one run.
 
     vcsperf bench commitindex HG_REPO... [--git GIT_REPO]... [--runs 5]
+        [--new 100]
 
 For each Mercurial repository (copied first; the source is not written):
 
@@ -20,11 +21,25 @@ For each Mercurial repository (copied first; the source is not written):
   and on, and the CPU time of the update itself (``--debug``);
 - the index's bytes per changeset and per key.
 
-For each Git repository (mirrored first): the first ``gitbridge
-commitid-lookup`` (which builds the index), then lookups beside ``git log
---all -F --grep``.  Commands alternate, run by run; medians of
-CPU time (user + system, the command's and its children's): the machine
-may be shared.  All six extensions are enabled, as users run them.
+For each Git repository (mirrored first, its ref then set ``--new``
+commits back): the first ``gitbridge commitid-lookup`` (which builds the
+index), the lookup after a ``git fetch`` of the ``--new`` commits (which
+brings the index up to date), one lookup by commit ID, review and bug
+beside ``git log --all -F --grep``, and 1,000 lookups in one process.
+
+The peak resident memory of the build (``hg debugupdatecaches``, the
+first Git lookup) is the largest of its runs, from ``wait4``.  Commands
+alternate, run by run; medians of CPU time (user + system, the
+command's and its children's): the machine may be shared.  All six
+extensions are enabled, as users run them.
+
+At a million changesets, the histories of ``vcsperf.harness.longhistory``
+(real messages with Mozilla's trailers), a scan takes a minute or more
+per lookup, so one run of each command::
+
+    python -m vcsperf.harness.longhistory --dir /work/data/long
+    vcsperf bench commitindex --runs 1 /work/data/long/long-hg \
+        --git /work/data/long/long.git
 """
 
 import collections
@@ -32,6 +47,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -39,6 +55,7 @@ from vcsperf.bench import benchcli
 from vcsperf.bench.commitid import measured
 from vcsperf.core.commitid import message_keys
 from vcsperf.core.commitkeys import BUG, ID, REVIEW
+from vcsperf.core.process import CommandError
 from vcsperf.harness import tools
 
 SUITE = ("zstdstore", "wirezstd", "bundlegen", "sharepool", "commitid",
@@ -54,6 +71,35 @@ def timed(args, env, cwd=None):
 
 _OWN = re.compile(r"^commitid: .* in ([0-9.]+) ms of CPU(?:, ([0-9.]+) of "
                   r"them reading descriptions)?$", re.M)
+
+
+def peak_rss(args, env, cwd=None):
+    """The peak resident memory of a command, in bytes (that of the
+    largest of its processes, as the kernel counts it for ``wait4``),
+    and its stderr."""
+    process = subprocess.Popen(args, env=env, cwd=cwd,
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    stderr = process.stderr.read().decode("utf-8", "replace")
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    process.stderr.close()
+    if process.returncode:
+        raise CommandError(process.returncode, args, "", stderr)
+    return usage.ru_maxrss * 1024, stderr
+
+
+#: Runs a Python script (``sys.argv[1]``, with the arguments after it)
+#: and writes the peak memory of this process alone on stderr: that of
+#: ``gitbridge``, apart from the git it runs.
+_OWN_PEAK = """import resource, runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    sys.stderr.write("own peak %d\\n" % resource.getrusage(
+        resource.RUSAGE_SELF).ru_maxrss)
+"""
 
 
 def own_ms(args, env, cwd, runs=1, before=None, reading=False):
@@ -120,7 +166,7 @@ def remove_index(repo):
         os.unlink(path)
 
 
-def bench_hg(source, work, env, runs):
+def bench_hg(source, work, env, runs, new=100):
     hg = tools.executable("hg")
     ours, scan = os.path.join(work, "ours"), os.path.join(work, "scan")
     for copy in (ours, scan):
@@ -142,6 +188,9 @@ def bench_hg(source, work, env, runs):
     results["build"], results["build reading"] = own_ms(
         [hg, "debugupdatecaches"], env, ours, runs,
         before=lambda name: remove_index(ours), reading=True)
+    remove_index(ours)
+    results["build peak"] = peak_rss([hg, "debugupdatecaches"], env,
+                                     ours)[0]
     size = sum(os.path.getsize(p) for p in index_files(ours))
     results["bytes"] = size
 
@@ -155,6 +204,10 @@ def bench_hg(source, work, env, runs):
         for name, repo in (("scan", scan), ("index", ours)):
             cold["%s %s" % (kind, name)] = (
                 [hg, "log", "-r", revset, "-T", "{node}"], env, repo)
+        if kind == REVIEW:
+            # What a user of core hg types: a substring of descriptions.
+            cold["desc"] = ([hg, "log", "-r", "desc(%r)" % key, "-T",
+                             "{node}"], env, scan)
     results["cold"] = alternating(cold, runs)
 
     # 1,000 lookups in one process.
@@ -200,24 +253,25 @@ def bench_hg(source, work, env, runs):
         before=change) / 1000
     tools.run([hg, "strip", "-q", "--no-backup", "-r", "%d:" % count], env,
               cwd=ours)
-    cut = "%d:" % max(1, count - 100)
+    cut = "%d:" % max(1, count - new)
 
     def strip(name):
         off = INDEX_OFF if name == "index off" else []
         tools.run([hg, *off, "strip", "-q", "--no-backup", "-r", cut], env,
                   cwd=ours)
 
-    results["pull 100"] = alternating({
+    results["new"] = min(new, count - 1)
+    results["pull"] = alternating({
         "index off": ([hg, *INDEX_OFF, "pull", "-q", source], env, ours),
         "index on": ([hg, "pull", "-q", source], env, ours)},
         max(1, runs // 2), before=strip)
-    results["pull 100"]["update"] = own_ms(
+    results["pull"]["update"] = own_ms(
         [hg, "pull", "-q", source], env, ours, max(1, runs // 2),
         before=strip) / 1000
     return results
 
 
-def bench_git(source, work, env, runs):
+def bench_git(source, work, env, runs, new=100):
     git = tools.executable("git")
     gitbridge = tools.executable("gitbridge")
     mirror = os.path.join(work, "mirror.git")
@@ -230,20 +284,74 @@ def bench_git(source, work, env, runs):
     commits = int(tools.run([git, "rev-list", "--all", "--count"], env,
                             cwd=mirror))
     lookup = [gitbridge, "commitid-lookup", "-C", mirror]
-    key = keys[REVIEW][len(keys[REVIEW]) // 2] if keys[REVIEW] else \
-        keys[ID][len(keys[ID]) // 2]
+    picked = {kind: typed(kind, keys[kind][len(keys[kind]) // 2])
+              for kind in (ID, REVIEW, BUG) if keys[kind]}
+    key = picked.get(REVIEW) or next(iter(picked.values()))
     results = {"commits": commits, "read messages": read_all,
-               "key count": key_count,
-               "first lookup (build)": timed([*lookup, key], env)}
-    results["lookup"] = alternating({
-        "git log --all --grep": ([git, "log", "--all", "-F", "--grep", key,
-                                  "--format=%H"], env, mirror),
-        "gitbridge commitid-lookup": ([*lookup, key], env, mirror),
-        "git rev-parse HEAD": ([git, "rev-parse", "HEAD"], env, mirror)},
-        runs)
-    results["bytes"] = sum(
-        os.path.getsize(os.path.join(mirror, name))
-        for name in os.listdir(mirror) if name.startswith("commitindex"))
+               "key count": key_count}
+
+    # The first lookup builds the index of every ref but the newest
+    # ``new`` commits of each branch; a fetch brings them.
+    new = min(new, commits - 1)
+    branches = tools.run([git, "for-each-ref", "--format=%(refname)",
+                          "refs/heads/"], env, cwd=mirror).split()
+    tips = {ref: tools.run([git, "rev-parse", ref], env, cwd=mirror).strip()
+            for ref in branches}
+
+    def behind():
+        for ref in branches:
+            tools.run([git, "update-ref", ref, "%s~%d" % (tips[ref], new)],
+                      env, cwd=mirror)
+
+    def index_names():
+        return [name for name in os.listdir(mirror)
+                if name.startswith("commitindex")]
+
+    behind()
+    results["build"] = timed([*lookup, key], env)
+    saved = os.path.join(work, "index-behind")
+    os.makedirs(saved)
+    for name in index_names():
+        shutil.copy2(os.path.join(mirror, name), saved)
+
+    def restore(name):
+        for stale in index_names():
+            os.unlink(os.path.join(mirror, stale))
+        for file in os.listdir(saved):
+            shutil.copy2(os.path.join(saved, file), mirror)
+        behind()
+        if name == "after fetch":
+            tools.run([git, "fetch", "-q", source,
+                       "+refs/heads/*:refs/heads/*"], env, cwd=mirror)
+
+    results["after fetch"] = alternating({
+        "after fetch": ([*lookup, key], env, mirror)}, runs,
+        before=restore)["after fetch"]
+    restore("behind")
+    tree, stderr = peak_rss([sys.executable, "-c", _OWN_PEAK, *lookup,
+                             "--rebuild", key], env, mirror)
+    results["build peak"] = tree
+    results["build own peak"] = int(
+        re.findall(r"^own peak (\d+)$", stderr, re.M)[-1]) * 1024
+    tools.run([git, "fetch", "-q", source, "+refs/heads/*:refs/heads/*"],
+              env, cwd=mirror)
+    tools.run([*lookup, key], env)
+
+    cold = {"git rev-parse HEAD": ([git, "rev-parse", "HEAD"], env, mirror)}
+    for kind, typed_key in picked.items():
+        cold["%s grep" % kind] = ([git, "log", "--all", "-F", "--grep",
+                                   typed_key.split(":", 1)[1],
+                                   "--format=%H"], env, mirror)
+        cold["%s index" % kind] = ([*lookup, typed_key], env, mirror)
+    results["cold"] = alternating(cold, runs)
+    results["kinds"] = list(picked)
+    sample = sample_keys(keys, 1000)
+    results["in process"] = alternating({
+        "index 1": ([*lookup, sample[0]], env, mirror),
+        "index 1000": ([*lookup, *sample], env, mirror)}, runs)
+    results["new"] = new
+    results["bytes"] = sum(os.path.getsize(os.path.join(mirror, name))
+                           for name in index_names())
     return results
 
 
@@ -262,6 +370,8 @@ def report_hg(repo, r):
     for kind in (ID, REVIEW, BUG):
         lines.append("| one lookup by %s, fresh process | %s | %s |" % (
             kind, ms(cold["%s scan" % kind]), ms(cold["%s index" % kind])))
+    lines.append("| one lookup by review with core hg (hg log -r "
+                 "'desc(...)') | %s | |" % ms(cold["desc"]))
     lines.append("| hg log -r tip (the yardstick) | %s | |"
                  % ms(cold["hg log -r tip"]))
     inproc = r["in process"]
@@ -280,36 +390,57 @@ def report_hg(repo, r):
                  "%s (%.2f s per 100,000 changesets) |" % (
                      ms(r["build reading"] / 1000), ms(beyond),
                      beyond * 100000 / r["changesets"]))
-    for name in ("commit", "pull 100"):
+    for name, label in (("commit", "hg commit"),
+                        ("pull", "hg pull of %d changesets" % r["new"])):
         row = r[name]
         lines.append("| %s | %s (index off) | %s (index on); the update "
                      "%s, %.2f%% |" % (
-                         "hg commit" if name == "commit"
-                         else "hg pull of 100 changesets",
-                         ms(row["index off"]), ms(row["index on"]),
+                         label, ms(row["index off"]), ms(row["index on"]),
                          ms(row["update"]),
                          100 * row["update"] / row["index off"]))
     lines.append("| index bytes | | %d (%.1f a changeset, %.1f a key) |" % (
         r["bytes"], r["bytes"] / r["changesets"],
         r["bytes"] / max(1, r["key count"])))
+    lines.append("| peak memory of the build (hg debugupdatecaches) | | "
+                 "%s |" % mib(r["build peak"]))
     return "\n".join(lines)
 
 
+def mib(size):
+    return "%.0f MiB" % (size / 2 ** 20)
+
+
 def report_git(repo, r):
-    lookup = r["lookup"]
-    return "\n".join([
+    cold = r["cold"]
+    lines = [
         "%s: %d commits, %d keys; git log --all -z --format=%%B: %s" % (
             repo, r["commits"], r["key count"], ms(r["read messages"])),
-        "| operation (CPU time) | git | gitbridge |", "|---|---|---|",
-        "| one lookup, fresh process | %s (git log --all -F --grep) | %s |"
-        % (ms(lookup["git log --all --grep"]),
-           ms(lookup["gitbridge commitid-lookup"])),
-        "| first lookup (builds the index) | | %s |"
-        % ms(r["first lookup (build)"]),
+        "| operation (CPU time) | git | gitbridge |", "|---|---|---|"]
+    for kind in r["kinds"]:
+        lines.append("| one lookup by %s, fresh process | %s (git log --all "
+                     "-F --grep) | %s |" % (kind, ms(cold["%s grep" % kind]),
+                                            ms(cold["%s index" % kind])))
+    inproc = r["in process"]
+    lines += [
         "| git rev-parse HEAD (the yardstick) | %s | |"
-        % ms(lookup["git rev-parse HEAD"]),
+        % ms(cold["git rev-parse HEAD"]),
+        "| 1,000 lookups in one process | %.0f s (one git log --grep a "
+        "key, extrapolated) | %s (%.1f µs a key beyond one lookup) |" % (
+            (1000 * statistics.median(
+                [cold["%s grep" % kind] for kind in r["kinds"]])),
+            ms(inproc["index 1000"]),
+            (inproc["index 1000"] - inproc["index 1"]) / 999 * 1e6),
+        "| first lookup (builds the index of all but %d commits) | | %s |"
+        % (r["new"], ms(r["build"])),
+        "| lookup after a fetch of %d commits (updates the index) | | %s |"
+        % (r["new"], ms(r["after fetch"])),
         "| index bytes | | %d (%.1f a commit) |" % (
-            r["bytes"], r["bytes"] / r["commits"])])
+            r["bytes"], r["bytes"] / r["commits"]),
+        "| peak memory of the build (commitid-lookup --rebuild) | | %s "
+        "in its own process, %s in its largest (git log, which keeps "
+        "every commit it walks) |" % (mib(r["build own peak"]),
+                                      mib(r["build peak"]))]
+    return "\n".join(lines)
 
 
 def main(argv=None):
@@ -318,7 +449,13 @@ def main(argv=None):
     parser.add_argument("--git", action="append", default=[],
                         metavar="GIT_REPO")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--new", type=int, default=100,
+                        help="how many changesets or commits the pull or "
+                             "fetch brings (default 100)")
     args = parser.parse_args(argv)
+    # Absolute: pulls and fetches run inside the copies.
+    args.hg_repos = [os.path.abspath(path) for path in args.hg_repos]
+    args.git = [os.path.abspath(path) for path in args.git]
     for source in args.hg_repos + args.git:
         work = tempfile.mkdtemp(prefix="vcsperf-bench-commitindex-")
         try:
@@ -329,10 +466,10 @@ def main(argv=None):
             env = tools.isolated_env(work, hgrc)
             if source in args.hg_repos:
                 print(report_hg(source, bench_hg(source, work, env,
-                                                 args.runs)))
+                                                 args.runs, args.new)))
             else:
                 print(report_git(source, bench_git(source, work, env,
-                                                   args.runs)))
+                                                   args.runs, args.new)))
             print()
             sys.stdout.flush()
         finally:

@@ -40,7 +40,7 @@ from vcsperf.core.commitkeys import (
     KeyRules,
     bug_number,
 )
-from vcsperf.core.spawn import git_bytes
+from vcsperf.core.spawn import git_records
 
 # For the annotations only: Git's hook imports this module for every commit.
 TYPE_CHECKING = False
@@ -454,11 +454,12 @@ def git_messages(repo_path: str, revisions: Iterable[str]
     """``(sha, message)`` of the commits that ``revisions`` (arguments of
     ``git log``, such as ``main..topic`` or ``^SHA``) name in a Git
     repository, parents first."""
-    out = git_bytes(repo_path, "log", "--stdin", "--reverse", "--topo-order",
-                    "-z", "--format=%H%n%B",
-                    input=b"".join(r.encode("utf-8", "surrogateescape") +
-                                   b"\n" for r in revisions))
-    for entry in out.split(b"\0"):
+    # As git writes them: a million messages are never all in memory.
+    for entry in git_records(
+            repo_path, "log", "--stdin", "--reverse", "--topo-order", "-z",
+            "--format=%H%n%B",
+            input=b"".join(r.encode("utf-8", "surrogateescape") + b"\n"
+                           for r in revisions)):
         sha, _, message = entry.partition(b"\n")
         if sha:
             yield sha.decode("ascii"), message.decode("utf-8",

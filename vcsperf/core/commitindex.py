@@ -35,6 +35,7 @@ raises ``CorruptIndex``.  Callers rebuild on it, never trust.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import stat
@@ -367,11 +368,17 @@ def write(directory: str, name: str,
             old.nodes[1]:
         raise CorruptIndex("node width changed")
     if old is None or old.tail[1] + len(new) > tail_limit:
-        entries = sorted(set(_split(base.table.data() + base.tail.data())
-                             if base else []) | set(new))
-        data = b"".join(entries)
+        if base is None:
+            data = b"".join(sorted(set(new)))
+        else:
+            # The table is sorted already: the few entries of the tail
+            # and the new ones go into it, never the whole table into
+            # Python objects (a million changesets hold millions of
+            # entries, and this runs every ``tail_limit`` of them).
+            data = _merged(base.table.data(),
+                           sorted(set(_split(base.tail.data())) | set(new)))
         table = (_write_new(directory, name, "table", ENTRY.size, data,
-                            zlib.crc32(data)), len(entries))
+                            zlib.crc32(data)), len(data) // ENTRY.size)
         tail = (_write_new(directory, name, "tail", ENTRY.size, b""), 0)
     else:
         table = old.table
@@ -392,6 +399,36 @@ def write(directory: str, name: str,
     _atomic_write(os.path.join(directory, name), docket.pack())
     _remove_unnamed(directory, name, docket)
     return docket
+
+
+class _Sorted:
+    """The entries of a sorted table's bytes, as a sequence ``bisect``
+    searches without splitting them."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data) // ENTRY.size
+
+    def __getitem__(self, position: int) -> bytes:
+        start = position * ENTRY.size
+        return self.data[start:start + ENTRY.size]
+
+
+def _merged(table: bytes, extra: list[bytes]) -> bytes:
+    """The sorted, distinct entries of ``table`` (sorted, distinct
+    entries as bytes) and ``extra`` (a sorted list of distinct ones)."""
+    entries = _Sorted(table)
+    pieces, done = [], 0
+    for entry in extra:
+        position = bisect.bisect_left(entries, entry, done)
+        pieces.append(table[done * ENTRY.size:position * ENTRY.size])
+        done = position
+        if entries[position] != entry:  # (past the end: b"")
+            pieces.append(entry)
+    pieces.append(table[done * ENTRY.size:])
+    return b"".join(pieces)
 
 
 def _split(data: bytes) -> list[bytes]:
