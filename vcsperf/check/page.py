@@ -48,14 +48,22 @@ MAX_BYTES = 16 * 2**20
 #: The most reports one page shows, and features, figures per feature and
 #: steps per report: bounds far beyond a real run's.
 MAX_REPORTS = 1000
+#: The runs of one repository its trend shows: the newest.
+TREND_RUNS = 50
 MAX_FEATURES = 100
 MAX_COMPARISONS = 100
 MAX_STEPS = 5000
 #: The largest figure a report may hold (bytes, seconds, ratios): an
 #: exabyte, or 30 billion years.
 LARGEST = 1e18
-#: Characters of a name shown (names are drawn in plots too).
+#: Characters of a name shown on the page, and in a plot (beside its
+#: axis, where a longer name would crowd the bars out).
 NAME_CHARS = 100
+PLOT_CHARS = 60
+#: Unicode categories never shown as they are: controls, surrogates,
+#: format characters (a bidirectional override reverses the text after
+#: it), line and paragraph separators.
+HIDDEN = {"Cc", "Cs", "Cf", "Zl", "Zp"}
 STATUSES = ("passed", "failed", "skipped")
 
 WORSE, BETTER, CORE = "#c0392b", "#2e8b57", "#555555"
@@ -277,9 +285,9 @@ def load(path):
 
 
 def _shown(text, limit=NAME_CHARS):
-    """``text`` as the page shows and draws it: control characters and
-    lone surrogates replaced, at most ``limit`` characters."""
-    text = "".join("\ufffd" if unicodedata.category(ch) in ("Cc", "Cs")
+    """``text`` as the page shows and draws it: characters of ``HIDDEN``
+    replaced, at most ``limit`` characters."""
+    text = "".join("\ufffd" if unicodedata.category(ch) in HIDDEN
                    else ch for ch in text)
     return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
@@ -291,8 +299,8 @@ def _worse(c):
     return c["ratio"] > 1 if c["better"] == "lower" else c["ratio"] < 1
 
 
-def _label(c):
-    return _shown("%s (vs %s)" % (c["what"], c["core_label"]))
+def _label(c, limit=PLOT_CHARS):
+    return _shown("%s (vs %s)" % (c["what"], c["core_label"]), limit)
 
 
 class _Figures:
@@ -380,7 +388,7 @@ def _ratios_figure(figures, name, comparisons):
 def _bars_figure(figures, title, names, series, unit, xlabel, caption):
     """Horizontal bars, one group per name, one bar per ``series``
     ``(label, color, values)``, ``values`` a number or None per name."""
-    names = [_shown(n) for n in names]
+    names = [_shown(n, PLOT_CHARS) for n in names]
     scale, unit_name = _scale(unit, [v for _, _, values in series
                                      for v in values if v is not None])
 
@@ -420,6 +428,13 @@ def _scale(unit, values):
     return 1, unit
 
 
+def _run_ticks(axes, labels):
+    """The runs along the x axis, at most a dozen of them named."""
+    step = -(-len(labels) // 12)
+    axes.set_xticks(range(0, len(labels), step), labels[::step],
+                    rotation=30, ha="right")
+
+
 def _trend_figure(figures, name, runs, labels):
     """Each figure of feature ``name`` over ``runs`` (its comparisons in
     each report, None where it did not run), ratios beside the 1.0 line."""
@@ -437,7 +452,7 @@ def _trend_figure(figures, name, runs, labels):
                      if (c["what"], c["core_label"]) == key
                      and c["ratio"] is not None]
             values.append(max(match[0], 1e-3) if match else math.nan)
-        lines.append((_shown("%s (vs %s)" % key), values))
+        lines.append((_shown("%s (vs %s)" % key, PLOT_CHARS), values))
 
     def draw(figure):
         axes = figure.add_subplot()
@@ -449,7 +464,7 @@ def _trend_figure(figures, name, runs, labels):
         finite = [v for _, values in lines for v in values
                   if not math.isnan(v)]
         axes.set_ylim(*_log_limits(finite))
-        axes.set_xticks(xs, labels, rotation=30, ha="right")
+        _run_ticks(axes, labels)
         axes.set_ylabel("ours \u00f7 core (log)")
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     return figures.render(
@@ -463,8 +478,7 @@ def _seconds_trend_figure(figures, reports, labels):
         axes = figure.add_subplot()
         axes.plot(range(len(reports)), [r["seconds"] for r in reports],
                   marker="o", color=ACTUAL, label="total seconds")
-        axes.set_xticks(range(len(reports)), labels, rotation=30,
-                        ha="right")
+        _run_ticks(axes, labels)
         axes.set_ylabel("seconds (wall)")
         axes.set_ylim(bottom=0)
     return figures.render(draw, "whole run: seconds over %d runs"
@@ -554,7 +568,8 @@ figcaption { font-size: .85em; color: #555; }
             background: #fdf1ef; }
 .passed { color: #2e8b57; } .failed { color: #c0392b; }
 .skipped { color: #8a6d00; } code { font-size: .95em; }
-table { border-collapse: collapse; } td, th { padding: .15em .6em;
+table { border-collapse: collapse; } td + td { white-space: nowrap; }
+td:first-child { overflow-wrap: anywhere; } td, th { padding: .15em .6em;
 text-align: left; border-bottom: 1px solid #ddd; }
 """
 
@@ -593,10 +608,11 @@ def _warnings(report):
 
 def _table_row(c):
     return ('<tr class="%s"><td>%s</td><td>%s</td><td>%s</td><td>%s</td>'
-            '</tr>' % ("failed" if _worse(c) else "", html.escape(_label(c)),
+            '</tr>' % ("failed" if _worse(c) else "",
+                       html.escape(_label(c, NAME_CHARS)),
                        html.escape(text_report.amount(c["core"], c["unit"])),
                        html.escape(text_report.amount(c["ours"], c["unit"])),
-                       "%.3fx" % c["ratio"] if c["ratio"] is not None
+                       "%.4gx" % c["ratio"] if c["ratio"] is not None
                        else "-"))
 
 
@@ -604,10 +620,10 @@ def _feature_section(figures, report, feature, trend):
     """The section of one feature of the newest ``report``; ``trend``, its
     comparisons in every run of the repository and their labels, or
     None."""
-    name = _shown(feature["name"])
+    name = _shown(feature["name"], PLOT_CHARS)
     parts = ['<section class="feature"><h3>%s <span class="%s">%s</span> '
              '(%.1f s)%s</h3>' % (
-                 html.escape(name), feature["status"],
+                 html.escape(_shown(feature["name"])), feature["status"],
                  feature["status"].upper(), feature["seconds"],
                  html.escape(": " + _shown(feature["error"], 300))
                  if feature["error"] else "")]
@@ -697,6 +713,8 @@ def _run_section(figures, report):
 
 def _repository_section(figures, repository, reports):
     reports, in_time = _ordered(reports)
+    given = len(reports)
+    reports = reports[-TREND_RUNS:]
     newest = reports[-1]
     labels = [_run_label(r, i) for i, r in enumerate(reports)]
     parts = ['<section class="repository"><h2>%s</h2>' % html.escape(
@@ -711,11 +729,12 @@ def _repository_section(figures, repository, reports):
             html.escape(_shown(newest["vcsperf_version"]) or "?"),
             newest["seconds"], "passed" if newest["passed"] else "failed",
             "PASSED" if newest["passed"] else "FAILED"))
-    if len(reports) > 1:
-        parts.append("<p>%d reports of this repository, %s.</p>" % (
-            len(reports), "oldest first, by when each run started"
-            if in_time else "in the order given (not every report says when "
-            "it started)"))
+    if given > 1:
+        parts.append("<p>%d reports of this repository%s, %s.</p>" % (
+            given, "; the trend shows the newest %d" % len(reports)
+            if given > len(reports) else "",
+            "oldest first, by when each run started" if in_time else
+            "in the order given (not every report says when it started)"))
     warnings = _warnings(newest)
     parts.append('<div class="warnings"><h3>%d figure%s worse than core, or '
                  'failed</h3>%s</div>' % (
@@ -740,10 +759,6 @@ def _repository_section(figures, repository, reports):
 def build(reports):
     """The page (text) of ``reports`` (as ``load`` returns them): one
     section per repository, in the order first given."""
-    if len(reports) > MAX_REPORTS:
-        raise Abort("%d reports: a page shows at most %d"
-                    % (len(reports), MAX_REPORTS),
-                    hint="give the reports of one repository")
     by_repository = {}
     for report in reports:
         by_repository.setdefault(report["repository"], []).append(report)
@@ -803,6 +818,10 @@ def write_from_report(report, path):
 def main(paths, html_path):
     """``vcsperf report JSON... --html FILE``: the exit status."""
     try:
+        if len(paths) > MAX_REPORTS:
+            raise Abort("%d reports: a page shows at most %d"
+                        % (len(paths), MAX_REPORTS),
+                        hint="give the reports of fewer runs")
         check_output(html_path)
         reports = [load(path) for path in paths]
         write(reports, html_path)
