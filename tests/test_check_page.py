@@ -331,7 +331,7 @@ def _hostile_reports(tmp_path, rng):
             "features is {\"a\": 1}, not a list")
     changed("too many steps", lambda r: r.update(
         steps=r["steps"] * (page.MAX_STEPS // len(r["steps"]) + 1)),
-        "more than the 5000 a page shows")
+        "more than the %d a page shows" % page.MAX_STEPS)
     changed("no repository", lambda r: r.pop("repository"),
             "the report has no 'repository'")
     changed("estimate a list", lambda r: r.update(estimate=[1]),
@@ -392,7 +392,7 @@ def test_hostile_reports_abort(tmp_path, tally):
 def test_page_path_checked_before_anything(env, hg, tmp_path):
     """``--html`` into a directory that does not exist, onto a directory,
     or without matplotlib: refused in one line before the reports are
-    read or the check runs."""
+    read or the check runs; a symlink is replaced, not written through."""
     good = _write(tmp_path / "r.json", _demo_report())
     for path in (tmp_path / "nowhere" / "p.html", tmp_path):
         proc = _vcsperf_report(good, "--html", path)
@@ -400,6 +400,14 @@ def test_page_path_checked_before_anything(env, hg, tmp_path):
         assert proc.stderr.startswith("abort: cannot write the report to "
                                       "%s" % path)
         assert "give --html" in proc.stderr
+    # a symlink given as the page: replaced, what it points to untouched
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text("not ours\n")
+    link = tmp_path / "link.html"
+    link.symlink_to(elsewhere)
+    assert _vcsperf_report(good, "--html", link).returncode == 0
+    assert not link.is_symlink() and "<svg" in link.read_text()
+    assert elsewhere.read_text() == "not ours\n"
     repo = tmp_path / "repo"
     hg("init", repo)
     proc = subprocess.run(

@@ -50,9 +50,11 @@ MAX_BYTES = 16 * 2**20
 MAX_REPORTS = 1000
 #: The runs of one repository its trend shows: the newest.
 TREND_RUNS = 50
-MAX_FEATURES = 100
-MAX_COMPARISONS = 100
-MAX_STEPS = 5000
+MAX_FEATURES = 50
+MAX_COMPARISONS = 50
+MAX_STEPS = 2000
+#: The most steps one feature's plot draws (the first ones).
+PLOT_STEPS = 40
 #: The largest figure a report may hold (bytes, seconds, ratios): an
 #: exabyte, or 30 billion years.
 LARGEST = 1e18
@@ -639,12 +641,15 @@ def _feature_section(figures, report, feature, trend):
                          _table_row(c) for c in feature["comparisons"]))
     steps = [s for s in report["steps"] if s["feature"] == feature["name"]]
     if steps:
+        drawn = steps[:PLOT_STEPS]
         parts.append(_bars_figure(
             figures, "%s: seconds per step" % name,
-            [s["step"] for s in steps],
-            [("wall seconds", ACTUAL, [s["seconds"] for s in steps])],
-            "seconds", "wall time", "Each step of the feature, as the "
-            "run took it; a timed step had the machine to itself."))
+            [s["step"] for s in drawn],
+            [("wall seconds", ACTUAL, [s["seconds"] for s in drawn])],
+            "seconds", "wall time", "Each step of the feature%s, as the "
+            "run took it; a timed step had the machine to itself." % (
+                " (the first %d of %d)" % (len(drawn), len(steps))
+                if len(drawn) < len(steps) else "")))
     if trend is not None:
         runs, labels = trend
         if any(c["ratio"] is not None for comparisons in runs
