@@ -45,7 +45,9 @@ def test_demo_runs_the_check_on_real_content(env, tmp_path):
     page = cache / "vcsperf" / "demo.html"
     assert out.splitlines()[-1] == "report page: %s" % page
     assert "PASSED" in out.splitlines()[-2]
-    assert page.read_text().count('<figure class="plot"') > 20
+    # per feature its ratios and its steps; the run's time, disk, memory
+    assert page.read_text().count('<figure class="plot"') == \
+        2 * len(features) + 3
     assert os.listdir(str(scratch)) == []
 
 
