@@ -12,8 +12,8 @@ time of its steps, then the run's time and disk against their estimates
 and its memory peaks.  Given several reports of one repository (the same
 ``repository`` path), each feature's ratios and the run's time over the
 runs, in the order they started (in the order given when a report does
-not say when it started, as before release 0.3.0); reports of other
-repositories get a section each.
+not say when it started, as those of earlier releases do not); reports
+of other repositories get a section each.
 
 A small script of the page's own checks runs when it is opened: every
 plot is there, drawn and labelled, and nothing was loaded or blocked; it
@@ -48,13 +48,13 @@ MAX_BYTES = 16 * 2**20
 #: The most reports one page shows, and features, figures per feature and
 #: steps per report: bounds far beyond a real run's.
 MAX_REPORTS = 1000
-#: The runs of one repository its trend shows: the newest.
-TREND_RUNS = 50
 MAX_FEATURES = 50
 MAX_COMPARISONS = 50
 MAX_STEPS = 2000
-#: The most steps one feature's plot draws (the first ones).
+#: The most steps one feature's plot draws (the first ones), and the
+#: runs of one repository its trend shows (the newest).
 PLOT_STEPS = 40
+TREND_RUNS = 50
 #: The largest figure a report may hold (bytes, seconds, ratios): an
 #: exabyte, or 30 billion years.
 LARGEST = 1e18
@@ -68,7 +68,7 @@ PLOT_CHARS = 60
 HIDDEN = {"Cc", "Cs", "Cf", "Zl", "Zp"}
 STATUSES = ("passed", "failed", "skipped")
 
-WORSE, BETTER, CORE = "#c0392b", "#2e8b57", "#555555"
+WORSE, BETTER = "#c0392b", "#2e8b57"
 ESTIMATE, ACTUAL = "#9db8d9", "#1f4e8c"
 
 INSTALL_HINT = "install the html extra: pip install -c constraints.txt " \
@@ -231,8 +231,8 @@ def _checked(report):
 
 
 def _started(value):
-    """The start of the run, an aware datetime, or None (releases before
-    0.3.0 did not write it; anything else there is ignored)."""
+    """The start of the run, an aware datetime, or None (earlier releases
+    did not write it; anything else there is ignored)."""
     if not isinstance(value, str):
         return None
     try:
@@ -289,9 +289,10 @@ def load(path):
 def _shown(text, limit=NAME_CHARS):
     """``text`` as the page shows and draws it: characters of ``HIDDEN``
     replaced, at most ``limit`` characters."""
-    text = "".join("\ufffd" if unicodedata.category(ch) in HIDDEN
+    if len(text) > limit:
+        text = text[:limit - 1] + "\u2026"
+    return "".join("\ufffd" if unicodedata.category(ch) in HIDDEN
                    else ch for ch in text)
-    return text if len(text) <= limit else text[:limit - 1] + "\u2026"
 
 
 def _worse(c):
@@ -710,7 +711,7 @@ def _run_section(figures, report):
                 " (reached in %s)" % _shown(memory["reached_in"], 200)
                 if memory["reached_in"] else "")))
     if missing:
-        parts.append("<p>not in this report (a release before 0.3.0): %s"
+        parts.append("<p>not in this report (an earlier release's): %s"
                      "</p>" % ", ".join(missing))
     parts.append("</section>")
     return "".join(parts)
