@@ -423,7 +423,7 @@ def test_page_path_checked_before_anything(env, hg, tmp_path):
     proc = _vcsperf_report(good, "--html", tmp_path / "p.html",
                            env=dict(env, PYTHONPATH=str(shadow)))
     assert campaign.is_clean_abort(proc)
-    assert "needs matplotlib" in proc.stderr and "vcsperf[html]" in \
+    assert "needs matplotlib" in proc.stderr and "'.[html]'" in \
         proc.stderr
     assert not (tmp_path / "p.html").exists()
 

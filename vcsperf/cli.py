@@ -51,7 +51,7 @@ def main(argv=None):
                               "this file")
     check_parser.add_argument("--html", metavar="FILE",
                               help="also write the report as a page with "
-                              "plots to this file (needs vcsperf[html])")
+                              "plots to this file (needs the html extra)")
     check_parser.add_argument("--scratch", help="where the copies go "
                               "(default: the temporary directory)")
     check_parser.add_argument("--reserve", type=_size, default=0,
@@ -62,7 +62,10 @@ def main(argv=None):
     report_parser = commands.add_parser(
         "report", help="the page of runs already made: plots of every "
         "feature against core, and the trend over runs of a repository",
-        description=page.__doc__.split("\n\n")[0])
+        description="Write the page of runs already made (the --json "
+        "files of vcsperf check): per repository, every feature's figures "
+        "against core as plots, a warning for each worse than core, and "
+        "the trend over its runs; one HTML file that needs nothing else.")
     report_parser.add_argument("reports", nargs="+", metavar="JSON",
                                help="reports written by vcsperf check "
                                "--json")

@@ -71,8 +71,8 @@ STATUSES = ("passed", "failed", "skipped")
 WORSE, BETTER = "#c0392b", "#2e8b57"
 ESTIMATE, ACTUAL = "#9db8d9", "#1f4e8c"
 
-INSTALL_HINT = "install the html extra: pip install -c constraints.txt " \
-    "'vcsperf[html]'"
+INSTALL_HINT = "install the html extra from vcsperf's checkout: pip " \
+    "install -c constraints.txt '.[html]'"
 
 
 def require_matplotlib():
