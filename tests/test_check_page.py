@@ -458,3 +458,39 @@ def test_check_writes_the_page(hg, tmp_path, monkeypatch):
     assert "importer: ours against core" in source
     assert "1 figure worse than core" in source
     assert "importer (passed): a figure is 1.5x core, worse" in source
+
+
+#: The demo on three snapshots, every feature skipped (as in
+#: tests/test_check.py), in the directory argv[1].
+SMALL_DEMO = """
+import dataclasses, sys
+from vcsperf.check import demo, features
+from vcsperf.harness import history
+sources = history.installed_sources
+history.installed_sources = lambda: list(
+    sources(distributions=("pycparser",)))[:3]
+features.FEATURES = tuple(dataclasses.replace(
+    f, function=lambda check, work: "not in this test")
+    for f in features.FEATURES)
+sys.exit(demo.run_demo(sys.argv[1]))
+"""
+
+
+def test_demo_without_matplotlib(env, tmp_path):
+    """Installed without the html extra, the demo runs as before and says
+    why it wrote no page."""
+    shadow = tmp_path / "shadow"
+    (shadow / "matplotlib").mkdir(parents=True)
+    (shadow / "matplotlib" / "__init__.py").write_text(
+        "raise ImportError('hidden by the test')\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [tools.executable("python"), "-c", SMALL_DEMO, str(work)],
+        env=dict(env, PYTHONPATH=str(shadow),
+                 XDG_CACHE_HOME=str(tmp_path / "cache")),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "(no report page: %s)\n" % page.INSTALL_HINT in proc.stdout
+    assert "\nreport page:" not in proc.stdout
+    assert not (tmp_path / "cache").exists() and os.listdir(work) == []
