@@ -21,8 +21,9 @@ if [ ! -x .venv/bin/python ]; then
         python3 -m venv .venv
     }
 fi
-extras=""
-[ "${1:-}" = "--test" ] && extras="[test]"
+# html: the report page the demo writes (matplotlib).
+extras="[html]"
+[ "${1:-}" = "--test" ] && extras="[html,test]"
 # setuptools builds in ./build and copies what it finds there into the
 # install: a module since moved or removed would come back from it.
 rm -rf build

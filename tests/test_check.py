@@ -792,8 +792,12 @@ def test_demo_workdir_keeps_the_files_there(tmp_path, monkeypatch):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine\n")
+    # the page goes to the suite's cache directory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert demo.run_demo(str(mine)) == 0
     assert os.listdir(mine) == ["notes.txt"]
+    assert "<svg" in (tmp_path / "cache" / "vcsperf" / "demo.html"
+                      ).read_text()
     assert demo.run_demo(str(mine), json_path=str(
         tmp_path / "nowhere" / "x.json")) == 255
     assert os.listdir(mine) == ["notes.txt"]

@@ -18,8 +18,10 @@ def test_demo_runs_the_check_on_real_content(env, tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     report_path = tmp_path / "demo.json"
+    cache = tmp_path / "cache"
     out = tools.run([tools.executable("vcsperf"), "demo", "--json",
-                     str(report_path)], dict(env, TMPDIR=str(scratch)),
+                     str(report_path)], dict(env, TMPDIR=str(scratch),
+                                             XDG_CACHE_HOME=str(cache)),
                     cwd=str(scratch))
     changesets, files = map(int, re.search(
         r"(\d+) changesets, (\d+) files at the tip", out).groups())
@@ -38,7 +40,14 @@ def test_demo_runs_the_check_on_real_content(env, tmp_path):
     assert ratios[("wire", "full pull, bytes received", "core zstd")] < 1
     assert features["bundles"]["facts"]["clones verified"] == 3
     assert report["passed"] and report["original_unchanged"]
-    assert "PASSED" in out.splitlines()[-1]
+    # the page, where the demo says it is (tests/test_check_page.py
+    # renders one in a browser)
+    page = cache / "vcsperf" / "demo.html"
+    assert out.splitlines()[-1] == "report page: %s" % page
+    assert "PASSED" in out.splitlines()[-2]
+    # per feature its ratios and its steps; the run's time, disk, memory
+    assert page.read_text().count('<figure class="plot"') == \
+        2 * len(features) + 3
     assert os.listdir(str(scratch)) == []
 
 

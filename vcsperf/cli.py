@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from vcsperf import __version__, bench
-from vcsperf.check import demo, runner
+from vcsperf.check import demo, page, runner
 
 
 def main(argv=None):
@@ -23,6 +23,10 @@ def main(argv=None):
                              help="keep the scratch directory")
     demo_parser.add_argument("--json", help="also write the report to "
                              "this file")
+    demo_parser.add_argument("--html", metavar="FILE",
+                             help="write the report page here (default: "
+                             "%s, when matplotlib is installed)"
+                             % demo.HTML_SHOWN)
     check_parser = commands.add_parser(
         "check", help="run every feature on a copy of your repository and "
         "report what it does, beside core Mercurial",
@@ -45,6 +49,9 @@ def main(argv=None):
                               "any, from its last completed feature")
     check_parser.add_argument("--json", help="also write the report to "
                               "this file")
+    check_parser.add_argument("--html", metavar="FILE",
+                              help="also write the report as a page with "
+                              "plots to this file (needs the html extra)")
     check_parser.add_argument("--scratch", help="where the copies go "
                               "(default: the temporary directory)")
     check_parser.add_argument("--reserve", type=_size, default=0,
@@ -52,6 +59,18 @@ def main(argv=None):
                               "disk, such as 20G")
     check_parser.add_argument("--keep", action="store_true",
                               help="keep the scratch directory")
+    report_parser = commands.add_parser(
+        "report", help="the page of runs already made: plots of every "
+        "feature against core, and the trend over runs of a repository",
+        description="Write the page of runs already made (the --json "
+        "files of vcsperf check): per repository, every feature's figures "
+        "against core as plots, a warning for each worse than core, and "
+        "the trend over its runs; one HTML file that needs nothing else.")
+    report_parser.add_argument("reports", nargs="+", metavar="JSON",
+                               help="reports written by vcsperf check "
+                               "--json")
+    report_parser.add_argument("--html", metavar="FILE", required=True,
+                               help="write the page to this file")
     bench_parser = commands.add_parser(
         "bench", help="run a benchmark: core beside our feature, in one run "
         "(vcsperf bench NAME --help for its options)")
@@ -59,7 +78,10 @@ def main(argv=None):
     bench_parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return demo.run_demo(args.workdir, args.keep, args.json)
+        return demo.run_demo(args.workdir, args.keep, args.json,
+                             args.html)
+    if args.command == "report":
+        return page.main(args.reports, args.html)
     if args.command == "check" and args.slice and not args.quick:
         parser.error("--slice goes with --quick")
     if args.command == "bench":

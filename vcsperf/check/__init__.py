@@ -6,7 +6,8 @@ after it (``dictionaries``, ``wire``, ``bundles``, ``checkouts``,
 revision, names as hg stores them; ``outcome`` how a feature fails), on a
 copy of the repository (``copying``), within the machine's disk and
 cores (``resources``), estimated before (``estimates``), resumable
-(``resume``), shown as it runs (``console``) and reported (``report``).
+(``resume``), shown as it runs (``console``) and reported (``report``;
+``page``, the HTML page of ``--html`` and ``vcsperf report``).
 ``demo`` builds the repositories it checks.  Imports the core and the
 harness.
 """

@@ -8,9 +8,13 @@ import sys
 import tempfile
 import time
 
-from vcsperf.check import report, runner
+from vcsperf.check import page, report, runner
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.harness import history, tools
+
+#: The demo's page, in the suite's cache directory unless ``--html``.
+HTML_NAME = "demo.html"
+HTML_SHOWN = "~/.cache/vcsperf/" + HTML_NAME
 
 
 def _progress(label, total):
@@ -26,15 +30,38 @@ def _progress(label, total):
     return report
 
 
-def run_demo(workdir=None, keep=False, json_path=None):
+def _default_html():
+    """Where the demo's page goes unless told: the suite's own cache
+    directory, when matplotlib is installed (the ``html`` extra), else
+    nowhere."""
+    try:
+        page.require_matplotlib()
+    except Abort:
+        print("(no report page: %s)" % page.INSTALL_HINT)
+        return None
+    directory = os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                             os.path.expanduser("~/.cache"), "vcsperf")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        print("(no report page: cannot make %s: %s)"
+              % (directory, err.strerror))
+        return None
+    return os.path.join(directory, HTML_NAME)
+
+
+def run_demo(workdir=None, keep=False, json_path=None, html_path=None):
     """Build the repositories in a new directory under ``workdir``
     (default: the temporary directory), removed afterwards unless
-    ``keep``, and check them; the exit status of ``vcsperf check``.
+    ``keep``, and check them; the report page goes to ``html_path``
+    (default: ``HTML_SHOWN``); the exit status of ``vcsperf check``.
     Nothing else of ``workdir`` is touched."""
     try:
         report.check_output(json_path)
+        page.check_output(html_path)
     except Abort as abort:
         return print_abort(abort)
+    html_path = html_path or _default_html()
     if workdir:
         os.makedirs(workdir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="vcsperf-demo-", dir=workdir)
@@ -58,7 +85,7 @@ def run_demo(workdir=None, keep=False, json_path=None):
                  time.perf_counter() - start), flush=True)
         return runner.report_run(runner.Check(repo, git=git_repo,
                                             scratch=scratch, keep=keep),
-                                json_path)
+                                json_path, html_path)
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)

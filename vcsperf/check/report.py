@@ -6,11 +6,13 @@ end), and the ``--json`` file's place checked before the run starts
 import os
 
 from vcsperf.check import checkouts, resources
-from vcsperf.core import pooling
+from vcsperf.core import __version__, pooling
 from vcsperf.core.errors import Abort
 
 
-def _amount(value, unit):
+def amount(value, unit):
+    """``value`` of ``unit`` for people: bytes as KiB to TiB, speeds in
+    MB/s, seconds to the hundredth."""
     if unit == "bytes":
         return pooling.format_bytes(value)
     if unit == "bytes/s":
@@ -26,8 +28,8 @@ def format_feature(feature):
         ": " + feature["error"] if feature["error"] else "")]
     for c in feature["comparisons"]:
         lines.append("    %-36s %-26s %12s  ours %12s  %7s" % (
-            c["what"], c["core_label"], _amount(c["core"], c["unit"]),
-            _amount(c["ours"], c["unit"]),
+            c["what"], c["core_label"], amount(c["core"], c["unit"]),
+            amount(c["ours"], c["unit"]),
             "%.3fx" % c["ratio"] if c["ratio"] is not None else "-"))
     for name, value in feature["facts"].items():
         if not isinstance(value, (dict, list)):
@@ -88,24 +90,24 @@ def format_report(report):
     return "\n".join(lines)
 
 
-def check_output(path):
-    """Refuse, before any work, a ``--json`` path the report could not be
-    written to at the end: its directory must exist and be writable, and
-    it must not be a directory."""
+def check_output(path, option="--json"):
+    """Refuse, before any work, a path (``option``'s) the report could not
+    be written to at the end: its directory must exist and be writable,
+    and it must not be a directory."""
     if path is None:
         return
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise Abort("cannot write the report to %s: no directory %s"
-                    % (path, directory), hint="give --json a file in a "
-                    "directory that exists")
+                    % (path, directory), hint="give %s a file in a "
+                    "directory that exists" % option)
     if os.path.isdir(path):
         raise Abort("cannot write the report to %s: it is a directory"
-                    % path, hint="give --json a file name")
+                    % path, hint="give %s a file name" % option)
     if not os.access(directory, os.W_OK | os.X_OK):
         raise Abort("cannot write the report to %s: %s is not writable"
-                    % (path, directory), hint="give --json a file in a "
-                    "directory you can write to")
+                    % (path, directory), hint="give %s a file in a "
+                    "directory you can write to" % option)
 
 
 def _seconds_by_part(steps):
@@ -142,6 +144,10 @@ def build(check, changed, caches, seconds):
     total = sum(estimate["seconds"].values())
     report = dict(info)
     report.update({
+        # what orders the reports of one repository on the page (a
+        # resumed run's state from an older release has no start)
+        "started": check.state.get("started"),
+        "vcsperf_version": __version__,
         "scratch": _scratch(check, estimate),
         "estimate": {
             "seconds": round(total, 1),

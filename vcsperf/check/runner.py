@@ -79,7 +79,8 @@ only (and DIR, if it made DIR and DIR is empty): nothing else of DIR is
 touched, a ``vcsperf-check`` it did not mark is refused, and so is a DIR
 that holds the repository under test (or ``--git``'s), or a DIR or
 ``--scratch`` inside one's ``.hg``.  ``--json FILE`` is checked before
-anything runs and written by write-then-rename.
+anything runs and written by write-then-rename; so is ``--html FILE``,
+the report as a page of plots (``page``).
 
 The features work on the visible changesets (hidden ones are neither
 pulled nor cloned; the dictionaries compare the copy with its converted
@@ -90,6 +91,7 @@ file names as hg stores them (any byte), and read only regular files.
 """
 
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -99,7 +101,14 @@ import tempfile
 import threading
 import time
 
-from vcsperf.check import copying, estimates, features, report, sample
+from vcsperf.check import (
+    copying,
+    estimates,
+    features,
+    page,
+    report,
+    sample,
+)
 from vcsperf.check.console import Console, duration
 from vcsperf.check.outcome import Failed, command_failure
 from vcsperf.check.resources import DiskWatch, Machine, peak_child_rss
@@ -225,8 +234,9 @@ class Check:
                 seconds = time.perf_counter() - start
                 doing.steps.append({"feature": doing.feature["name"],
                                     "step": label,
-                                    "seconds": round(seconds, 3)})
-                self._after_step(title)
+                                    "seconds": round(seconds, 3),
+                                    "largest_process_bytes_so_far":
+                                    self._after_step(title)})
                 doing.step = None
 
     def _doing(self):
@@ -234,10 +244,15 @@ class Check:
         return self._running[threading.get_ident()]
 
     def _after_step(self, title):
+        """Sample the disk and the memory after a step; the largest
+        resident memory of any process the run started, so far (the
+        kernel keeps the high-water mark of the processes waited for, not
+        one per step)."""
         self.disk.sample()
         peak = peak_child_rss()
         if self.peak_step is None or peak > self.peak_step[1]:
             self.peak_step = (title, peak)
+        return peak
 
     def _where(self):
         return [(doing.feature["name"], doing.step)
@@ -332,6 +347,8 @@ class Check:
                                     self.slice_size)
         return {
             "options": self._options(), "fingerprint": before, "info": info,
+            "started": datetime.datetime.now(datetime.timezone.utc)
+            .isoformat(timespec="seconds"),
             "free": free, "estimate": {"disk": disk, "disk_needed": need,
                                        "seconds": seconds},
             "prepared": [], "features": [], "steps": [], "disk": None,
@@ -594,14 +611,15 @@ class Check:
         self.console.say(report.format_feature(result))
 
 
-def report_run(check, json_path=None):
+def report_run(check, json_path=None, html_path=None):
     """Run ``check``, print its report and write it as JSON to
-    ``json_path`` (by write-then-rename); the exit status: 0 when every
-    feature passed, 1 when one failed, 255 when the check could not start
-    or its report could not be written, 130 after Ctrl-C and 143 after
-    SIGTERM."""
+    ``json_path`` and as a page to ``html_path`` (``page``; each by
+    write-then-rename); the exit status: 0 when every feature passed, 1
+    when one failed, 255 when the check could not start or its report
+    could not be written, 130 after Ctrl-C and 143 after SIGTERM."""
     try:
         report.check_output(json_path)
+        page.check_output(html_path)
         result = check.run()
     except Abort as abort:
         return print_abort(abort)
@@ -620,6 +638,12 @@ def report_run(check, json_path=None):
         except OSError as err:
             return print_abort(Abort("cannot write the report to %s: %s"
                                      % (json_path, err.strerror or err)))
+    if html_path:
+        try:
+            page.write_from_report(result, html_path)
+        except Abort as abort:
+            return print_abort(abort)
+        check.console.say("report page: %s" % os.path.abspath(html_path))
     return 0 if result["passed"] else 1
 
 
@@ -628,4 +652,5 @@ def main(args):
     return report_run(Check(args.repo, git=args.git, quick=args.quick,
                             scratch=args.scratch, reserve=args.reserve,
                             keep=args.keep, resume=args.resume,
-                            slice_size=args.slice), args.json)
+                            slice_size=args.slice), args.json,
+                      args.html)
