@@ -189,12 +189,14 @@ def state_parts(repo):
 
 #: Sections that change how a server presents itself and what it logs,
 #: not the bytes of a pull response; hgweb also sets some of them per
-#: request (``bundle.mainreporoot`` on the first only).
+#: request (``bundle.mainreporoot`` on the first only).  ``[wirecache]``
+#: is left out too: the level a response is stored at is part of its
+#: encoding, and a new size bound should not empty the cache.
 _PRESENTATION = {b'alias', b'annotate', b'auth', b'blackbox', b'bundle',
                  b'color', b'commands', b'defaults', b'diff', b'hostsecurity',
                  b'merge', b'merge-tools', b'pager', b'paths', b'progress',
                  b'revsetalias', b'templatealias', b'templates', b'ui',
-                 b'web'}
+                 b'web', b'wirecache'}
 
 
 def config_parts(ui):

@@ -204,6 +204,7 @@ def test_an_unusable_cache_path_serves_without_the_cache(
     assert blocker.read_text() == "the cache path goes through this file\n"
 
 
+@pytest.mark.slow
 def test_many_distinct_requests_stay_within_the_bound(
         real_hg_repo_cached, hg, hgserve, tmp_path, tally):
     repo = tmp_path / "served"
