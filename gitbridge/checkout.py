@@ -45,6 +45,11 @@ Where Git differs:
   ``index-pack`` too) gets SIGTERM, and SIGKILL a second later; the step
   then counts as a network failure.
 
+A new DEST (absent or empty) is a rename of one of the pool's ready
+trees when it keeps some (``gitbridge ready-trees``): a complete
+checkout, purged and brought to the wanted commit like a reused one, so
+only what differs is written (``vcsperf.core.readytrees``).
+
 Network and working-tree work runs the ``git`` binary: fetching and
 indexing packs, and writing thousands of files, are C in Git and Python
 in dulwich (measured by ``vcsperf bench sharepool``).  Reading refs and
@@ -62,7 +67,7 @@ from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
 from gitbridge import gitconfig
-from vcsperf.core import pooledcheckout, pooling
+from vcsperf.core import pooledcheckout, pooling, readytrees
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
 
@@ -78,6 +83,12 @@ _TRANSIENT = re.compile(
     r"index-pack failed|invalid index-pack output|SSL|GnuTLS|"
     r"Could not resolve host|Empty reply from server", re.I)
 
+
+#: What a ready tree's seal holds (``vcsperf.core.readytrees``): the
+#: bytes of the files that say what the checkout is, and the stat
+#: identity and checksum of its index.
+READY_SEALED = (".git/HEAD", ".git/config", ".git/objects/info/alternates")
+READY_STAMPED = (".git/index",)
 
 #: The settings ``gitbridge checkout`` reads from git config.
 SETTINGS = r"^(share\.pool|sharepool\.)"
@@ -147,7 +158,7 @@ class Request:
     """The command's arguments and settings (a ``gitconfig.GitConfig``),
     checked."""
 
-    def __init__(self, args, config):
+    def __init__(self, args, config, pool_tree=False):
         self.revision = (args.revision or "").lower() or None
         self.branch = args.branch
         number = _config_number(config)
@@ -164,7 +175,7 @@ class Request:
         pooledcheckout.check_request(
             _error, self.revision, self.branch, self.sharebase,
             self.attempts, self.network_deadline, self.dest, args.dest,
-            [self.url, self.upstream])
+            [self.url, self.upstream], pool_tree)
         self.purge = args.purge
         self.noupdate = args.noupdate
         self.sparseprofile = args.sparseprofile
@@ -259,6 +270,17 @@ class Run(pooledcheckout.PooledCheckout):
         key = _key(self.request.dest)
         return self.lock(os.path.join(checkouts, key + ".lock"),
                          "checkout %s" % self.request.dest)
+
+    def ready_trees(self, store):
+        return readytrees.ReadyTrees.of_store(
+            self.request.sharebase, store, ".git", READY_SEALED,
+            READY_STAMPED)
+
+    def ready_tree_obstacle(self):
+        if self.request.layout != "alternates":
+            return "ready trees use the alternates layout, not %s" % (
+                self.request.layout)
+        return None
 
     # resolve and ensure the store -----------------------------------------
 
