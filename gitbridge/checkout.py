@@ -84,10 +84,8 @@ _TRANSIENT = re.compile(
     r"Could not resolve host|Empty reply from server", re.I)
 
 
-#: What a ready tree's seal holds (``vcsperf.core.readytrees``): the
-#: bytes of the files that say what the checkout is, and the stat
-#: identity and checksum of its index.
-READY_SEALED = (".git/HEAD", ".git/config", ".git/objects/info/alternates")
+#: The big file of a ready tree's .git, which its seal holds by stat
+#: identity and checksum (``vcsperf.core.readytrees``).
 READY_STAMPED = (".git/index",)
 
 #: The settings ``gitbridge checkout`` reads from git config.
@@ -273,8 +271,7 @@ class Run(pooledcheckout.PooledCheckout):
 
     def ready_trees(self, store):
         return readytrees.ReadyTrees.of_store(
-            self.request.sharebase, store, ".git", READY_SEALED,
-            READY_STAMPED)
+            self.request.sharebase, store, ".git", READY_STAMPED)
 
     def ready_tree_obstacle(self):
         if self.request.layout != "alternates":

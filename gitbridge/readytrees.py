@@ -16,9 +16,10 @@ a time.
   how many trees to keep; each takes the disk of a checkout.  Trees
   beyond it are deleted; 0 deletes them all.
 - A tree is handed out once (the rename is atomic); one changed behind
-  the pool's back (its HEAD, config, objects link or index) is set aside
-  by the checkout that finds it, unused, and deleted by the next refill;
-  a refill killed midway is resumed by the next.
+  the pool's back in its .git (HEAD, config, hooks, the index) is set
+  aside by the checkout that finds it, before git runs in it, and
+  deleted by the next refill; changes to its files are purged and
+  checked out away; a refill killed midway is resumed by the next.
 - Where the filesystem clones files copy-on-write (reflink on btrfs and
   XFS), new trees are cloned from the first one; elsewhere the refill
   says so in one line and writes each in full.
@@ -137,7 +138,7 @@ class Refill:
         store, commit = resolver.store, resolver.commit
         trees = readytrees.ReadyTrees.of_store(
             resolver.request.sharebase, store, ".git",
-            checkout.READY_SEALED, checkout.READY_STAMPED)
+            checkout.READY_STAMPED)
         os.makedirs(os.path.dirname(trees.directory), exist_ok=True)
         facts = self.timer.facts
         facts.update(revision=commit, count=self.count,

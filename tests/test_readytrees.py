@@ -281,6 +281,24 @@ def test_a_killed_refill_is_resumed_and_no_tree_is_lost(pool):
     assert pool.clean_at(pool.dest, pool.revisions[-1])
 
 
+def test_a_take_killed_after_its_rename_is_purged_by_the_rerun(pool):
+    """The taker died between its rename and the purge: the rerun, even
+    without --purge, purges what the tree held besides its files."""
+    pool.refill(count=1)
+    (name,) = pool.ready_names()
+    _add_file(pool.ready / name)
+    os.rename(pool.ready / name, pool.dest)
+    proc = pool.checkout("-r", pool.revisions[-1], "--timings")
+    assert "(%s is a ready tree an interrupted checkout took; purging " \
+        "it)" % pool.dest in proc.stderr
+    assert pool.clean_at(pool.dest, pool.revisions[-1])
+    assert not (pool.dest / ".git" / readytrees.SEAL).exists()
+    # from then on, a checkout of its own: reused as the request says
+    (pool.dest / "build.o").write_text("kept\n")
+    pool.checkout("-r", pool.revisions[0])
+    assert (pool.dest / "build.o").exists()
+
+
 def test_the_count_bounds_the_disk(pool):
     pool.refill(count=3)
     assert len(pool.ready_names()) == 3
@@ -294,9 +312,10 @@ def test_the_count_bounds_the_disk(pool):
 
 
 def test_stock_git_in_the_pool_breaks_no_tree(pool, tmp_path):
-    """git gc --prune=now and git worktree prune in the store, and git gc
-    in a ready tree: the ready and the handed-out trees stay whole."""
-    pool.refill(count=2)
+    """git gc --prune=now and git worktree prune in the store leave the
+    ready and the handed-out trees whole; git gc in a ready tree changes
+    its .git, so that tree is set aside, never handed out."""
+    pool.refill(count=3)
     pool.checkout("-r", pool.revisions[-1])
     # only the checkouts' refs name the ready trees' commit now
     for ref in pool.tool("-C", pool.store, "for-each-ref", "--format",
@@ -306,16 +325,19 @@ def test_stock_git_in_the_pool_breaks_no_tree(pool, tmp_path):
                  ["reflog", "expire", "--expire=now", "--all"],
                  ["gc", "--quiet", "--prune=now"]):
         pool.tool("-C", pool.store, *args)
+    fsck = pool.tool.proc("-C", pool.dest, "fsck", "--no-progress")
+    assert fsck.returncode == 0, fsck.stderr
+    second = tmp_path / "second"
+    proc = pool.checkout("-r", pool.revisions[0], "--timings", dest=second)
+    assert pool.took(proc) and pool.clean_at(second, pool.revisions[0])
     (name,) = pool.ready_names()
     pool.tool("-C", pool.ready / name, "gc", "--quiet", "--prune=now")
-    for tree in (pool.ready / name, pool.dest):
-        fsck = pool.tool.proc("-C", tree, "fsck", "--no-progress")
-        assert fsck.returncode == 0, fsck.stderr
-    proc = pool.checkout("-r", pool.revisions[0], "--timings",
-                         dest=tmp_path / "second")
-    # git gc in a ready tree changes none of what the seal holds
-    assert pool.took(proc) == name
-    assert pool.clean_at(tmp_path / "second", pool.revisions[0])
+    third = tmp_path / "third"
+    proc = pool.checkout("-r", pool.revisions[0], "--timings", dest=third)
+    assert "(ready tree %s was changed behind the pool's back: " % name \
+        in proc.stderr
+    assert pool.took(proc) is None
+    assert pool.clean_at(third, pool.revisions[0])
     assert pool.store_problems() == []
 
 

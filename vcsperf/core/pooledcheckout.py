@@ -182,8 +182,10 @@ class PooledCheckout:
         self.store: Text | None = None
         #: The ``pooling.StepDeadline`` of the network step running now.
         self.deadline: pooling.StepDeadline | None = None
-        #: The ready tree this attempt took as DEST, if any.
+        #: The ready tree this attempt took as DEST, if any, and the
+        #: adapter's ready trees it came from.
         self.ready_tree: str | None = None
+        self.taken_from: readytrees.ReadyTrees | None = None
 
     # The adapter's voice -------------------------------------------------
 
@@ -404,6 +406,8 @@ class PooledCheckout:
             self.say("updated to %s", node)
             with step("verify"):
                 self.verify(node)
+            if self.ready_tree and self.taken_from:
+                self.taken_from.finished(os.fsdecode(request.dest))
         if self.wants_disk_report():
             with step("disk"):
                 self.report_disk(store)
@@ -425,7 +429,12 @@ class PooledCheckout:
         checkout, purged.  A request or a DEST a ready tree cannot serve
         is written as before, said in one line (``-U`` writes no tree)."""
         dest = os.fsdecode(self.request.dest)
-        trees = self.ready_trees(store)
+        self.taken_from = trees = self.ready_trees(store)
+        if trees is not None and trees.taken_unfinished(dest):
+            self.warn("(%s is a ready tree an interrupted checkout took; "
+                      "purging it)", self.shown_dest)
+            self.ready_tree = "interrupted"
+            return
         if trees is None or self.request.noupdate or not trees.exists() or (
                 os.path.lexists(dest) and (not os.path.isdir(dest)
                                            or os.listdir(dest))):

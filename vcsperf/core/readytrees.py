@@ -16,13 +16,15 @@ The guarantees, and how they hold:
   directory; of two takers (or a taker and a refill), exactly one
   succeeds, the other finds the name gone and tries the next.
 - A crash leaves no half tree and loses none: a take is that one rename
-  (before it the tree is the pool's, after it DEST's); a refill works on
-  a tree under a busy name (``.busy-NAME``, renamed out first) that the
-  next refill resumes.
+  (before it the tree is the pool's, after it DEST's, and its seal goes
+  with it until the taker has brought it to its commit, so a rerun into
+  DEST knows to purge it); a refill works on a tree under a busy name
+  (``.busy-NAME``, renamed out first) that the next refill resumes.
 - A tree changed behind the pool's back is never handed out as it is:
-  each ready tree carries a seal (the digest of the small files that
-  decide what the tree is -- HEAD, config, where its objects are -- and
-  the stat identity and trailing checksum of its index); a tree whose
+  each ready tree carries a seal of its metadata directory (every
+  entry, the digest of every file -- HEAD, config, hooks, where its
+  objects are -- and the stat identity and trailing checksum of its
+  index); a tree whose
   seal does not hold, or that is not a plain directory, is set aside
   (``.damaged-NAME``) before anything runs in it, for the next refill to
   delete.  Files changed, added or removed in the working tree are what
@@ -77,6 +79,9 @@ SEAL = "vcsperf-ready-seal"
 #: How many bytes of a sealed file are read: they are small (HEAD, a
 #: config, a path); a bigger one is damage.
 _SEALED_LIMIT = 1 << 20
+#: How many entries of a metadata directory a seal holds: a checkout's
+#: has a few dozen; more is damage.
+_METADATA_ENTRIES = 10000
 #: How many trailing bytes of a stamped file (an index's checksum) the
 #: seal holds.
 _TRAILER = 32
@@ -98,25 +103,24 @@ class Taken(NamedTuple):
 class ReadyTrees:
     """The ready trees of one pooled store, in ``directory``.
 
-    ``metadir`` is the checkout's metadata directory (``.git``, ``.hg``);
-    ``sealed`` the small files under the tree whose bytes the seal
-    digests; ``stamped`` the big ones (an index) whose stat identity and
-    trailing bytes it holds."""
+    ``metadir`` is the checkout's metadata directory (``.git``, ``.hg``):
+    the seal holds all of it (what each entry is, the bytes of each file,
+    a symlink's target), but for the big files in ``stamped`` (an index,
+    a dirstate: paths under the tree), whose stat identity and trailing
+    bytes it holds instead."""
 
     def __init__(self, directory: str, metadir: str,
-                 sealed: Sequence[str], stamped: Sequence[str]) -> None:
+                 stamped: Sequence[str]) -> None:
         self.directory = directory
         self.metadir = metadir
-        self.sealed = tuple(sealed)
         self.stamped = tuple(stamped)
 
     @classmethod
     def of_store(cls, sharebase: str, store: str, metadir: str,
-                 sealed: Sequence[str],
                  stamped: Sequence[str]) -> ReadyTrees:
         return cls(os.path.join(sharebase, READY_DIR,
                                 os.path.basename(store)),
-                   metadir, sealed, stamped)
+                   metadir, stamped)
 
     # Reading the pool ----------------------------------------------------
 
@@ -161,7 +165,7 @@ class ReadyTrees:
 
     def seal_problem(self, tree: str) -> tuple[str | None, str | None]:
         """``(revision, None)`` when ``tree``'s seal holds, else ``(None,
-        what does not hold)``; reads a few small files, follows no
+        what does not hold)``; reads the metadata directory, follows no
         symlink and opens nothing but regular files."""
         for directory in (tree, os.path.join(tree, self.metadir)):
             try:
@@ -181,22 +185,50 @@ class ReadyTrees:
             revision, files = record["revision"], record["files"]
         except (ValueError, KeyError, TypeError):
             return None, "seal: not a seal"
-        if not isinstance(revision, str):
+        if not isinstance(revision, str) or not isinstance(files, dict):
             return None, "seal: not a seal"
         now = self._fingerprint(tree)
-        for name in (*self.sealed, *self.stamped):
+        if now == files:
+            return revision, None
+        for name in sorted(set(now) | set(files)):
             if files.get(name) != now.get(name):
                 return None, "%s differs from the sealed one" % name
-        return revision, None
+        return None, "seal: not a seal"
 
     def _fingerprint(self, tree: str) -> dict[str, object]:
+        """Each entry under the metadata directory but the seal: a
+        directory as such, a symlink by its target, a file by its digest
+        (a stamped one by ``_stamp``), anything else by its kind."""
         found: dict[str, object] = {}
-        for name in self.sealed:
-            data, problem = _read_regular(os.path.join(tree, name),
-                                          _SEALED_LIMIT)
-            found[name] = problem or hashlib.sha256(data).hexdigest()
-        for name in self.stamped:
-            found[name] = _stamp(os.path.join(tree, name))
+        top = os.path.join(tree, self.metadir)
+        stamped = {os.path.normpath(name) for name in self.stamped}
+        for folder, dirs, files in os.walk(top):
+            for name in dirs + files:
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, tree)
+                if rel == os.path.join(self.metadir, SEAL):
+                    continue
+                if len(found) >= _METADATA_ENTRIES:
+                    found["..."] = "more than %d entries" % (
+                        _METADATA_ENTRIES)
+                    return found
+                try:
+                    mode = os.lstat(path).st_mode
+                except FileNotFoundError:
+                    found[rel] = "missing"
+                    continue
+                if stat.S_ISLNK(mode):
+                    found[rel] = "-> " + os.readlink(path)
+                elif stat.S_ISDIR(mode):
+                    found[rel] = "directory"
+                elif rel in stamped:
+                    found[rel] = _stamp(path)
+                else:
+                    data, problem = _read_regular(path, _SEALED_LIMIT)
+                    found[rel] = problem or hashlib.sha256(
+                        data).hexdigest()
+        for name in stamped:
+            found.setdefault(name, "missing")
         return found
 
     # The take ----------------------------------------------------------------
@@ -227,12 +259,20 @@ class ReadyTrees:
                     why = "cannot move a ready tree to DEST: %s" % (
                         err.strerror)
                 return Taken(None, None, set_aside, why)
-            try:
-                os.unlink(os.path.join(dest, self.metadir, SEAL))
-            except FileNotFoundError:
-                pass
             return Taken(name, revision, set_aside)
         return Taken(None, None, set_aside)
+
+    def taken_unfinished(self, dest: str) -> bool:
+        """Whether DEST is a ready tree whose taker ended before it was
+        brought to its commit: the seal goes with the tree until then."""
+        return os.path.lexists(os.path.join(dest, self.metadir, SEAL))
+
+    def finished(self, dest: str) -> None:
+        """DEST, a tree taken, is now the checkout its taker wanted."""
+        try:
+            os.unlink(os.path.join(dest, self.metadir, SEAL))
+        except FileNotFoundError:
+            pass
 
     def _set_aside(self, name: str) -> bool:
         try:
