@@ -102,14 +102,27 @@ def add_commands(subparsers):
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("url")
     parser.add_argument("dest")
+    add_pool_arguments(parser)
+    parser.add_argument("--purge", action="store_true",
+                        help="remove untracked and ignored files")
+    parser.add_argument("--sparseprofile", help="file in the repository "
+                        "with sparse-checkout patterns")
+    parser.add_argument("-U", "--noupdate", action="store_true",
+                        help="do not update the working tree")
+    parser.add_argument("--layout", choices=LAYOUTS, help="how DEST shares "
+                        "the store (default: sharepool.layout, alternates)")
+    parser.set_defaults(func=main)
+
+
+def add_pool_arguments(parser):
+    """The options of a checkout that ``gitbridge ready-trees`` takes
+    too."""
     parser.add_argument("--upstream", help="URL to clone the store from "
                         "first (e.g. a mirror)")
     parser.add_argument("-r", "--revision", help="commit to check out: 12 to "
                         "40 hex digits")
     parser.add_argument("-b", "--branch", help="branch or tag to check out "
                         "(resolved on the remote)")
-    parser.add_argument("--purge", action="store_true",
-                        help="remove untracked and ignored files")
     parser.add_argument("--sharebase", help="directory of the pooled stores "
                         "(default: git config share.pool)")
     parser.add_argument("--networkattempts", type=int, help="network "
@@ -122,15 +135,8 @@ def add_commands(subparsers):
                         "network failure (default: "
                         "sharepool.network-deadline, %d)"
                         % pooling.DEFAULT_NETWORK_DEADLINE)
-    parser.add_argument("--sparseprofile", help="file in the repository "
-                        "with sparse-checkout patterns")
-    parser.add_argument("-U", "--noupdate", action="store_true",
-                        help="do not update the working tree")
-    parser.add_argument("--layout", choices=LAYOUTS, help="how DEST shares "
-                        "the store (default: sharepool.layout, alternates)")
     parser.add_argument("--timings", action="store_true",
                         help="print a JSON line of per-step timings")
-    parser.set_defaults(func=main)
 
 
 def main(args):

@@ -27,8 +27,8 @@ a time.
   line, when DEST is on another filesystem, the request is sparse or in
   the worktree layout, or no ready tree is left.
 
-The options ``--sharebase``, ``--upstream``, ``--networkattempts``,
-``--networkdeadline`` and ``--timings`` are ``gitbridge checkout``'s.
+The other options are ``gitbridge checkout``'s: ``-r``/``-b`` name the
+commit the trees stand on.
 """
 
 import argparse
@@ -53,21 +53,10 @@ def add_commands(subparsers):
         description=__doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("url")
-    parser.add_argument("-r", "--revision", help="commit the trees stand "
-                        "on: 12 to 40 hex digits")
-    parser.add_argument("-b", "--branch", help="branch or tag the trees "
-                        "stand on (resolved on the remote)")
     parser.add_argument("--count", type=int, help="how many trees to keep "
                         "(default: sharepool.ready-trees, %d)"
                         % DEFAULT_COUNT)
-    parser.add_argument("--sharebase", help="directory of the pooled stores "
-                        "(default: git config share.pool)")
-    parser.add_argument("--upstream", help="URL to clone the store from "
-                        "first (e.g. a mirror)")
-    parser.add_argument("--networkattempts", type=int)
-    parser.add_argument("--networkdeadline", type=float, metavar="SECONDS")
-    parser.add_argument("--timings", action="store_true",
-                        help="print a JSON line of per-step timings")
+    checkout.add_pool_arguments(parser)
     parser.set_defaults(func=main)
 
 

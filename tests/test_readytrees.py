@@ -257,8 +257,10 @@ def test_a_tree_whose_seal_breaks_is_set_aside_unused(pool, damage,
     assert "(deleted .damaged-%s)" % name in refilled.stdout
     names = pool.ready_names()
     assert len(names) == 1, names
-    (fresh,) = names
-    assert fresh != name and fresh.startswith("t-")
+    proc = pool.checkout("-r", pool.revisions[0], "--timings",
+                         dest=tmp_path / "next")
+    assert pool.took(proc) == names[0]
+    assert pool.clean_at(tmp_path / "next", pool.revisions[0])
 
 
 def test_a_killed_refill_is_resumed_and_no_tree_is_lost(pool):

@@ -57,7 +57,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import stat
 import subprocess
 import tempfile
@@ -130,8 +129,7 @@ class ReadyTrees:
         return os.path.isdir(self.directory)
 
     def names(self) -> list[str]:
-        """The ready trees' names, oldest name first (names are random:
-        the order only spreads takers over them)."""
+        """The ready trees' names, lowest slot first."""
         try:
             entries = os.listdir(self.directory)
         except FileNotFoundError:
@@ -334,7 +332,7 @@ def refill(trees: ReadyTrees, count: int, bring: Callable[[str], str],
         _finish(trees, name, bring)
         kept.append((name, how))
     while len(kept) < count:
-        name = "t-" + secrets.token_hex(8)
+        name = _free_slot(trees, {kept_name for kept_name, _ in kept})
         busy_path = trees.path(BUSY + name)
         how = "made"
         if cloning and kept:
@@ -343,6 +341,21 @@ def refill(trees: ReadyTrees, count: int, bring: Callable[[str], str],
         _finish(trees, name, bring)
         kept.append((name, how))
     return Refilled(kept, deleted)
+
+
+def _free_slot(trees: ReadyTrees, kept: set[str]) -> str:
+    """The lowest tree name in use by no tree: names are slots, so the
+    refs a system keeps per checkout path (Git's ``refs/checkouts/``)
+    number at most the most trees a pool kept."""
+    taken = kept | set(os.listdir(trees.directory))
+    slot = 0
+    while _slot(slot) in taken or BUSY + _slot(slot) in taken:
+        slot += 1
+    return _slot(slot)
+
+
+def _slot(number: int) -> str:
+    return "t-%016x" % number
 
 
 def _finish(trees: ReadyTrees, name: str,
