@@ -7,6 +7,7 @@ place.  After each: no tree is handed out dirty or half made, none is
 lost, the pool holds exactly the trees it was asked for, and every
 checkout ends on its commit with exactly the served files."""
 
+import json
 import os
 import subprocess
 import time
@@ -194,4 +195,60 @@ def test_damage_behind_the_pools_back_is_never_handed_out(pool, tmp_path,
                                                        problems))
         subprocess.run(["rm", "-rf", str(dest)], check=True)
     print("%d rounds of damage" % rounds)
+    tally.check()
+
+
+@pytest.mark.campaign
+@_TIMEOUT
+def test_concurrent_takers_never_share_a_tree(pool, tmp_path, tally):
+    """Rounds of two to four checkouts started at once against a pool of
+    zero to three ready trees (a refill running beside them in some
+    rounds): each tree is handed out at most once, as many checkouts
+    take one as there were trees (fewer only beside a refill), and every
+    DEST ends on its commit with exactly the served files."""
+    rng = tally.rng
+    rounds = campaign.size(3, 16)
+    for round_ in range(rounds):
+        trees, takers = rng.randint(0, 3), rng.randint(2, 4)
+        beside = rng.random() < 0.3
+        if trees:
+            pool.refill(count=trees)
+        revision = rng.choice(pool.revisions)
+        dests = [tmp_path / ("r%d-%d" % (round_, n)) for n in range(takers)]
+        argvs = [pool.command("-r", revision, "--timings", dest=dest)
+                 for dest in dests]
+        if beside:
+            argvs.append(_argv(pool, "refill", trees, revision))
+        jobs = [subprocess.Popen(argv, env=pool.env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+                for argv in argvs]
+        results = [(job.wait(timeout=300), *job.communicate())
+                   for job in jobs]
+        problems, took = [], []
+        for dest, (code, out, err) in zip(dests, results):
+            if code:
+                problems.append("exit %d: %s" % (code, err[-300:]))
+                continue
+            took.append(json.loads(out.splitlines()[-1])["checkout"]
+                        .get("ready_tree"))
+            pool.dest = dest
+            if pool.parent() != revision or pool.changes():
+                problems.append("%s not clean at %s" % (dest.name,
+                                                        revision[:12]))
+        taken = [name for name in took if name]
+        if len(set(taken)) != len(taken):
+            problems.append("a tree handed out twice: %s" % taken)
+        if not beside and len(taken) != min(trees, takers):
+            problems.append("%d trees, %d takers, %d took"
+                            % (trees, takers, len(taken)))
+        if beside and results[-1][0]:
+            problems.append("refill beside them failed: %s"
+                            % results[-1][2][-300:])
+        tally.case(not problems, "round %d: %d trees, %d takers%s: %s"
+                   % (round_, trees, takers, ", a refill beside"
+                      if beside else "", problems))
+        for dest in dests:
+            subprocess.run(["rm", "-rf", str(dest)], check=True)
+        pool.refill(count=0)
+    print("%d rounds of concurrent takers" % rounds)
     tally.check()
