@@ -302,8 +302,17 @@ def test_a_take_killed_after_its_rename_is_purged_by_the_rerun(pool):
 
 
 def test_the_count_bounds_the_disk(pool):
-    pool.refill(count=3)
+    made = pool.refill(count=3)
     assert len(pool.ready_names()) == 3
+    # new trees are cloned copy-on-write, or the refill says why not
+    problem = readytrees.reflink_problem(str(pool.ready))
+    if problem:
+        assert made.stdout.count("(%s has no copy-on-write clones (%s); "
+                                 "each ready tree is written in full)"
+                                 % (pool.ready, problem)) == 1
+        assert made.stdout.count(" made, at ") == 3
+    else:
+        assert made.stdout.count(" cloned, at ") == 2
     fewer = pool.refill(count=1)
     assert fewer.stdout.count("(deleted t-") == 2
     assert len(pool.ready_names()) == 1
