@@ -7,6 +7,7 @@ tree, trees changed behind the pool's back, a killed refill, stock git
 in the pool, and each fallback to writing the whole tree, with its one
 line."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from checkout_drivers import (
     abort_line,
     git_served,  # noqa: F401 (a fixture)
 )
+from test_pooling import _dead_pid, _host
 from vcsperf.core import readytrees
 from vcsperf.harness import tools
 
@@ -299,6 +301,27 @@ def test_a_take_killed_after_its_rename_is_purged_by_the_rerun(pool):
     (pool.dest / "build.o").write_text("kept\n")
     pool.checkout("-r", pool.revisions[0])
     assert (pool.dest / "build.o").exists()
+
+
+def test_locks_left_by_dead_processes_are_taken_over_on_the_new_path(
+        pool):
+    """The engine's locks hold on the take and the refill: DEST's lock
+    and the refill's lock, left by dead processes, are taken over, said
+    as the engine says it."""
+    pool.refill(count=1)
+    key = hashlib.sha256(str(pool.dest).encode()).hexdigest()[:20]
+    os.symlink("%s:%d" % (_host(), _dead_pid()),
+               pool.pool / "checkouts" / (key + ".lock"))
+    os.symlink("%s:%d" % (_host(), _dead_pid()),
+               str(pool.ready) + ".lock")
+    proc = pool.checkout("-r", pool.revisions[-1], "--timings")
+    assert "(took over the lock on checkout %s from process " % pool.dest \
+        in proc.stderr
+    assert pool.took(proc) and pool.clean_at(pool.dest, pool.revisions[-1])
+    refilled = pool.refill(count=1)
+    assert "(took over the lock on ready trees of %s from process " % (
+        pool.store.name) in refilled.stderr
+    assert len(pool.ready_names()) == 1
 
 
 def test_the_count_bounds_the_disk(pool):
