@@ -46,6 +46,11 @@ Where Git differs:
   ``index-pack`` too) gets SIGTERM, and SIGKILL a second later; the step
   then counts as a network failure.
 
+A new DEST (absent or empty) is a rename of one of the pool's ready
+trees when it keeps some (``gitbridge ready-trees``): a complete
+checkout, purged and brought to the wanted commit like a reused one, so
+only what differs is written (``vcsperf.core.readytrees``).
+
 Network and working-tree work runs the ``git`` binary: fetching and
 indexing packs, and writing thousands of files, are C in Git and Python
 in dulwich (measured by ``vcsperf bench sharepool``).  Reading refs and
@@ -63,7 +68,7 @@ from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
 from gitbridge import gitconfig
-from vcsperf.core import metrics, pooledcheckout, pooling
+from vcsperf.core import metrics, pooledcheckout, pooling, readytrees
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
 
@@ -80,6 +85,10 @@ _TRANSIENT = re.compile(
     r"Could not resolve host|Empty reply from server", re.I)
 
 
+#: The big file of a ready tree's .git, which its seal holds by stat
+#: identity and checksum (``vcsperf.core.readytrees``).
+READY_STAMPED = (".git/index",)
+
 #: The settings ``gitbridge checkout`` reads from git config.
 SETTINGS = r"^(share\.pool|sharepool\.)"
 
@@ -94,14 +103,30 @@ def add_commands(subparsers):
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("url")
     parser.add_argument("dest")
+    add_pool_arguments(parser)
+    parser.add_argument("--purge", action="store_true",
+                        help="remove untracked and ignored files")
+    parser.add_argument("--sparseprofile", help="file in the repository "
+                        "with sparse-checkout patterns")
+    parser.add_argument("-U", "--noupdate", action="store_true",
+                        help="do not update the working tree")
+    parser.add_argument("--layout", choices=LAYOUTS, help="how DEST shares "
+                        "the store (default: sharepool.layout, alternates)")
+    parser.add_argument("--metricsdir", metavar="DIR", help="write a "
+                        "metrics file of the run there (default: git config "
+                        "sharepool.metrics-dir)")
+    parser.set_defaults(func=main)
+
+
+def add_pool_arguments(parser):
+    """The options of a checkout that ``gitbridge ready-trees`` takes
+    too."""
     parser.add_argument("--upstream", help="URL to clone the store from "
                         "first (e.g. a mirror)")
     parser.add_argument("-r", "--revision", help="commit to check out: 12 to "
                         "40 hex digits")
     parser.add_argument("-b", "--branch", help="branch or tag to check out "
                         "(resolved on the remote)")
-    parser.add_argument("--purge", action="store_true",
-                        help="remove untracked and ignored files")
     parser.add_argument("--sharebase", help="directory of the pooled stores "
                         "(default: git config share.pool)")
     parser.add_argument("--networkattempts", type=int, help="network "
@@ -114,18 +139,8 @@ def add_commands(subparsers):
                         "network failure (default: "
                         "sharepool.network-deadline, %d)"
                         % pooling.DEFAULT_NETWORK_DEADLINE)
-    parser.add_argument("--sparseprofile", help="file in the repository "
-                        "with sparse-checkout patterns")
-    parser.add_argument("-U", "--noupdate", action="store_true",
-                        help="do not update the working tree")
-    parser.add_argument("--layout", choices=LAYOUTS, help="how DEST shares "
-                        "the store (default: sharepool.layout, alternates)")
     parser.add_argument("--timings", action="store_true",
                         help="print a JSON line of per-step timings")
-    parser.add_argument("--metricsdir", metavar="DIR", help="write a "
-                        "metrics file of the run there (default: git config "
-                        "sharepool.metrics-dir)")
-    parser.set_defaults(func=main)
 
 
 def main(args):
@@ -152,7 +167,7 @@ class Request:
     """The command's arguments and settings (a ``gitconfig.GitConfig``),
     checked."""
 
-    def __init__(self, args, config):
+    def __init__(self, args, config, pool_tree=False):
         self.revision = (args.revision or "").lower() or None
         self.branch = args.branch
         number = _config_number(config)
@@ -169,7 +184,7 @@ class Request:
         pooledcheckout.check_request(
             _error, self.revision, self.branch, self.sharebase,
             self.attempts, self.network_deadline, self.dest, args.dest,
-            [self.url, self.upstream])
+            [self.url, self.upstream], pool_tree=pool_tree)
         self.purge = args.purge
         self.noupdate = args.noupdate
         self.sparseprofile = args.sparseprofile
@@ -268,6 +283,16 @@ class Run(pooledcheckout.PooledCheckout):
         key = _key(self.request.dest)
         return self.lock(os.path.join(checkouts, key + ".lock"),
                          "checkout %s" % self.request.dest)
+
+    def ready_trees(self, store):
+        return readytrees.ReadyTrees.of_store(
+            self.request.sharebase, store, ".git", READY_STAMPED)
+
+    def ready_tree_obstacle(self):
+        if self.request.layout != "alternates":
+            return "ready trees use the alternates layout, not %s" % (
+                self.request.layout)
+        return None
 
     # resolve and ensure the store -----------------------------------------
 

@@ -11,7 +11,8 @@ import sys
 from vcsperf.core import __version__
 
 FEATURE_MODULES = ("gitbridge.bundlegen", "gitbridge.checkout",
-                   "gitbridge.commitid", "gitbridge.commitindex")
+                   "gitbridge.commitid", "gitbridge.commitindex",
+                   "gitbridge.readytrees")
 #: Subcommands that answer in milliseconds: only their module is imported,
 #: sparing them the others' imports (dulwich's take tens of milliseconds),
 #: and its ``quick_main(ARGS)`` reads their usual arguments without

@@ -11,7 +11,7 @@ from vcsperf.harness import tools
 PATHS = ["full clone (git clone --bare)", "run-task shallow",
          "run-task shallow blobless sparse",
          "run-task cached, 10 behind, purged", "gitbridge cold pool",
-         "gitbridge warm pool, new dir",
+         "gitbridge warm pool, new dir", "gitbridge ready tree, new dir",
          "gitbridge warm pool, reuse 10 behind",
          "gitbridge warm pool, reuse 10 behind, --purge"]
 
@@ -59,7 +59,10 @@ def test_timetotree_on_real_history(real_git_repo, env, tmp_path):
     purged = paths["gitbridge warm pool, reuse 10 behind, --purge"]
     assert purged["pulled"] and purged["left_untracked"] == 0
     assert "purge" in purged["steps"]
-    assert set(figures["ratios"]) == {"warm_reuse", "warm_new",
+    ready = paths["gitbridge ready tree, new dir"]
+    assert "take" in ready["steps"] and "clone" not in ready["steps"]
+    assert ready["refill_seconds"] > 0 and ready["ready_tree_bytes"] > 0
+    assert set(figures["ratios"]) == {"warm_reuse", "warm_new", "ready_new",
                                       "cold_bytes", "cold_time"}
     assert all(value > 0 for value in figures["ratios"].values())
     assert set(figures["targets"]) == set(figures["ratios"])

@@ -1,7 +1,8 @@
 """Time to tree: Mozilla run-task's Git checkout (shallow; shallow,
 blobless and cone-mode sparse; its cached checkout refreshed and purged)
 beside ``gitbridge checkout`` (a cold pool, a warm pool with a new
-directory, a warm pool reusing a directory some commits behind, with and
+directory, a ready tree of the warm pool taken into a new directory, a
+warm pool reusing a directory some commits behind, with and
 without ``--purge``), on one Git repository served over smart HTTP on
 127.0.0.1 behind a proxy that counts the bytes, in one run.
 
@@ -52,6 +53,8 @@ from vcsperf.harness.servers import GitServer
 TARGETS = (
     ("warm reuse, gitbridge --purge / run-task", "warm_reuse", "<=", 0.5),
     ("new dir from warm pool / whole-tree write", "warm_new", "<=", 0.25),
+    ("new dir from a ready tree / whole-tree write", "ready_new", "<=",
+     0.25),
     ("cold, bytes from origin / full clone", "cold_bytes", "<=", 0.02),
     ("cold, wall / run-task shallow", "cold_time", "<=", 1.0),
 )
@@ -420,6 +423,24 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
             pooling.disk_usage(d("new"))
         shutil.rmtree(d("cold"))
         shutil.rmtree(d("new"))
+        # A ready tree of the warm pool (gitbridge ready-trees), made off
+        # the clock at the commit N behind; the timed path takes it into
+        # a new directory and brings it to the tip.
+        dest = d("ready")
+        start = time.monotonic()
+        tools.run([tools.executable("gitbridge"), "ready-trees",
+                   "--sharebase", pool, "--count", "1", "-r", base, url],
+                  homes["gitbridge"], cwd=work)
+        refill = time.monotonic() - start
+        ready_bytes = pooling.disk_usage(os.path.join(pool, "ready"))
+        origin.take()
+        steps, wall, facts = gitbridge_checkout(url, pool, dest, tip,
+                                                homes["gitbridge"])
+        record("gitbridge ready tree, new dir", steps, wall, origin.take(),
+               dest, pool, check=tree_check(dest, tip, base_env),
+               refill_seconds=round(refill, 3), ready_tree_bytes=ready_bytes,
+               **facts)
+        shutil.rmtree(dest)
         shutil.rmtree(pool)
 
         trace_gb = os.path.join(work, "trace-gitbridge.json")
@@ -447,10 +468,12 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
             shutil.rmtree(d("pool-" + name))
 
     rows = list(results.values())
-    full, shallow, _sparse, refresh, cold, new, _reuse, reuse_purge = rows
+    full, shallow, _sparse, refresh, cold, new, ready, _reuse, \
+        reuse_purge = rows
     ratios = {
         "warm_reuse": reuse_purge["total"] / refresh["total"],
         "warm_new": new["total"] / shallow["steps"]["checkout"],
+        "ready_new": ready["total"] / shallow["steps"]["checkout"],
         "cold_bytes": cold["bytes_from_origin"] / full["bytes_from_origin"],
         "cold_time": cold["total"] / shallow["total"],
     }

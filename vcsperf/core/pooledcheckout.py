@@ -48,7 +48,7 @@ from typing import (
     Union,
 )
 
-from vcsperf.core import metrics, pooling
+from vcsperf.core import metrics, pooling, readytrees
 
 #: How often damage found and repaired mid-run may restart the run.
 MAX_RESTARTS = 2
@@ -99,17 +99,20 @@ def check_request(error: Error, revision: Text | None, branch: Text | None,
                   sharebase: Text | None, attempts: int,
                   network_deadline: float, dest: Text, shown_dest: Text,
                   sources: Iterable[Text | None],
-                  revision_hints: bool = True) -> None:
+                  revision_hints: bool = True,
+                  pool_tree: bool = False) -> None:
     """Raise ``error(template, *args, hint=...)`` (the adapter's user
     error, as ``PooledCheckout.error``) for the first rule the request
     breaks: exactly one of a ``revision`` (lower case) and a ``branch``;
     a ``sharebase`` (None when neither given nor configured); at least
     one network attempt; a network deadline ``pooling.valid_deadline``
     takes; a ``dest`` that removing would not destroy what no checkout
-    made (``pooling.dest_overlap`` with the URLs in ``sources``).
-    ``revision_hints=False`` words the revision rules as robustcheckout
-    does, with no hint line: its users' scripts and its own test suite
-    (test-revision-branch.t) compare stderr whole."""
+    made (``pooling.dest_overlap`` with the URLs in ``sources``), unless
+    DEST is a ``pool_tree``: a ready tree, which the pool keeps in its
+    share base (``vcsperf.core.readytrees``).  ``revision_hints=False``
+    words the revision rules as robustcheckout does, with no hint line:
+    its users' scripts and its own test suite (test-revision-branch.t)
+    compare stderr whole."""
     which: str | None = None
     if revision_hints:
         which = "-r SHA checks out exactly that commit; -b NAME " \
@@ -134,7 +137,8 @@ def check_request(error: Error, revision: Text | None, branch: Text | None,
         raise error("the network deadline must be a positive number of "
                     "seconds, at most a year", hint="check "
                     "--networkdeadline and sharepool.network-deadline")
-    overlap = pooling.dest_overlap(dest, sharebase, sources)
+    overlap = None if pool_tree else pooling.dest_overlap(
+        dest, sharebase, sources)
     if overlap:
         raise error("destination %s is or holds %s; refusing to replace it",
                     shown_dest, overlap,
@@ -191,6 +195,10 @@ class PooledCheckout:
         self.store: Text | None = None
         #: The ``pooling.StepDeadline`` of the network step running now.
         self.deadline: pooling.StepDeadline | None = None
+        #: The ready tree this attempt took as DEST, if any, and the
+        #: adapter's ready trees it came from.
+        self.ready_tree: str | None = None
+        self.taken_from: readytrees.ReadyTrees | None = None
 
     # The adapter's voice -------------------------------------------------
 
@@ -300,6 +308,17 @@ class PooledCheckout:
     def wants_disk_report(self) -> bool:
         return True
 
+    def ready_trees(self, store: Text) -> readytrees.ReadyTrees | None:
+        """The ready trees of ``store`` a new DEST may be taken from
+        (``vcsperf.core.readytrees``), or None: every new DEST is
+        written."""
+        return None
+
+    def ready_tree_obstacle(self) -> str | None:
+        """Why this request cannot use a ready tree, beside a sparse
+        profile and ``-U`` (which the engine knows), or None."""
+        return None
+
     # The run -------------------------------------------------------------
 
     def run(self) -> None:
@@ -398,6 +417,7 @@ class PooledCheckout:
     def attempt(self) -> None:
         """The steps, once, in order."""
         request, step = self.request, self.timer.step
+        self.ready_tree = None
         self.check_destination()
         self.store = store = self.prepare_store()
         self.timer.facts["store"] = os.fsdecode(store)
@@ -413,7 +433,9 @@ class PooledCheckout:
             return
         with self.reading_store(store):
             self.check_working_state(created)
-            if request.purge and not created:
+            # a ready tree is a new checkout: nothing the pool did not put
+            # there may stay
+            if (request.purge or self.ready_tree) and not created:
                 self.say("(purging working directory)")
                 with step("purge"):
                     removed = self.purge()
@@ -426,6 +448,8 @@ class PooledCheckout:
             self.say("updated to %s", node)
             with step("verify"):
                 self.verify(node)
+            if self.ready_tree and self.taken_from:
+                self.taken_from.finished(os.fsdecode(request.dest))
         if self.wants_disk_report():
             with step("disk"):
                 self.report_disk(store)
@@ -433,12 +457,54 @@ class PooledCheckout:
     def _share(self, store: Text, node: Text | None) -> bool:
         """Make DEST a share of ``store`` unless it is one; whether it was
         created."""
+        self._take_ready_tree(store)
         if self.is_shared(store):
             return False
         with self.timer.step("clone"):
             self.create_share(store, node)
         self.behaviors.add("clone")
         return True
+
+    def _take_ready_tree(self, store: Text) -> None:
+        """Make a new DEST a ready tree of the pool's, when it keeps any
+        (``ready_trees``), by a rename; it is then reused like any
+        checkout, purged.  A request or a DEST a ready tree cannot serve
+        is written as before, said in one line (``-U`` writes no tree)."""
+        dest = os.fsdecode(self.request.dest)
+        self.taken_from = trees = self.ready_trees(store)
+        if trees is not None and trees.taken_unfinished(dest):
+            self.warn("(%s is a ready tree an interrupted checkout took; "
+                      "purging it)", self.shown_dest)
+            self.ready_tree = "interrupted"
+            return
+        if trees is None or self.request.noupdate or not trees.exists() or (
+                os.path.lexists(dest) and (not os.path.isdir(dest)
+                                           or os.listdir(dest))):
+            return
+        obstacle = self.ready_tree_obstacle()
+        if self.request.sparseprofile:
+            obstacle = "ready trees are full checkouts, not sparse ones"
+        elif obstacle is None and not trees.same_filesystem(dest):
+            obstacle = self.text("%s is on another filesystem than the "
+                                 "pool's ready trees", self.shown_dest)
+        if obstacle:
+            self.say("(%s; writing the whole tree)", obstacle)
+            return
+        with self.timer.step("take"):
+            taken = trees.take(dest)
+        for name, problem in taken.set_aside:
+            self.warn("(ready tree %s was changed behind the pool's back: "
+                      "%s; set aside for the pool to delete)", name,
+                      problem)
+        if taken.name is None:
+            self.say("(%s; writing the whole tree)",
+                     taken.refused or "no ready tree in the pool")
+            return
+        self.ready_tree = taken.name
+        self.timer.facts["ready_tree"] = taken.name
+        self.behaviors.add("ready-tree")
+        self.say("(took ready tree %s, at %s, from the pool)", taken.name,
+                 (taken.revision or "?")[:12])
 
     def verify(self, node: Text) -> None:
         """DEST's parent is ``node`` and nothing differs from it; else DEST
