@@ -1,0 +1,288 @@
+"""What ``gitbridge checkout`` knows of a checkout it left clean, so that
+the next ``--purge`` lists only the directories changed since.
+
+``git clean -ffdx`` reads every directory of the working tree to find
+what the index does not hold: at Firefox's size 40,000 directories and
+427,000 names, seconds on every reuse.  A directory's stat data (inode,
+mtime, ctime) changes whenever a name in it is added, removed or renamed,
+so a directory whose stat data is what it was when the tree was known
+clean holds the same names: all tracked.  Only the others need reading.
+
+The record, ``<git dir>/gitbridge-clean-tree``, is written after a
+checkout that left the tree holding nothing but the index: one written
+into a new directory, or one purged and verified.  It holds the commit
+checked out, the checksum of the index then, a time read from the
+filesystem before any directory was examined, and the stat data of every
+directory of the commit's tree.  It is used only while the index's
+checksum is unchanged (a stock ``git`` that wrote the index, even with
+the same entries, voids it).  Racy timestamps as in Git: a directory
+whose mtime or ctime is not before the recorded time may have changed in
+the same clock tick as it was examined, so it counts as changed.  A
+change to a directory moves its ctime to the present, which
+``touch``/``utime`` cannot set back, so stat data equal to the record's
+means no name changed.
+
+The purge removes exactly what ``git clean -ffdx`` removes, and keeps
+what it keeps: in a tracked directory, a regular file or symbolic link
+the commit does not hold, and a directory that is no directory of the
+commit (removed whole, nested repositories too); never an entry named
+``.git``, nor a FIFO, socket or device (git skips them); a submodule's
+directory, or a directory where the commit has a file, is left whole.  Anything it cannot do exactly (no record, a
+different index, a sparse checkout, a removal that fails) is ``Fallback``:
+the caller runs ``git clean -ffdx``.
+"""
+
+import array
+import contextlib
+import os
+import shutil
+import stat
+import subprocess
+
+#: The record's file name under the checkout's git directory.
+NAME = "gitbridge-clean-tree"
+_MAGIC = b"gitbridge-clean-tree 1\n"
+#: Stat data no directory has: a directory recorded racily.
+_RACY = (-1, -1, -1)
+#: Stat data is kept as native 64-bit integers (the record is local).
+_ARRAY = "q"
+_LIMIT = 2 ** 63
+
+
+class Fallback(Exception):
+    """The purge cannot be done exactly from the record: ``git clean``."""
+
+
+def _git(repo, *args, input=None):
+    """git's output in ``repo``, as bytes (paths are bytes to the
+    filesystem)."""
+    proc = subprocess.run(("git",) + args, cwd=repo, input=input,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=dict(os.environ, GIT_LITERAL_PATHSPECS="1"))
+    if proc.returncode:
+        raise Fallback("git %s failed: %s" % (args[0], os.fsdecode(
+            proc.stderr).strip()))
+    return proc.stdout
+
+
+def index_checksum(index):
+    """The trailing checksum of the index file ``index``, or None when it
+    has none (missing, or written with ``index.skipHash``)."""
+    try:
+        with open(index, "rb") as fh:
+            fh.seek(-32, os.SEEK_END)
+            tail = fh.read()
+    except OSError:
+        return None
+    # SHA-1 (20 bytes) or SHA-256 (32): the last 20 are in both
+    return None if tail[-20:] == bytes(20) else tail.hex()
+
+
+def directories(store, commit):
+    """Every directory of ``commit``'s tree (b"" for the top)."""
+    out = _git(store, "ls-tree", "-r", "-d", "-z", "--name-only", commit)
+    return [b""] + [name for name in out.split(b"\0") if name]
+
+
+def changed_directories(store, old, new, dirs):
+    """``dirs``, the directories of ``old``'s tree, as they are in
+    ``new``'s: ``git diff-tree -t`` lists the trees added and deleted."""
+    out = _git(store, "diff-tree", "-t", "-z", "--no-renames", "--raw", old,
+               new)
+    fields = out.split(b"\0")
+    found = set(dirs)
+    for info, path in zip(fields[0::2], fields[1::2]):
+        old_mode, new_mode = info.lstrip(b":").split(b" ")[:2]
+        if old_mode == b"040000" and new_mode != b"040000":
+            found.discard(path)
+        elif new_mode == b"040000":
+            found.add(path)
+    return sorted(found)
+
+
+def write(path, dest, commit, index, dirs):
+    """Record that DEST, at ``commit`` with the index checksum ``index``,
+    holds nothing but the index; ``dirs``: the commit's directories."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    try:
+        with open(tmp, "wb") as fh, _directory(dest) as top:
+            # the filesystem's clock before any directory is examined
+            now = os.fstat(fh.fileno()).st_mtime_ns
+            data = array.array(_ARRAY)
+            for name in dirs:
+                try:
+                    st = os.lstat(name or b".", dir_fd=top)
+                    found = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                    if st.st_mtime_ns >= now or st.st_ctime_ns >= now \
+                            or st.st_ino >= _LIMIT \
+                            or not stat.S_ISDIR(st.st_mode):
+                        found = _RACY
+                except FileNotFoundError:
+                    found = _RACY
+                data.extend(found)
+            fh.write(_MAGIC + b"%s %s %d %d\n" % (
+                commit.encode(), index.encode(), now, len(dirs)))
+            fh.write(data.tobytes())
+            fh.write(b"\0".join(dirs))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _directory(path):
+    """An open descriptor of the directory ``path``."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read(path):
+    """``(commit, index checksum, directories, their stat data)`` of the
+    record ``path`` (stat data: an array of inode, mtime and ctime in
+    nanoseconds for each directory), or None when it is missing or not
+    one."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    if not data.startswith(_MAGIC):
+        return None
+    head, _, body = data[len(_MAGIC):].partition(b"\n")
+    try:
+        commit, index, _now, count = head.decode("ascii").split(" ")
+        count = int(count)
+        stats = array.array(_ARRAY)
+        size = 3 * count * stats.itemsize
+        stats.frombytes(body[:size])
+        dirs = body[size:].split(b"\0")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if len(dirs) != count or len(stats) != 3 * count:
+        return None
+    return commit, index, dirs, stats
+
+
+def purge(dest, store, record, index):
+    """Remove what ``git clean -ffdx`` would from DEST, reading only the
+    directories changed since ``record`` (``read``); ``index``: the
+    index's checksum now; ``store``: a repository holding the record's
+    commit.  Returns how many entries were removed (a directory counts
+    once, as git clean says); ``Fallback`` when it cannot be done
+    exactly."""
+    if record is None:
+        raise Fallback("no record of a clean tree")
+    commit, recorded_index, dirs, stats = record
+    if index is None or index != recorded_index:
+        raise Fallback("the index changed since the tree was clean")
+    dest = os.fsencode(dest)
+    changed = []
+    with _directory(dest) as top:
+        for at, name in enumerate(dirs):
+            try:
+                st = os.lstat(name or b".", dir_fd=top)
+            except FileNotFoundError:
+                continue  # removed: its parent changed too
+            except OSError as failure:
+                raise Fallback(str(failure))
+            at *= 3
+            if st.st_ctime_ns != stats[at + 2] \
+                    or st.st_mtime_ns != stats[at + 1] \
+                    or st.st_ino != stats[at]:
+                if stat.S_ISDIR(st.st_mode):
+                    changed.append(name)
+                # else replaced: its parent changed too
+    recorded = set(dirs)
+    removed = 0
+    while changed:
+        tracked = _tracked(store, commit, changed)
+        deeper = []
+        for name in changed:
+            found, unrecorded = _purge_directory(dest, name, tracked[name],
+                                                 recorded)
+            removed += found
+            deeper.extend(unrecorded)
+        changed = deeper
+    return removed
+
+
+def _purge_directory(dest, name, tracked, dirs):
+    """Remove the untracked entries of the changed directory ``name``;
+    ``tracked``: its entries in the commit, name to mode.  Returns how
+    many were removed, and the tracked directories in it that the record
+    lacks (read next)."""
+    removed, unrecorded = 0, []
+    try:
+        entries = list(os.scandir(os.path.join(dest, name)))
+    except FileNotFoundError:
+        return 0, []
+    except OSError as failure:
+        raise Fallback(str(failure))
+    for entry in entries:
+        if entry.name == b".git":
+            continue
+        mode = tracked.get(entry.name)
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if mode == b"40000":
+                    path = name + b"/" + entry.name if name else entry.name
+                    if path not in dirs:
+                        unrecorded.append(path)
+                    continue
+                if mode is not None:
+                    # a submodule, or a directory where the index has a
+                    # file: git clean leaves it whole, checkout's to deal
+                    continue
+                shutil.rmtree(entry.path)
+            elif entry.is_file(follow_symlinks=False) \
+                    or entry.is_symlink():
+                if mode is not None and mode not in (b"40000", b"160000"):
+                    continue
+                os.unlink(entry.path)
+            else:
+                continue  # FIFO, socket, device: git clean skips them
+        except FileNotFoundError:
+            continue
+        except OSError as failure:
+            raise Fallback(str(failure))
+        removed += 1
+    return removed, unrecorded
+
+
+def _tracked(store, commit, names):
+    """``{directory: {entry: mode}}`` of the directories ``names`` in
+    ``commit``, read as tree objects by one ``git cat-file --batch``."""
+    if any(b"\n" in name for name in names):
+        raise Fallback("a directory name holds a newline")
+    spec = commit.encode()
+    out = _git(store, "cat-file", "--batch", input=b"".join(
+        spec + (b":" + name if name else b"^{tree}") + b"\n"
+        for name in names))
+    found, at = {}, 0
+    for name in names:
+        end = out.index(b"\n", at)
+        header = out[at:end].split(b" ")
+        if len(header) != 3 or header[1] != b"tree":
+            raise Fallback("%s is no directory of %s"
+                           % (os.fsdecode(name) or "the top", commit))
+        size = int(header[2])
+        found[name] = _tree_entries(out[end + 1:end + 1 + size],
+                                    len(header[0]) // 2)
+        at = end + 1 + size + 1
+    return found
+
+
+def _tree_entries(data, hash_size):
+    """``{name: mode}`` of a raw tree object."""
+    entries, at = {}, 0
+    while at < len(data):
+        space = data.index(b" ", at)
+        nul = data.index(b"\0", space)
+        entries[data[space + 1:nul]] = data[at:space]
+        at = nul + 1 + hash_size
+    return entries
