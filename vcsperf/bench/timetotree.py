@@ -511,7 +511,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS):
                                    base_env).splitlines()),
         "checkout_workers": {
             "run-task": os.environ.get("RUN_TASK_GIT_CHECKOUT_WORKERS", "0"),
-            "gitbridge": "git's default"},
+            "gitbridge": "0 unless configured"},
         "gitbridge_sparse": GITBRIDGE_SPARSE,
         "paths": results,
         "phases": found_phases,
