@@ -34,7 +34,9 @@ the caller runs ``git clean -ffdx``.
 
 import array
 import contextlib
+import glob
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -47,6 +49,10 @@ _RACY = (-1, -1, -1)
 #: Stat data is kept as native 64-bit integers (the record is local).
 _ARRAY = "q"
 _LIMIT = 2 ** 63
+#: A directory name no tree holds: empty, ".", ".." or ".git" components,
+#: or an absolute path (names are separated by NULs in the record).
+_NOT_A_TREE_PATH = re.compile(
+    rb"(?:^|\0|/)(?:\.|\.\.|\.git)?(?:/|\0|$)", re.IGNORECASE)
 
 
 class Fallback(Exception):
@@ -103,6 +109,10 @@ def changed_directories(store, old, new, dirs):
 def write(path, dest, commit, index, dirs):
     """Record that DEST, at ``commit`` with the index checksum ``index``,
     holds nothing but the index; ``dirs``: the commit's directories."""
+    # under DEST's lock: another's temporary record is a killed run's
+    for leftover in glob.glob(glob.escape(path) + ".tmp-*"):
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
     tmp = "%s.tmp-%d" % (path, os.getpid())
     try:
         with open(tmp, "wb") as fh, _directory(dest) as top:
@@ -160,10 +170,16 @@ def read(path):
         stats = array.array(_ARRAY)
         size = 3 * count * stats.itemsize
         stats.frombytes(body[:size])
-        dirs = body[size:].split(b"\0")
     except (ValueError, UnicodeDecodeError):
         return None
-    if len(dirs) != count or len(stats) != 3 * count:
+    names = body[size:]
+    # the top (b"") first, then names of trees only: nothing the purge
+    # reads may lie outside DEST or in a .git
+    if count > 1 and (not names.startswith(b"\0")
+                      or _NOT_A_TREE_PATH.search(names[1:])):
+        return None
+    dirs = names.split(b"\0")
+    if len(dirs) != count or len(stats) != 3 * count or dirs[0]:
         return None
     return commit, index, dirs, stats
 
@@ -182,21 +198,29 @@ def purge(dest, store, record, index):
         raise Fallback("the index changed since the tree was clean")
     dest = os.fsencode(dest)
     changed = []
+    # directories that are gone or no longer directories (a symbolic link
+    # put in a directory's place must not lead the purge out of DEST):
+    # what lies under them is not looked at, their parents changed
+    gone = []
     with _directory(dest) as top:
         for at, name in enumerate(dirs):
+            if gone and _under(name, gone):
+                continue
             try:
                 st = os.lstat(name or b".", dir_fd=top)
             except FileNotFoundError:
-                continue  # removed: its parent changed too
+                gone.append(name + b"/")
+                continue
             except OSError as failure:
                 raise Fallback(str(failure))
+            if not stat.S_ISDIR(st.st_mode):
+                gone.append(name + b"/")
+                continue
             at *= 3
             if st.st_ctime_ns != stats[at + 2] \
                     or st.st_mtime_ns != stats[at + 1] \
                     or st.st_ino != stats[at]:
-                if stat.S_ISDIR(st.st_mode):
-                    changed.append(name)
-                # else replaced: its parent changed too
+                changed.append(name)
     recorded = set(dirs)
     removed = 0
     while changed:
@@ -209,6 +233,12 @@ def purge(dest, store, record, index):
             deeper.extend(unrecorded)
         changed = deeper
     return removed
+
+
+def _under(name, gone):
+    """Whether ``name`` lies under one of the directories ``gone`` (each
+    ending in "/"; parents come before children in a record)."""
+    return any(name.startswith(prefix) for prefix in gone)
 
 
 def _purge_directory(dest, name, tracked, dirs):

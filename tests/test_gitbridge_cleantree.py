@@ -126,6 +126,18 @@ def symlinks(d):
     os.symlink(outside, d / "docs")
 
 
+def directory_replaced_by_a_symlink_out_of_dest(d):
+    """A tracked directory (with a tracked directory in it) replaced by a
+    link to a directory outside DEST that has a directory of the same
+    name: nothing out there is read or removed, the link is."""
+    outside = d.parent / ("outside-" + d.name)
+    (outside / "b").mkdir(parents=True, exist_ok=True)
+    (outside / "precious").write_text("keep\n")
+    (outside / "b/untracked-looking.py").write_text("keep\n")
+    shutil.rmtree(d / "lib")
+    os.symlink(outside, d / "lib")
+
+
 def read_only_directory(d):
     (d / "lib/b/stuck.o").write_text("x\n")
     os.chmod(d / "lib/b", 0o555)
@@ -137,7 +149,8 @@ def renamed_directory(d):
 
 CHANGES = [junk_everywhere, added_behind_an_unchanged_mtime,
            directory_replaced_by_a_file, file_replaced_by_a_directory,
-           special_files, dot_git_entries, symlinks, read_only_directory,
+           special_files, dot_git_entries, symlinks,
+           directory_replaced_by_a_symlink_out_of_dest, read_only_directory,
            renamed_directory]
 
 
@@ -170,6 +183,9 @@ def test_purge_from_the_record_is_git_clean(git, gitbridge, served,
             outside = tmp_path / ("outside-" + dest.name)
             if outside.exists():
                 assert (outside / "precious").read_text() == "keep\n"
+                if (outside / "b").exists():
+                    assert os.listdir(outside / "b") == [
+                        "untracked-looking.py"]
     finally:
         for dest in (ours, theirs):
             for dirpath, dirs, _files in os.walk(dest):
@@ -276,3 +292,28 @@ def test_a_directory_changed_in_the_recording_tick_is_read(tmp_path, git):
     assert cleantree.purge(str(dest), str(dest), cleantree.read(path),
                            index) == 1
     assert sorted(os.listdir(dest / "d")) == ["tracked"]
+
+
+@pytest.mark.parametrize("name", [b"../outside", b"/etc", b"a/../../x",
+                                  b"src/.git", b"a//b", b"."])
+def test_a_record_naming_what_no_tree_holds_is_no_record(tmp_path, git,
+                                                         name):
+    """A record whose directories are not paths a tree can hold (outside
+    DEST, in a .git) is read as none: the purge then runs git clean."""
+    dest = tmp_path / "repo"
+    git("init", "-q", dest)
+    (dest / "f").write_text("x\n")
+    git("-C", dest, "add", "-A")
+    git("-C", dest, "-c", "user.name=t", "-c", "user.email=t@example.com",
+        "commit", "-q", "-m", "one")
+    commit = git("-C", dest, "rev-parse", "HEAD").strip()
+    index = cleantree.index_checksum(str(dest / ".git/index"))
+    path = str(dest / ".git" / cleantree.NAME)
+    cleantree.write(path, str(dest), commit, index, [b"", b"src", name])
+    assert cleantree.read(path) is None
+    # a killed run's temporary record is removed by the next write
+    with open(path + ".tmp-99999999", "wb") as fh:
+        fh.write(b"half a record")
+    cleantree.write(path, str(dest), commit, index, [b"", b"src"])
+    assert cleantree.read(path)[2] == [b"", b"src"]
+    assert not os.path.exists(path + ".tmp-99999999")
