@@ -32,6 +32,13 @@ Where Git differs:
 - The wanted commit is fetched into the store before DEST becomes a share
   of it (a worktree is added at that commit); Mercurial shares first and
   pulls through the share.
+- ``--purge`` removes what ``git clean -ffdx`` would, reading only the
+  directories changed since the tree was last known clean
+  (``gitbridge.cleantree``; the timings line says ``purge_from_record``),
+  or runs ``git clean -ffdx`` where that record cannot be exact.  The
+  verification reads HEAD: ``git checkout --force`` has compared every
+  tracked file with the index already; after ``git clean`` it also asks
+  ``git status`` for untracked and ignored files.
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
