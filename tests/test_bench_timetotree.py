@@ -2,6 +2,7 @@
 ``gitbridge checkout``, on a small real history, through the real CLI."""
 
 import json
+import os
 
 import pytest
 
@@ -116,12 +117,19 @@ def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
                                                           env, tmp_path):
     """``--paths refresh,reuse`` runs run-task's cached refresh and both
     gitbridge reuse paths, in that order, and judges only the warm-reuse
-    ratio; an unknown name is one ``abort:`` line naming the paths."""
-    report = tmp_path / "ttt.json"
+    ratio (``--keep``: their checkouts are left); an unknown name is one
+    ``abort:`` line naming the paths."""
+    report, work = tmp_path / "ttt.json", tmp_path / "work"
     out = tools.run([tools.executable("vcsperf"), "bench", "timetotree",
                      "--repo", str(real_git_repo), "--behind", "3",
                      "--junk-files", "20", "--paths", "refresh,reuse",
-                     "--json", str(report)], env, cwd=str(tmp_path))
+                     "--keep", "--workdir", str(work), "--json",
+                     str(report)], env, cwd=str(tmp_path))
+    # --keep: every path's checkouts and pools are left in the workdir
+    [run] = work.iterdir()
+    assert sorted(os.listdir(run / "co")) == [
+        "pool-reuse", "pool-reuse-purge", "reuse", "reuse-purge",
+        "runtask-cached"]
     figures = json.loads(report.read_text())
     assert list(figures["results"]["paths"]) == [
         name.replace("10 behind", "3 behind")
