@@ -33,11 +33,12 @@ the caller runs ``git clean -ffdx``.
 """
 
 import array
+import collections
+import concurrent.futures
 import contextlib
 import glob
 import os
 import re
-import shutil
 import stat
 import subprocess
 
@@ -49,6 +50,8 @@ _RACY = (-1, -1, -1)
 #: Stat data is kept as native 64-bit integers (the record is local).
 _ARRAY = "q"
 _LIMIT = 2 ** 63
+#: Removals at a time (see ``_remove``).
+_REMOVERS = 8
 #: A directory name no tree holds: empty, ".", ".." or ".git" components,
 #: or an absolute path (names are separated by NULs in the record).
 _NOT_A_TREE_PATH = re.compile(
@@ -222,16 +225,16 @@ def purge(dest, store, record, index):
                     or st.st_ino != stats[at]:
                 changed.append(name)
     recorded = set(dirs)
-    removed = 0
+    files, trees = [], []
     while changed:
         tracked = _tracked(store, commit, changed)
         deeper = []
         for name in changed:
-            found, unrecorded = _purge_directory(dest, name, tracked[name],
-                                                 recorded)
-            removed += found
-            deeper.extend(unrecorded)
+            deeper.extend(_untracked(dest, name, tracked[name], recorded,
+                                     files, trees))
         changed = deeper
+    removed = len(files) + len(trees)
+    _remove(files, trees)
     return removed
 
 
@@ -241,16 +244,16 @@ def _under(name, gone):
     return any(name.startswith(prefix) for prefix in gone)
 
 
-def _purge_directory(dest, name, tracked, dirs):
-    """Remove the untracked entries of the changed directory ``name``;
-    ``tracked``: its entries in the commit, name to mode.  Returns how
-    many were removed, and the tracked directories in it that the record
-    lacks (read next)."""
-    removed, unrecorded = 0, []
+def _untracked(dest, name, tracked, dirs, files, trees):
+    """List the untracked entries of the changed directory ``name``:
+    files and links in ``files``, directories in ``trees``; ``tracked``:
+    its entries in the commit, name to mode.  Returns the tracked
+    directories in it that the record lacks (read next)."""
+    unrecorded = []
     try:
         entries = list(os.scandir(os.path.join(dest, name)))
     except FileNotFoundError:
-        return 0, []
+        return []
     except OSError as failure:
         raise Fallback(str(failure))
     for entry in entries:
@@ -263,25 +266,76 @@ def _purge_directory(dest, name, tracked, dirs):
                     path = name + b"/" + entry.name if name else entry.name
                     if path not in dirs:
                         unrecorded.append(path)
-                    continue
-                if mode is not None:
-                    # a submodule, or a directory where the index has a
-                    # file: git clean leaves it whole, checkout's to deal
-                    continue
-                shutil.rmtree(entry.path)
+                elif mode is None:
+                    trees.append(entry.path)
+                # else a submodule, or a directory where the index has a
+                # file: git clean leaves it whole, checkout's to deal
             elif entry.is_file(follow_symlinks=False) \
                     or entry.is_symlink():
-                if mode is not None and mode not in (b"40000", b"160000"):
-                    continue
-                os.unlink(entry.path)
-            else:
-                continue  # FIFO, socket, device: git clean skips them
-        except FileNotFoundError:
-            continue
+                if mode is None or mode in (b"40000", b"160000"):
+                    files.append(entry.path)
+            # else a FIFO, socket or device: git clean skips them
         except OSError as failure:
             raise Fallback(str(failure))
-        removed += 1
-    return removed, unrecorded
+    return unrecorded
+
+
+def _remove(files, trees):
+    """Remove ``files`` and the directory trees ``trees`` (links are not
+    followed), many at a time: on a disk mounted with ``discard`` each
+    unlink waits for the device, and 2,000 of them took 5 seconds one
+    after another, 0.1 second eight at a time."""
+    levels = collections.defaultdict(list)
+    for top in trees:
+        _walk(top, files, levels, 0)
+    with concurrent.futures.ThreadPoolExecutor(_REMOVERS) as pool:
+        _all(pool, _unlink, files)
+        for depth in sorted(levels, reverse=True):
+            _all(pool, _rmdir, levels[depth])
+
+
+def _walk(top, files, levels, depth):
+    levels[depth].append(top)
+    try:
+        entries = list(os.scandir(top))
+    except FileNotFoundError:
+        return
+    except OSError as failure:
+        raise Fallback(str(failure))
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _walk(entry.path, files, levels, depth + 1)
+            else:
+                files.append(entry.path)
+        except OSError as failure:
+            raise Fallback(str(failure))
+
+
+def _all(pool, remove, paths):
+    for failure in pool.map(remove, paths):
+        if failure:
+            raise Fallback(failure)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as failure:
+        return str(failure)
+    return None
+
+
+def _rmdir(path):
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        pass
+    except OSError as failure:
+        return str(failure)
+    return None
 
 
 def _tracked(store, commit, names):
