@@ -135,6 +135,10 @@ def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
         name.replace("10 behind", "3 behind")
         for name in [PATHS[3]] + PATHS[6:]]
     assert list(figures["ratios"]) == ["warm_reuse"]
+    # the reused checkout was made by gitbridge: its purge reads the
+    # record of a clean tree
+    assert figures["results"]["paths"][
+        "gitbridge warm pool, reuse 3 behind, --purge"]["purge_from_record"]
     assert list(figures["targets"]) == ["warm_reuse"]
     assert timetotree.TARGETS[0][0] in out
     assert timetotree.TARGETS[1][0] not in out

@@ -195,7 +195,8 @@ def runtask_checkout(url, dest, branch, rev, env, sparse=None):
 
 def gitbridge_checkout(url, pool, dest, rev, env, purge=False):
     """``gitbridge checkout --timings``: its steps, our wall time, and its
-    facts (cloned, pulled)."""
+    facts (cloned, pulled, whether --purge read the record of a clean
+    tree)."""
     args = [tools.executable("gitbridge"), "checkout", "--sharebase", pool,
             "-r", rev, "--timings"] + (["--purge"] if purge else []) \
         + [url, dest]
@@ -204,9 +205,10 @@ def gitbridge_checkout(url, pool, dest, rev, env, purge=False):
     wall = time.monotonic() - start
     line = [line for line in out.splitlines() if line.startswith("{")][-1]
     timings = json.loads(line)["checkout"]
-    return timings["steps"], wall, {"cloned": timings.get("cloned"),
-                                    "pulled": timings.get("pulled"),
-                                    "own_total": timings.get("total")}
+    return timings["steps"], wall, {
+        "cloned": timings.get("cloned"), "pulled": timings.get("pulled"),
+        "purge_from_record": timings.get("purge_from_record"),
+        "own_total": timings.get("total")}
 
 
 # Measures ----------------------------------------------------------------------
