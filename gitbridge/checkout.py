@@ -32,12 +32,21 @@ Where Git differs:
 - The wanted commit is fetched into the store before DEST becomes a share
   of it (a worktree is added at that commit); Mercurial shares first and
   pulls through the share.
+- ``--purge`` removes what ``git clean -ffdx`` would, reading only the
+  directories changed since the tree was last known clean
+  (``gitbridge.cleantree``; the timings line says ``purge_from_record``),
+  or runs ``git clean -ffdx`` where that record cannot be exact.  The
+  verification reads HEAD: ``git checkout --force`` has compared every
+  tracked file with the index already; after ``git clean`` it also asks
+  ``git status`` for untracked and ignored files.
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
   ``sharepool.network-deadline``, ``sharepool.timings``,
   ``sharepool.layout``, ``sharepool.metrics-dir`` (``--metricsdir``: the
-  metrics file of ``hg help sharepool``, with ``vcs="git"``).
+  metrics file of ``hg help sharepool``, with ``vcs="git"``),
+  ``sharepool.disk-report`` (as in Mercurial, the disk a store and a
+  checkout take is walked and said only when asked).
 - ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
   a byte a second for that long, a transfer fails); each network step
   (``ls-remote``, the clone's fetch, a fetch) also has a deadline,
@@ -67,7 +76,7 @@ import sys
 from dulwich.errors import NotGitRepository
 from dulwich.repo import Repo
 
-from gitbridge import gitconfig
+from gitbridge import cleantree, gitconfig
 from vcsperf.core import metrics, pooledcheckout, pooling, readytrees
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
@@ -208,6 +217,7 @@ class Request:
         directory = args.metricsdir or config.get("sharepool.metrics-dir")
         self.metrics_dir = metrics.check_directory(
             directory, "sharepool.metrics-dir") if directory else None
+        self.disk_report = config.boolean("sharepool.disk-report", False)
 
     @property
     def wanted(self):
@@ -253,6 +263,10 @@ class Run(pooledcheckout.PooledCheckout):
         self.timer.facts["layout"] = request.layout
         self.revision = request.revision
         self.url_key = _key(request.url)
+        #: Whether DEST is known to hold nothing the index does not: it
+        #: was made by this attempt, or purged from the record of a clean
+        #: tree (``cleantree``).
+        self.only_tracked = False
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
@@ -274,6 +288,9 @@ class Run(pooledcheckout.PooledCheckout):
 
     def transient(self, exc):
         return _transient(exc)
+
+    def wants_disk_report(self):
+        return self.request.disk_report
 
     def holding_destination(self):
         """DEST's own lock in the pool: Git has no lock over a whole
@@ -619,6 +636,9 @@ class Run(pooledcheckout.PooledCheckout):
     # purge, update, verify ----------------------------------------------------
 
     def purge(self):
+        removed = self.purge_from_record()
+        if removed is not None:
+            return removed
         try:
             out = git("clean", "-ffdx", cwd=self.request.dest)
         except CommandError as failure:
@@ -627,6 +647,31 @@ class Run(pooledcheckout.PooledCheckout):
             self.start_over("(purge failed: %s; deleting destination)",
                             failure.stderr.strip())
         return len(out.splitlines())
+
+    def purge_from_record(self):
+        """What ``git clean -ffdx`` would remove, removed after reading
+        only the directories changed since DEST was last known clean
+        (``cleantree``); how many, or None where that cannot be exact."""
+        self.timer.facts["purge_from_record"] = False
+        if self.request.sparseprofile:
+            return None
+        index, record = self.git_paths("index", cleantree.NAME)
+        try:
+            removed = cleantree.purge(self.request.dest, self.store,
+                                      cleantree.read(record),
+                                      cleantree.index_checksum(index))
+        except cleantree.Fallback:
+            return None
+        self.only_tracked = True
+        self.timer.facts["purge_from_record"] = True
+        return removed
+
+    def git_paths(self, *names):
+        """The absolute paths of ``names`` in DEST's git directory."""
+        dest = self.request.dest
+        args = [arg for name in names for arg in ("--git-path", name)]
+        return [os.path.join(dest, path) for path in
+                git("rev-parse", *args, cwd=dest).splitlines()]
 
     def set_sparse_profile(self, commit):
         dest, profile = self.request.dest, self.request.sparseprofile
@@ -655,8 +700,8 @@ class Run(pooledcheckout.PooledCheckout):
     def update(self, commit, created):
         dest, store = self.request.dest, self.store
         try:
-            git("checkout", "--quiet", "--force", "--detach", commit,
-                cwd=dest)
+            git(*_checkout_settings(dest, created), "checkout", "--quiet",
+                "--force", "--detach", commit, cwd=dest)
         except CommandError as failure:
             # a fresh checkout failing means the store is damaged
             self.warn("(checkout failed: %s; deleting %s)",
@@ -666,19 +711,57 @@ class Run(pooledcheckout.PooledCheckout):
             else:
                 self.remove_dest()
             raise pooledcheckout.Restart()
+        if created:
+            self.only_tracked = True
         if self.request.layout == "alternates":
             with self.store_lock(store):
                 git("update-ref", "refs/checkouts/%s" % _key(dest), commit,
                     cwd=store)
 
     def working_state(self):
+        """HEAD, and what differs from it.  ``git checkout --force`` has
+        just compared every tracked file with the index and written the
+        ones that differed, and exits non-zero when it cannot, so a second
+        walk of the tree (``git status``) would find nothing it has not:
+        verification reads HEAD, and with --purge, where DEST is not known
+        to hold only tracked files (the purge ran ``git clean``), what
+        ``git status`` lists untracked or ignored."""
         dest = self.request.dest
-        untracked = ("--untracked-files=all", "--ignored") \
-            if self.request.purge else ("--untracked-files=no",)
-        dirty = git("status", "--porcelain", *untracked,
-                    cwd=dest).splitlines()
-        return (git("rev-parse", "HEAD", cwd=dest).strip(),
-                dirty and "%d entries" % len(dirty) or None)
+        head = git("rev-parse", "HEAD", cwd=dest).strip()
+        if self.request.purge and not self.only_tracked:
+            dirty = git("status", "--porcelain", "--untracked-files=all",
+                        "--ignored", cwd=dest).splitlines()
+            return head, dirty and "%d entries" % len(dirty) or None
+        return head, None
+
+    def verify(self, commit):
+        super().verify(commit)
+        if self.request.purge or self.only_tracked:
+            self.record_clean_tree(commit)
+
+    def record_clean_tree(self, commit):
+        """Record, for the next purge, that DEST holds only the index
+        (``cleantree``): verified so, or made by this attempt.  Best
+        effort: without a record the next purge runs ``git clean``."""
+        if self.request.sparseprofile:
+            return
+        dest = self.request.dest
+        index, path = self.git_paths("index", cleantree.NAME)
+        checksum = cleantree.index_checksum(index)
+        if checksum is None:
+            return
+        previous = cleantree.read(path)
+        try:
+            try:
+                if previous is None:
+                    raise cleantree.Fallback("no record")
+                dirs = cleantree.changed_directories(
+                    self.store, previous[0], commit, previous[2])
+            except cleantree.Fallback:
+                dirs = cleantree.directories(self.store, commit)
+            cleantree.write(path, dest, commit, checksum, dirs)
+        except (cleantree.Fallback, OSError):
+            pass
 
 
 # Helpers ---------------------------------------------------------------------
@@ -793,6 +876,18 @@ def _index_damage(path):
         if hash_(data[:-size]).digest() == data[-size:]:
             return None
     return "checksum mismatch"
+
+
+def _checkout_settings(dest, created):
+    """git's ``-c`` options for the update: a new index in version 4
+    (paths prefix-compressed: at Firefox's size 33 MB, not 57, to read
+    and hash on every command); parallel checkout, one worker per core,
+    as run-task sets it, unless ``checkout.workers`` is configured."""
+    settings = ["-c", "index.version=4"] if created else []
+    if gitconfig.read(dest, r"^checkout\.workers$").get(
+            "checkout.workers") is None:
+        settings += ["-c", "checkout.workers=0"]
+    return settings
 
 
 def _is_sparse(dest):

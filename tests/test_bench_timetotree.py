@@ -2,6 +2,7 @@
 ``gitbridge checkout``, on a small real history, through the real CLI."""
 
 import json
+import os
 
 import pytest
 
@@ -113,3 +114,51 @@ def test_phases_sums_processes_and_main_thread_regions(tmp_path):
     assert found["regions"] == [["git fetch: fetch/fetch_refs (depth 1)",
                                  0.5]]
     assert found["outside_git"] == pytest.approx(0.25)
+
+
+def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
+                                                          env, tmp_path):
+    """``--paths refresh,reuse`` runs run-task's cached refresh and both
+    gitbridge reuse paths, in that order, and judges only the warm-reuse
+    ratio (``--keep``: their checkouts are left); an unknown name is one
+    ``abort:`` line naming the paths."""
+    report, work = tmp_path / "ttt.json", tmp_path / "work"
+    out = tools.run([tools.executable("vcsperf"), "bench", "timetotree",
+                     "--repo", str(real_git_repo), "--behind", "3",
+                     "--junk-files", "20", "--paths", "refresh,reuse",
+                     "--keep", "--workdir", str(work), "--json",
+                     str(report)], env, cwd=str(tmp_path))
+    # --keep: every path's checkouts and pools are left in the workdir
+    [run] = work.iterdir()
+    assert sorted(os.listdir(run / "co")) == [
+        "pool-reuse", "pool-reuse-purge", "reuse", "reuse-purge",
+        "runtask-cached"]
+    figures = json.loads(report.read_text())
+    assert list(figures["results"]["paths"]) == [
+        name.replace("10 behind", "3 behind")
+        for name in [PATHS[3]] + PATHS[6:]]
+    assert list(figures["ratios"]) == ["warm_reuse"]
+    # the reused checkout was made by gitbridge: its purge reads the
+    # record of a clean tree
+    assert figures["results"]["paths"][
+        "gitbridge warm pool, reuse 3 behind, --purge"]["purge_from_record"]
+    assert list(figures["targets"]) == ["warm_reuse"]
+    assert timetotree.TARGETS[0][0] in out
+    assert timetotree.TARGETS[1][0] not in out
+    assert set(figures["results"]["phases"]) == {
+        "run-task cached refresh", "gitbridge reuse --purge"}
+    proc = tools.completed([tools.executable("vcsperf"), "bench",
+                            "timetotree", "--repo", str(real_git_repo),
+                            "--paths", "refresh,warm"], env,
+                           cwd=str(tmp_path))
+    assert (proc.returncode, proc.stdout) == (255, "")
+    assert proc.stderr.splitlines() == [
+        "abort: unknown path 'warm' in --paths",
+        "(paths are %s)" % ", ".join(timetotree.PATHS)]
+
+
+def test_selected_paths_keeps_the_run_order():
+    assert timetotree.selected_paths(None) == timetotree.PATHS
+    assert timetotree.selected_paths("reuse-purge,refresh") == (
+        "refresh", "reuse-purge")
+    assert timetotree.selected_paths("new") == ("cold", "new")

@@ -260,6 +260,9 @@ def test_purge_recovers_from_a_damaged_index(git, gitbridge, served,
               layout, "-r", first, served.repo_url, dest)
     index = dest / git("-C", dest, "rev-parse", "--git-path",
                        "index").strip()
+    # the damage is to an entry of version 2 (a new checkout's index is
+    # version 4, which stock git writes as version 2 when told)
+    git("-C", dest, "update-index", "--index-version", "2")
     data = bytearray(index.read_bytes())
     assert data[4:8] == b"\0\0\0\2" and data[_FIRST_ENTRY_FLAGS] == 0
     data[_FIRST_ENTRY_FLAGS] = 0xea

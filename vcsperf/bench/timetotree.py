@@ -2,12 +2,13 @@
 blobless and cone-mode sparse; its cached checkout refreshed and purged)
 beside ``gitbridge checkout`` (a cold pool, a warm pool with a new
 directory, a ready tree of the warm pool taken into a new directory, a
-warm pool reusing a directory some commits behind, with and
-without ``--purge``), on one Git repository served over smart HTTP on
+warm pool reusing a directory some commits behind, with and without
+``--purge``), on one Git repository served over smart HTTP on
 127.0.0.1 behind a proxy that counts the bytes, in one run.
 
     vcsperf bench timetotree [--repo PATH] [--behind 50] [--junk-files 2000]
-        [--sparse DIR,DIR] [--json FILE] [--workdir DIR]
+        [--sparse DIR,DIR] [--paths NAME,NAME] [--keep] [--json FILE]
+        [--workdir DIR]
 
 Without ``--repo`` it builds (once, cached) a Git history from the
 installed sources of Mercurial, dulwich, cffi and pycparser, with no
@@ -19,8 +20,11 @@ checkout and each reused gitbridge checkout (with its own pool) are made,
 untimed, just before their path.  The server allows what GitHub allows
 (``uploadpack.allowFilter``, ``uploadpack.allowAnySHA1InWant``).
 
-For each path: wall seconds per step (run-task's git commands; gitbridge's
-own ``--timings`` steps), total seconds, bytes received from the origin
+``--paths`` runs some of the paths (``refresh,reuse``: run-task's
+cached checkout refreshed and gitbridge's reused ones) and judges the
+ratios whose paths ran.  For each path: wall seconds per step
+(run-task's git commands; gitbridge's own ``--timings`` steps), total
+seconds, bytes received from the origin
 (the proxy's count of response bodies; server and proxy stream, as a
 real server does, so run-task's low-speed limit sees bytes while a big
 pack is made), disk of the checkout plus its pool (each inode
@@ -194,7 +198,8 @@ def runtask_checkout(url, dest, branch, rev, env, sparse=None):
 
 def gitbridge_checkout(url, pool, dest, rev, env, purge=False):
     """``gitbridge checkout --timings``: its steps, our wall time, and its
-    facts (cloned, pulled)."""
+    facts (cloned, pulled, whether --purge read the record of a clean
+    tree)."""
     args = [tools.executable("gitbridge"), "checkout", "--sharebase", pool,
             "-r", rev, "--timings"] + (["--purge"] if purge else []) \
         + [url, dest]
@@ -203,9 +208,10 @@ def gitbridge_checkout(url, pool, dest, rev, env, purge=False):
     wall = time.monotonic() - start
     line = [line for line in out.splitlines() if line.startswith("{")][-1]
     timings = json.loads(line)["checkout"]
-    return timings["steps"], wall, {"cloned": timings.get("cloned"),
-                                    "pulled": timings.get("pulled"),
-                                    "own_total": timings.get("total")}
+    return timings["steps"], wall, {
+        "cloned": timings.get("cloned"), "pulled": timings.get("pulled"),
+        "purge_from_record": timings.get("purge_from_record"),
+        "own_total": timings.get("total")}
 
 
 # Measures ----------------------------------------------------------------------
@@ -321,8 +327,42 @@ def _command(argv):
 
 # The run -----------------------------------------------------------------------
 
-def run(repo, work, behind=50, junk=2000, sparse=None):
-    """Every path, in one run; returns ``(results, ratios)``."""
+#: The paths ``--paths`` selects from, in the order they run.
+PATHS = ("full", "shallow", "blobless-sparse", "refresh", "cold", "new",
+         "ready", "reuse", "reuse-purge")
+#: ``--paths`` names that stand for several paths: both reuse paths; a
+#: new directory, or a ready tree, from the pool that the cold path warms.
+PATH_GROUPS = {"reuse": ("reuse", "reuse-purge"), "new": ("cold", "new"),
+               "ready": ("cold", "ready")}
+#: The paths that share the cold path's pool, which goes after the last.
+COLD_POOL_PATHS = ("cold", "new", "ready")
+#: The paths each ratio of ``TARGETS`` divides.
+RATIO_PATHS = {"warm_reuse": ("reuse-purge", "refresh"),
+               "warm_new": ("new", "shallow"),
+               "ready_new": ("ready", "shallow"),
+               "cold_bytes": ("cold", "full"),
+               "cold_time": ("cold", "shallow")}
+
+
+def selected_paths(text):
+    """The paths a ``--paths`` value (``NAME,NAME``; None: every path)
+    names, in ``PATHS`` order; ``Abort`` on a name that is none."""
+    if text is None:
+        return PATHS
+    wanted = set()
+    for name in (n.strip() for n in text.split(",")):
+        if name not in PATHS:
+            raise Abort("unknown path %r in --paths" % name,
+                        hint="paths are %s" % ", ".join(PATHS))
+        wanted.update(PATH_GROUPS.get(name, (name,)))
+    return tuple(name for name in PATHS if name in wanted)
+
+
+def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
+        keep=False):
+    """The ``paths`` (``PATHS`` names), in one run; returns ``(results,
+    ratios)``: the ratios whose paths all ran.  Each path's checkouts
+    are removed before the next path, unless ``keep``."""
     git = tools.executable("git")
     base_env = tools.isolated_env(os.path.join(work, "home-setup"))
     os.makedirs(base_env["HOME"])
@@ -345,12 +385,19 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
         os.makedirs(homes[name]["HOME"])
     d = lambda *names: os.path.join(work, "co", *names)  # noqa: E731
     os.makedirs(d())
-    results = collections.OrderedDict()
 
-    def record(name, steps, total, origin, dest, pool=None, check=None,
-               **facts):
+    def remove(*names):
+        for name in () if keep else names:
+            shutil.rmtree(d(name), ignore_errors=True)
+    results = collections.OrderedDict()
+    #: The row of each path that ran, by its ``PATHS`` name.
+    rows = {}
+    found_phases = {}
+
+    def record(key, name, steps, total, origin, dest, pool=None,
+               check=None, **facts):
         disk = pooling.disk_usage(*[p for p in (dest, pool) if p])
-        results[name] = dict(
+        results[name] = rows[key] = dict(
             steps={k: round(v, 3) for k, v in steps.items()},
             total=round(total, 3), disk=disk,
             checkout_disk=pooling.disk_usage(dest) if pool else disk,
@@ -371,112 +418,126 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
             origin.take()
             set_branch(served, branch, tip, base_env)
 
-        set_branch(served, branch, tip, base_env)
-        # Timed, the origin at the tip; each cache made just before its
-        # path, so that at most one path's checkouts take disk at a time.
-        start = time.monotonic()
-        tools.run([git, "clone", "-q", "--bare", url, d("full.git")],
-                  base_env)
-        record("full clone (git clone --bare)",
-               {"clone": time.monotonic() - start},
-               time.monotonic() - start, origin.take(), d("full.git"))
-        shutil.rmtree(d("full.git"))
+        def full_clone():
+            start = time.monotonic()
+            tools.run([git, "clone", "-q", "--bare", url, d("full.git")],
+                      base_env)
+            record("full", "full clone (git clone --bare)",
+                   {"clone": time.monotonic() - start},
+                   time.monotonic() - start, origin.take(), d("full.git"))
+            remove("full.git")
 
-        for name, dirs in (("run-task shallow", None),
-                           ("run-task shallow blobless sparse", sparse)):
+        def runtask_fresh(key, name, dirs):
             dest = d(name.replace(" ", "-"))
             start = time.monotonic()
             steps, _ = runtask_checkout(url, dest, branch, tip,
                                         homes["runtask"], sparse=dirs)
-            record(name, steps, time.monotonic() - start, origin.take(),
-                   dest, check=tree_check(dest, tip, base_env),
-                   sparse=dirs)
-            shutil.rmtree(dest)
+            record(key, name, steps, time.monotonic() - start,
+                   origin.take(), dest,
+                   check=tree_check(dest, tip, base_env), sparse=dirs)
+            remove(dest)
 
-        def cached():
-            runtask_checkout(url, d("runtask-cached"), branch, base,
-                             homes["runtask"])
-            write_junk(d("runtask-cached"), junk, base_env)
-        behind_tip(cached)
-        trace_rt = os.path.join(work, "trace-runtask.json")
-        start = time.monotonic()
-        steps, removed = runtask_checkout(
-            url, d("runtask-cached"), branch, tip,
-            dict(homes["runtask"], GIT_TRACE2_EVENT=trace_rt,
-                 GIT_TRACE2_EVENT_NESTING="10"))
-        wall = time.monotonic() - start
-        record("run-task cached, %d behind, purged" % behind, steps, wall,
-               origin.take(), d("runtask-cached"),
-               check=tree_check(d("runtask-cached"), tip, base_env),
-               purged=removed)
-        refresh_phases = phases(trace_rt, wall)
-        shutil.rmtree(d("runtask-cached"))
+        def runtask_refresh():
+            def cached():
+                runtask_checkout(url, d("runtask-cached"), branch, base,
+                                 homes["runtask"])
+                write_junk(d("runtask-cached"), junk, base_env)
+            behind_tip(cached)
+            trace = os.path.join(work, "trace-runtask.json")
+            start = time.monotonic()
+            steps, removed = runtask_checkout(
+                url, d("runtask-cached"), branch, tip,
+                dict(homes["runtask"], GIT_TRACE2_EVENT=trace,
+                     GIT_TRACE2_EVENT_NESTING="10"))
+            wall = time.monotonic() - start
+            record("refresh", "run-task cached, %d behind, purged" % behind,
+                   steps, wall, origin.take(), d("runtask-cached"),
+                   check=tree_check(d("runtask-cached"), tip, base_env),
+                   purged=removed)
+            found_phases["run-task cached refresh"] = phases(trace, wall)
+            remove("runtask-cached")
 
-        pool = d("pool-cold")
-        for name, dest in (("gitbridge cold pool", d("cold")),
-                           ("gitbridge warm pool, new dir", d("new"))):
-            steps, wall, facts = gitbridge_checkout(url, pool, dest, tip,
+        def gitbridge_fresh(key, name, dest):
+            pool = d("pool-cold")
+            steps, wall, facts = gitbridge_checkout(url, pool, d(dest), tip,
                                                     homes["gitbridge"])
-            record(name, steps, wall, origin.take(), dest, pool,
-                   check=tree_check(dest, tip, base_env), **facts)
-        results["gitbridge warm pool, new dir"]["checkout_disk"] = \
-            pooling.disk_usage(d("new"))
-        shutil.rmtree(d("cold"))
-        shutil.rmtree(d("new"))
-        # A ready tree of the warm pool (gitbridge ready-trees), made off
-        # the clock at the commit N behind; the timed path takes it into
-        # a new directory and brings it to the tip.
-        dest = d("ready")
-        start = time.monotonic()
-        tools.run([tools.executable("gitbridge"), "ready-trees",
-                   "--sharebase", pool, "--count", "1", "-r", base, url],
-                  homes["gitbridge"], cwd=work)
-        refill = time.monotonic() - start
-        ready_bytes = pooling.disk_usage(os.path.join(pool, "ready"))
-        origin.take()
-        steps, wall, facts = gitbridge_checkout(url, pool, dest, tip,
-                                                homes["gitbridge"])
-        record("gitbridge ready tree, new dir", steps, wall, origin.take(),
-               dest, pool, check=tree_check(dest, tip, base_env),
-               refill_seconds=round(refill, 3), ready_tree_bytes=ready_bytes,
-               **facts)
-        shutil.rmtree(dest)
-        shutil.rmtree(pool)
+            record(key, name, steps, wall, origin.take(), d(dest), pool,
+                   check=tree_check(d(dest), tip, base_env), **facts)
 
-        trace_gb = os.path.join(work, "trace-gitbridge.json")
-        for name, purge in (("reuse", False), ("reuse-purge", True)):
+        def gitbridge_ready():
+            # A ready tree of the warm pool (gitbridge ready-trees), made
+            # off the clock at the commit N behind; the timed path takes
+            # it into a new directory and brings it to the tip.
+            pool = d("pool-cold")
+            start = time.monotonic()
+            tools.run([tools.executable("gitbridge"), "ready-trees",
+                       "--sharebase", pool, "--count", "1", "-r", base, url],
+                      homes["gitbridge"], cwd=work)
+            refill = time.monotonic() - start
+            ready_bytes = pooling.disk_usage(os.path.join(pool, "ready"))
+            origin.take()
+            steps, wall, facts = gitbridge_checkout(url, pool, d("ready"),
+                                                    tip, homes["gitbridge"])
+            record("ready", "gitbridge ready tree, new dir", steps, wall,
+                   origin.take(), d("ready"), pool,
+                   check=tree_check(d("ready"), tip, base_env),
+                   refill_seconds=round(refill, 3),
+                   ready_tree_bytes=ready_bytes, **facts)
+
+        def gitbridge_reuse(key, purge):
+            name = key
+
             def reused():
                 gitbridge_checkout(url, d("pool-" + name), d(name), base,
                                    homes["gitbridge"])
                 write_junk(d(name), junk, base_env)
             behind_tip(reused)
             env = homes["gitbridge"]
+            trace = os.path.join(work, "trace-gitbridge.json")
             if purge:
-                env = dict(env, GIT_TRACE2_EVENT=trace_gb,
+                env = dict(env, GIT_TRACE2_EVENT=trace,
                            GIT_TRACE2_EVENT_NESTING="10")
             steps, wall, facts = gitbridge_checkout(
                 url, d("pool-" + name), d(name), tip, env, purge=purge)
-            record("gitbridge warm pool, reuse %d behind%s"
+            record(key, "gitbridge warm pool, reuse %d behind%s"
                    % (behind, ", --purge" if purge else ""), steps, wall,
                    origin.take(), d(name), d("pool-" + name),
                    check=tree_check(d(name), tip, base_env,
                                     untracked=purge),
                    left_untracked=leftover(d(name), base_env), **facts)
             if purge:
-                reuse_phases = phases(trace_gb, wall)
-            shutil.rmtree(d(name))
-            shutil.rmtree(d("pool-" + name))
+                found_phases["gitbridge reuse --purge"] = phases(trace, wall)
+            remove(name, "pool-" + name)
 
-    rows = list(results.values())
-    full, shallow, _sparse, refresh, cold, new, ready, _reuse, \
-        reuse_purge = rows
-    ratios = {
-        "warm_reuse": reuse_purge["total"] / refresh["total"],
-        "warm_new": new["total"] / shallow["steps"]["checkout"],
-        "ready_new": ready["total"] / shallow["steps"]["checkout"],
-        "cold_bytes": cold["bytes_from_origin"] / full["bytes_from_origin"],
-        "cold_time": cold["total"] / shallow["total"],
-    }
+        set_branch(served, branch, tip, base_env)
+        # Timed, the origin at the tip; each cache made just before its
+        # path, so that at most one path's checkouts take disk at a time.
+        steps = {
+            "full": full_clone,
+            "shallow": lambda: runtask_fresh("shallow", "run-task shallow",
+                                             None),
+            "blobless-sparse": lambda: runtask_fresh(
+                "blobless-sparse", "run-task shallow blobless sparse",
+                sparse),
+            "refresh": runtask_refresh,
+            "cold": lambda: gitbridge_fresh("cold", "gitbridge cold pool",
+                                            "cold"),
+            "new": lambda: gitbridge_fresh(
+                "new", "gitbridge warm pool, new dir", "new"),
+            "ready": gitbridge_ready,
+            "reuse": lambda: gitbridge_reuse("reuse", False),
+            "reuse-purge": lambda: gitbridge_reuse("reuse-purge", True),
+        }
+        last_cold = [key for key in paths if key in COLD_POOL_PATHS][-1:]
+        for key in paths:
+            steps[key]()
+            if [key] == last_cold:
+                remove("cold", "new", "ready", "pool-cold")
+
+    ratios = {}
+    for key, (top, bottom) in RATIO_PATHS.items():
+        if top in rows and bottom in rows:
+            ratios[key] = _ratio(key, rows[top], rows[bottom])
     summary = {
         "repo": repo, "branch": branch, "tip": tip, "base": base,
         "behind": behind, "junk_files": junk, "sparse": sparse,
@@ -486,13 +547,20 @@ def run(repo, work, behind=50, junk=2000, sparse=None):
                                    base_env).splitlines()),
         "checkout_workers": {
             "run-task": os.environ.get("RUN_TASK_GIT_CHECKOUT_WORKERS", "0"),
-            "gitbridge": "git's default"},
+            "gitbridge": "0 unless configured"},
         "gitbridge_sparse": GITBRIDGE_SPARSE,
         "paths": results,
-        "phases": {"run-task cached refresh": refresh_phases,
-                   "gitbridge reuse --purge": reuse_phases},
+        "phases": found_phases,
     }
     return summary, ratios
+
+
+def _ratio(key, top, bottom):
+    if key in ("warm_new", "ready_new"):
+        return top["total"] / bottom["steps"]["checkout"]
+    if key == "cold_bytes":
+        return top["bytes_from_origin"] / bottom["bytes_from_origin"]
+    return top["total"] / bottom["total"]
 
 
 # Report --------------------------------------------------------------------------
@@ -524,7 +592,9 @@ def format_report(summary, ratios):
               "%s" % (summary["checkout_workers"]["run-task"],
                       summary["checkout_workers"]["gitbridge"]),
               "whole-tree write = run-task shallow's checkout step", ""]
-    lines += benchcli.target_lines(TARGETS, ratios, width=44)
+    lines += benchcli.target_lines(
+        [target for target in TARGETS if target[1] in ratios], ratios,
+        width=44)
     for name, found in summary["phases"].items():
         if not found:
             continue
@@ -551,12 +621,23 @@ def main(argv=None):
     parser.add_argument("--sparse", help="DIR,DIR: run-task's cone-mode "
                         "directories (default: the first two top-level "
                         "directories not named .*)")
+    parser.add_argument("--paths", help="NAME,NAME: run only these paths "
+                        "(%s; reuse is both reuse paths, new needs cold; "
+                        "default: all); a ratio is judged when both its "
+                        "paths ran"
+                        % ", ".join(PATHS))
+    parser.add_argument("--keep", action="store_true", help="leave every "
+                        "path's checkouts and pools in the work directory "
+                        "(with --workdir) instead of removing them before "
+                        "the next path: where removing 400,000 files takes "
+                        "minutes, and there is disk for all of them")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--workdir", help="where everything goes (default: "
                         "a temporary directory, removed afterwards)")
     args = parser.parse_args(argv)
     if args.behind < 1 or args.junk_files < 0:
         raise Abort("--behind must be 1 or more and --junk-files 0 or more")
+    paths = selected_paths(args.paths)
     repo = os.path.abspath(args.repo) if args.repo else None
     if repo:
         git_objects(repo, tools.isolated_env(tempfile.gettempdir()))
@@ -569,7 +650,8 @@ def main(argv=None):
     try:
         summary, ratios = run(
             repo, work, args.behind, args.junk_files,
-            [s for s in (args.sparse or "").split(",") if s] or None)
+            [s for s in (args.sparse or "").split(",") if s] or None,
+            paths, keep=args.keep and bool(args.workdir))
         print(format_report(summary, ratios))
         if args.json:
             with open(args.json, "w") as fh:
@@ -577,7 +659,8 @@ def main(argv=None):
                            "targets": {key: {"op": op, "target": target,
                                              "met": _met(ratios[key], op,
                                                          target)}
-                                       for _l, key, op, target in TARGETS}},
+                                       for _l, key, op, target in TARGETS
+                                       if key in ratios}},
                           fh, indent=2)
     finally:
         if not args.workdir:

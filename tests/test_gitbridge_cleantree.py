@@ -1,0 +1,319 @@
+"""``gitbridge checkout --purge`` from the record of a clean tree
+(gitbridge/cleantree.py): whatever is done to a checkout behind its back,
+the purge removes exactly what ``git clean -ffdx`` removes from a twin
+checkout treated the same way, and keeps what it keeps; where it cannot
+be exact (a stock git wrote the index, no record, a removal fails) it
+says so and ``git clean`` runs.  Real git, real files, a real server."""
+
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+
+import checkout_drivers
+from checkout_drivers import (
+    GITCONFIG,
+    git_commit,
+    git_served,  # noqa: F401 (a fixture)
+)
+from gitbridge import cleantree
+from vcsperf.harness import tools
+
+TREE = {"src/deep/er/leaf.txt": "leaf\n", "src/deep/file.txt": "file\n",
+        "src/kept.c": "int x;\n", "lib/a.py": "a\n", "lib/b/c.py": "c\n",
+        "top.txt": "top\n", "docs/readme.txt": "readme\n",
+        ".gitignore": "*.o\nbuild/\n"}
+
+
+@pytest.fixture
+def served(git, git_served):  # noqa: F811 (a fixture)
+    """The small source with a deeper tree and ignore rules on top."""
+    git_served.tip = git_commit(git, git_served.work, TREE, "deeper tree")
+    return git_served
+
+
+@pytest.fixture
+def gitbridge(env, home):
+    (home / ".gitconfig").write_text(GITCONFIG)
+
+    def run(*args):
+        return subprocess.run([tools.executable("gitbridge"), "checkout",
+                               *map(str, args)], env=env,
+                              capture_output=True, text=True, check=True)
+    return run
+
+
+def listing(top):
+    """Every entry under ``top`` but the top's .git: path and kind."""
+    found = {}
+    for dirpath, dirs, files in os.walk(top):
+        if dirpath == str(top):
+            dirs[:] = [d for d in dirs if d != ".git"]
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, top)
+            mode = os.lstat(path).st_mode
+            found[rel] = ("dir" if os.path.isdir(path)
+                          and not os.path.islink(path) else
+                          "link" if os.path.islink(path) else
+                          "file" if os.path.isfile(path) else
+                          "special %o" % (mode >> 12))
+    return found
+
+
+# What is done behind the checkout's back: one function each, applied
+# to both twins.
+
+def junk_everywhere(d):
+    (d / "src/deep/er/__pycache__").mkdir()
+    (d / "src/deep/er/__pycache__/leaf.pyc").write_bytes(b"\0pyc")
+    (d / "src/deep/new.o").write_text("ignored by .gitignore\n")
+    (d / "build/x/y").mkdir(parents=True)
+    (d / "build/x/y/z.o").write_text("deep\n")
+    (d / "untracked.txt").write_text("top\n")
+
+
+def added_behind_an_unchanged_mtime(d):
+    """A file added, and the directory's mtime set back to what it was:
+    its ctime moved, which no one can set back."""
+    where = d / "lib/b"
+    st = os.lstat(where)
+    (where / "sneaky.py").write_text("hidden\n")
+    os.utime(where, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.lstat(where).st_mtime_ns == st.st_mtime_ns
+
+
+def directory_replaced_by_a_file(d):
+    shutil.rmtree(d / "lib/b")
+    (d / "lib/b").write_text("now a file\n")
+
+
+def file_replaced_by_a_directory(d):
+    (d / "top.txt").unlink()
+    (d / "top.txt").mkdir()
+    (d / "top.txt/inside").write_text("x\n")
+
+
+def special_files(d):
+    """git clean skips FIFOs and sockets in tracked directories, and
+    removes them with an untracked directory."""
+    os.mkfifo(d / "src/fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(d / "docs/sock"))
+    sock.close()
+    (d / "tmpdir").mkdir()
+    os.mkfifo(d / "tmpdir/fifo")
+
+
+def dot_git_entries(d):
+    """An entry named .git is never git clean's, in a tracked directory;
+    an untracked directory holding a repository goes whole (-ff)."""
+    (d / "src/.git").write_text("gitdir: nowhere\n")
+    subprocess.run(["git", "init", "-q", str(d / "nested")], check=True)
+    (d / "nested/file").write_text("x\n")
+
+
+def symlinks(d):
+    """Untracked symbolic links are removed, never followed."""
+    outside = d.parent / ("outside-" + d.name)
+    outside.mkdir(exist_ok=True)
+    (outside / "precious").write_text("keep\n")
+    os.symlink(outside, d / "src/link-to-outside")
+    os.symlink(outside, d / "lib/b/dirlink")
+    shutil.rmtree(d / "docs")
+    os.symlink(outside, d / "docs")
+
+
+def directory_replaced_by_a_symlink_out_of_dest(d):
+    """A tracked directory (with a tracked directory in it) replaced by a
+    link to a directory outside DEST that has a directory of the same
+    name: nothing out there is read or removed, the link is."""
+    outside = d.parent / ("outside-" + d.name)
+    (outside / "b").mkdir(parents=True, exist_ok=True)
+    (outside / "precious").write_text("keep\n")
+    (outside / "b/untracked-looking.py").write_text("keep\n")
+    shutil.rmtree(d / "lib")
+    os.symlink(outside, d / "lib")
+
+
+def read_only_directory(d):
+    (d / "lib/b/stuck.o").write_text("x\n")
+    os.chmod(d / "lib/b", 0o555)
+
+
+def renamed_directory(d):
+    os.rename(d / "src/deep", d / "src/shallow")
+
+
+CHANGES = [junk_everywhere, added_behind_an_unchanged_mtime,
+           directory_replaced_by_a_file, file_replaced_by_a_directory,
+           special_files, dot_git_entries, symlinks,
+           directory_replaced_by_a_symlink_out_of_dest, read_only_directory,
+           renamed_directory]
+
+
+def twins(gitbridge, served, tmp_path):
+    """Two checkouts of the tip, each with its record of a clean tree."""
+    made = []
+    for name in ("ours", "git"):
+        dest = tmp_path / name
+        gitbridge("--sharebase", tmp_path / "pool", "-r", served.tip,
+                  served.repo_url, dest)
+        assert (dest / ".git" / cleantree.NAME).exists()
+        made.append(dest)
+    return made
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=lambda c: c.__name__)
+def test_purge_from_the_record_is_git_clean(git, gitbridge, served,
+                                            tmp_path, change):
+    ours, theirs = twins(gitbridge, served, tmp_path)
+    for dest in (ours, theirs):
+        change(dest)
+    try:
+        record = cleantree.read(str(ours / ".git" / cleantree.NAME))
+        index = cleantree.index_checksum(str(ours / ".git" / "index"))
+        removed = cleantree.purge(str(ours), str(ours), record, index)
+        out = git("-C", theirs, "clean", "-ffdx")
+        assert listing(ours) == listing(theirs)
+        assert removed == len(out.splitlines())
+        for dest in (ours, theirs):
+            outside = tmp_path / ("outside-" + dest.name)
+            if outside.exists():
+                assert (outside / "precious").read_text() == "keep\n"
+                if (outside / "b").exists():
+                    assert os.listdir(outside / "b") == [
+                        "untracked-looking.py"]
+    finally:
+        for dest in (ours, theirs):
+            for dirpath, dirs, _files in os.walk(dest):
+                os.chmod(dirpath, 0o755)
+
+
+def test_checkout_purges_from_the_record_and_ends_clean(git, gitbridge,
+                                                        served, tmp_path):
+    """Through the command: a checkout made new records its tree; a purge
+    at another commit reads the record, ends clean, keeps what git clean
+    keeps, and records the new tree for the next purge."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    os.unlink(served.work / "src/deep/er/leaf.txt")
+    tip = git_commit(git, served.work, {"added/dir/new.txt": "new\n"},
+                     "move things")
+    junk_everywhere(dest)
+    os.mkfifo(dest / "src/fifo")
+    for target in (tip, served.tip):
+        proc = gitbridge("--sharebase", pool, "-r", target, "--purge",
+                         "--timings", served.repo_url, dest)
+        facts = checkout_drivers.timings(proc, "checkout")
+        assert facts["purge_from_record"] is True
+        assert git("-C", dest, "rev-parse", "HEAD").strip() == target
+        assert git("-C", dest, "status", "--porcelain",
+                   "--untracked-files=all", "--ignored") == ""
+        assert "(disk:" not in proc.stdout
+        if target == tip:
+            assert not (dest / "src/deep/er").exists()
+            assert (dest / "added/dir/new.txt").exists()
+        (dest / "lib/b/more.o").write_text("x\n")
+    assert not (dest / "added").exists()
+    assert (dest / "src/fifo").exists()  # git clean keeps FIFOs
+    # a new index is in version 4
+    assert (dest / ".git/index").read_bytes()[:8] == b"DIRC\0\0\0\4"
+
+
+def test_a_stock_git_between_runs_makes_the_purge_git_clean(
+        git, gitbridge, served, tmp_path):
+    """A stock git that wrote the index (here ``git rm --cached``, which
+    turns a tracked file untracked without touching its directory) voids
+    the record: the purge runs git clean, which removes that file."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    git("-C", dest, "rm", "-q", "--cached", "lib/a.py")
+    record = cleantree.read(str(dest / ".git" / cleantree.NAME))
+    with pytest.raises(cleantree.Fallback):
+        cleantree.purge(str(dest), str(dest), record, cleantree.index_checksum(
+            str(dest / ".git" / "index")))
+    proc = gitbridge("--sharebase", pool, "-r", served.tip, "--purge",
+                     "--timings", served.repo_url, dest)
+    assert checkout_drivers.timings(proc, "checkout")[
+        "purge_from_record"] is False
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+    assert (dest / "lib/a.py").read_text() == "a\n"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "missing", "truncated"])
+def test_a_damaged_or_missing_record_is_git_clean(git, gitbridge, served,
+                                                  tmp_path, damage):
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    path = dest / ".git" / cleantree.NAME
+    if damage == "garbage":
+        path.write_bytes(b"\xff\x00garbage")
+    elif damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:40])
+    (dest / "lib/b/junk.o").write_text("x\n")
+    proc = gitbridge("--sharebase", pool, "-r", served.tip, "--purge",
+                     "--timings", served.repo_url, dest)
+    assert checkout_drivers.timings(proc, "checkout")[
+        "purge_from_record"] is False
+    assert not (dest / "lib/b/junk.o").exists()
+    # the verified tree is recorded again
+    assert cleantree.read(str(path)) is not None
+
+
+def test_a_directory_changed_in_the_recording_tick_is_read(tmp_path, git):
+    """A directory whose mtime is not before the record's clock may have
+    changed after it was examined, in the same tick: it is recorded as
+    racy and read by the next purge, whatever its stat data."""
+    dest = tmp_path / "repo"
+    git("init", "-q", dest)
+    (dest / "d").mkdir()
+    (dest / "d/tracked").write_text("x\n")
+    git("-C", dest, "add", "-A")
+    git("-C", dest, "-c", "user.name=t", "-c", "user.email=t@example.com",
+        "commit", "-q", "-m", "one")
+    commit = git("-C", dest, "rev-parse", "HEAD").strip()
+    future = 4102444800 * 10 ** 9  # 2100: not before any clock now
+    os.utime(dest / "d", ns=(future, future))
+    index = cleantree.index_checksum(str(dest / ".git/index"))
+    path = str(dest / ".git" / cleantree.NAME)
+    cleantree.write(path, str(dest), commit, index,
+                    cleantree.directories(str(dest), commit))
+    (dest / "d/junk").write_text("x\n")
+    os.utime(dest / "d", ns=(future, future))
+    _commit, _index, dirs, stats = cleantree.read(path)
+    at = 3 * dirs.index(b"d")
+    assert list(stats[at:at + 3]) == [-1, -1, -1]
+    assert cleantree.purge(str(dest), str(dest), cleantree.read(path),
+                           index) == 1
+    assert sorted(os.listdir(dest / "d")) == ["tracked"]
+
+
+@pytest.mark.parametrize("name", [b"../outside", b"/etc", b"a/../../x",
+                                  b"src/.git", b"a//b", b"."])
+def test_a_record_naming_what_no_tree_holds_is_no_record(tmp_path, git,
+                                                         name):
+    """A record whose directories are not paths a tree can hold (outside
+    DEST, in a .git) is read as none: the purge then runs git clean."""
+    dest = tmp_path / "repo"
+    git("init", "-q", dest)
+    (dest / "f").write_text("x\n")
+    git("-C", dest, "add", "-A")
+    git("-C", dest, "-c", "user.name=t", "-c", "user.email=t@example.com",
+        "commit", "-q", "-m", "one")
+    commit = git("-C", dest, "rev-parse", "HEAD").strip()
+    index = cleantree.index_checksum(str(dest / ".git/index"))
+    path = str(dest / ".git" / cleantree.NAME)
+    cleantree.write(path, str(dest), commit, index, [b"", b"src", name])
+    assert cleantree.read(path) is None
+    # a killed run's temporary record is removed by the next write
+    with open(path + ".tmp-99999999", "wb") as fh:
+        fh.write(b"half a record")
+    cleantree.write(path, str(dest), commit, index, [b"", b"src"])
+    assert cleantree.read(path)[2] == [b"", b"src"]
+    assert not os.path.exists(path + ".tmp-99999999")
