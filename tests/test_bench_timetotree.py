@@ -136,7 +136,7 @@ def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
     figures = json.loads(report.read_text())
     assert list(figures["results"]["paths"]) == [
         name.replace("10 behind", "3 behind")
-        for name in [PATHS[3]] + PATHS[6:]]
+        for name in [PATHS[3]] + PATHS[7:]]
     assert list(figures["ratios"]) == ["warm_reuse"]
     # the reused checkout was made by gitbridge: its purge reads the
     # record of a clean tree
