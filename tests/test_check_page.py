@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 
 import pytest
@@ -265,6 +266,10 @@ def test_reports_of_two_repositories_and_an_older_release(tmp_path):
     out = tmp_path / "page.html"
     proc = _vcsperf_report(*paths, "--html", out)
     assert proc.returncode == 0, proc.stderr
+    # readable by whoever the page is for, as open() under the umask gives
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
     dom, body, checks = _rendered(tmp_path, out)
     assert body["data-checks"] == "passed", checks
     sections = re.findall(r'<section class="repository"><h2>(.*?)</h2>',

@@ -51,17 +51,26 @@ def _state_digest(state):
 
 def write_replacing(path, text):
     """Write ``text`` to ``path`` by write-then-rename: a reader sees the
-    old file or the new one, whole."""
+    old file or the new one, whole, with the mode ``open`` would give it
+    (``mkstemp``'s 0600 would keep the report page and JSON from the web
+    server or colleague they are written for)."""
     fd, temporary = tempfile.mkstemp(prefix=".%s-" % os.path.basename(path),
                                      dir=os.path.dirname(path) or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class RunDirectory:
