@@ -73,20 +73,29 @@ _OWN = re.compile(r"^commitid: .* in ([0-9.]+) ms of CPU(?:, ([0-9.]+) of "
                   r"them reading descriptions)?$", re.M)
 
 
+#: Runs ``sys.argv[1:]`` and writes its peak memory on stderr.  Linux
+#: hands the memory of a process that forks and execs to the child's
+#: peak: this small process is the one that forks, not the benchmark,
+#: which holds every description read.
+_PEAK = """import os, subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(child.pid, 0)
+sys.stderr.write("peak %d\\n" % usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def peak_rss(args, env, cwd=None):
     """The peak resident memory of a command, in bytes (that of the
     largest of its processes, as the kernel counts it for ``wait4``),
     and its stderr."""
-    process = subprocess.Popen(args, env=env, cwd=cwd,
-                               stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-    stderr = process.stderr.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    process.stderr.close()
+    process = subprocess.run([sys.executable, "-c", _PEAK, *args], env=env,
+                             cwd=cwd, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
     if process.returncode:
-        raise CommandError(process.returncode, args, "", stderr)
-    return usage.ru_maxrss * 1024, stderr
+        raise CommandError(process.returncode, args, "", process.stderr)
+    peak = int(re.findall(r"^peak (\d+)$", process.stderr, re.M)[-1])
+    return peak * 1024, process.stderr
 
 
 #: Runs a Python script (``sys.argv[1]``, with the arguments after it)
