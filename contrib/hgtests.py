@@ -14,7 +14,8 @@ installed ``hg`` in three passes:
 ``suite``
   with ``zstdstore`` (engine forced on: ``format.revlog-compression=
   zstd-dict``, so every repository a test makes uses it), ``wirezstd``,
-  ``bundlegen``, ``sharepool`` and ``pastbytes`` enabled together through
+  ``bundlegen``, ``sharepool``, ``pastbytes`` and ``wirecache`` (its
+  cache on: every ``hg serve`` of a test answers from it) enabled together through
   ``--extra-config-opt``;
 ``commitid``
   the same plus ``commitid``, on the history-editing tests only.
@@ -124,7 +125,8 @@ QUICK_TESTS = ["test-rebase-backup.t", "test-histedit-no-backup.t",
 
 SUITE = ["extensions.zstdstore=", "extensions.wirezstd=",
          "extensions.bundlegen=", "extensions.sharepool=",
-         "extensions.pastbytes=", "format.revlog-compression=zstd-dict"]
+         "extensions.pastbytes=", "extensions.wirecache=",
+         "format.revlog-compression=zstd-dict"]
 PASSES = {
     "baseline": [],
     "suite": SUITE,
@@ -195,9 +197,9 @@ TOKENS = {b"<hash>": rb"([0-9a-f]{7}|[0-9a-f]{12}([0-9a-f]{28})?"
           b"<size>": rb"\d+(\.\d+)?( ?([KMG]i?B|bytes?))?"}
 # Messages of our extensions, and what they add to other lines.
 OWN_MESSAGE = re.compile(rb"\b(zstdstore|wirezstd|bundlegen|sharepool|"
-                         rb"pastbytes|commitid): ")
+                         rb"pastbytes|wirecache|commitid): ")
 OURS = re.compile(rb"(zstdstore|wirezstd|bundlegen|sharepool|pastbytes|"
-                  rb"commitid|zstd-dicts\S*|MozReview-Commit-ID: \w+),?")
+                  rb"wirecache|commitid|zstd-dicts\S*|MozReview-Commit-ID: \w+),?")
 # A test that runs hg with an HGRCPATH of its own leaves our extensions
 # out, and a stock hg refuses the zstd-dict repositories the suite made.
 OWN_HGRC = re.compile(rb"^  \$ HGRCPATH=\S+ hg .*\n  abort: repository "
