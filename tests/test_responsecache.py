@@ -247,3 +247,22 @@ def test_counters_survive_a_garbage_stats_file(tmp_path):
     assert cache.counters()["hits"] == 0
     cache.count(hits=1)
     assert cache.counters()["hits"] == 1
+
+
+def test_wirecache_counters_never_write_through_a_planted_symlink(tmp_path):
+    """Finding: ``ResponseCache.count`` (every response hg serve sends)
+    writes ``stats.json.<pid>.tmp`` with a plain ``open(tmp, "w")``,
+    which follows a symbolic link planted under that name: the file it
+    points to, outside the cache, is truncated and overwritten with the
+    counters (the cache's entries and locks use O_NOFOLLOW/O_EXCL; this
+    one does not).  A pid is easy to guess on a server that forks one
+    ``hg serve --stdio`` per SSH pull."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    root = tmp_path / "cache"
+    root.mkdir()
+    os.symlink(victim, root / ("stats.json.%d.tmp" % os.getpid()))
+    cache = cache_at(root, max_size=MIB, wait=1)
+    cache.count(hits=1)
+    assert victim.read_text() == "precious\n"
+    assert cache.counters()["hits"] == 1

@@ -507,11 +507,19 @@ class ResponseCache:
             counters = self.counters()
             for name, value in add.items():
                 counters[name] = counters.get(name, 0) + value
-            path = os.path.join(self.root, "stats.json")
-            tmp = "%s.%d.tmp" % (path, os.getpid())
-            with open(tmp, "w") as fh:
-                json.dump(counters, fh)
-            os.rename(tmp, path)
+            # O_EXCL under an unguessable name: a link planted there is
+            # never followed, nor its target written.
+            tmp = os.path.join(self.root, "stats.json.%d.%s.tmp"
+                               % (os.getpid(), os.urandom(8).hex()))
+            tmp_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | os.O_NOFOLLOW, 0o666)
+            try:
+                with os.fdopen(tmp_fd, "w") as fh:
+                    json.dump(counters, fh)
+                os.rename(tmp, os.path.join(self.root, "stats.json"))
+            except OSError:
+                _unlink_quietly(tmp)
+                raise
         except OSError:
             pass
         finally:
