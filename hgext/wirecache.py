@@ -56,9 +56,11 @@ Server configuration::
   wait = 120
 
 Pulls that the cache leaves alone: stream clones, responses the server
-sends uncompressed (errors, pull bundles), and every pull while an
-``outgoing`` or ``preoutgoing`` hook is configured (a cached response
-would not run it).  A cache directory that is missing, read-only or full
+sends uncompressed (errors, pull bundles), narrow pulls (core
+``narrow``'s ``[narrowacl]`` decides what a narrow response holds by the
+user, who is not part of the key, and a cached response would skip that
+check), and every pull while an ``outgoing`` or ``preoutgoing`` hook is
+configured (a cached response would not run it).  A cache directory that is missing, read-only or full
 is skipped: the response is computed as without the extension.  A stored
 entry that is truncated or changed is found by its checksum and removed;
 one too large to check before sending is checked as it is sent, and cut
@@ -290,8 +292,25 @@ def _httpresponsetype(orig, ui, proto, *args, **kwargs):
 # getbundle -------------------------------------------------------------
 
 
-def _uncacheable(ui, others):
+#: getbundle arguments of a narrow pull (core ``narrow``).
+_NARROW_ARGS = (b'narrow', b'includepats', b'excludepats',
+                b'oldincludepats', b'oldexcludepats', b'depth')
+
+
+def _narrow(proto, others):
+    # ``[narrowacl]`` makes a narrow response depend on the user, who is
+    # not in the key: such pulls are computed as core does, ACL and all.
+    if any(others.get(name, b'0') not in (b'0', b'')
+           for name in _NARROW_ARGS):
+        return True
+    caps = b' '.join(proto.getprotocaps()) + others.get(b'bundlecaps', b'')
+    return b'narrow' in caps
+
+
+def _uncacheable(ui, proto, others):
     if others.get(b'stream', b'0') not in (b'0', b''):
+        return True
+    if _narrow(proto, others):
         return True
     return any(name.split(b'.')[0] in _PULL_HOOKS
                for name, _value in ui.configitems(b'hooks'))
@@ -300,7 +319,7 @@ def _uncacheable(ui, others):
 def _getbundle(orig, repo, proto, others):
     ui = repo.ui
     if (not _hgconfig.config_bool(ui, b'wirecache', b'enabled')
-            or _uncacheable(ui, others)):
+            or _uncacheable(ui, proto, others)):
         return orig(repo, proto, others)
     start_cpu = time.thread_time()
     cache = _cache(repo)

@@ -373,3 +373,49 @@ def test_outgoing_hooks_run_for_every_pull(served, hg, hgserve, tmp_path):
     assert ran.read_text() == "pulled\n" * 2
     item = stats(hg, served)
     assert (item["hits"], item["misses"], item["entries"]) == (0, 0, 0)
+
+
+NARROW_SERVER_HGRC = """[extensions]
+narrow =
+wirecache =
+[wirecache]
+min-size = 0
+[narrowacl]
+default.includes = public
+bob.includes = *
+"""
+
+
+def test_wirecache_serves_one_users_narrow_acl_response_to_another(
+        hg, env, tmp_path):
+    """Finding: core narrow's ``[narrowacl]`` decides what a getbundle
+    response holds by the user (``REMOTE_USER`` over HTTP,
+    ``ui.username()`` over SSH), which is not in wirecache's key: the ACL
+    runs only when the response is computed.  Bob (allowed everything)
+    clones ``secret``; Alice, whom the ACL refuses it, then gets Bob's
+    cached response and the secret file.  (Without wirecache her clone
+    aborts "not accessible for alice".)"""
+    repo = tmp_path / "srv"
+    hg("init", repo)
+    (repo / "public").mkdir()
+    (repo / "secret").mkdir()
+    (repo / "public" / "a").write_text("public\n")
+    (repo / "secret" / "s").write_text("the secret\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    (repo / ".hg" / "hgrc").write_text(NARROW_SERVER_HGRC)
+    wrapper = write_ssh_wrapper(str(tmp_path / "ssh"))
+    url = "ssh://user@dummy/%s" % repo
+
+    def clone(user, dest):
+        env["HGUSER"] = user
+        return hg.proc("--config", "ui.ssh=%s" % wrapper,
+                       "--config", "ui.remotecmd=%s" % hg.binary,
+                       "--config", "extensions.narrow=", "clone", "-q",
+                       "--narrow", "--include", "secret", url, dest)
+
+    assert clone("bob", tmp_path / "bob").returncode == 0
+    assert (tmp_path / "bob" / "secret" / "s").exists()
+    alice = clone("alice", tmp_path / "alice")
+    assert not (tmp_path / "alice" / "secret" / "s").exists()
+    assert alice.returncode != 0
+    assert "not accessible for alice" in alice.stderr
