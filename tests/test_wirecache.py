@@ -419,3 +419,40 @@ def test_wirecache_serves_one_users_narrow_acl_response_to_another(
     assert not (tmp_path / "alice" / "secret" / "s").exists()
     assert alice.returncode != 0
     assert "not accessible for alice" in alice.stderr
+
+
+def test_wirecache_writes_nothing_through_symlinked_cache_directories(
+        hg, tmp_path):
+    """Finding: the cache refuses a symbolic link as an entry or lock file
+    (O_NOFOLLOW) but follows one planted as a directory of the cache
+    (``locks``, ``tmp``, ``entries/XX``: ``os.makedirs`` and the rename
+    go through them), so a pull writes lock files and entries into
+    whatever directory they point at; eviction skips such entries (its
+    scan ignores linked directories), so they are also never bounded."""
+    repo = tmp_path / "srv"
+    hg("init", repo)
+    (repo / "f").write_text("data\n" * 100)
+    hg("-R", repo, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    (repo / ".hg" / "hgrc").write_text(
+        "[extensions]\nwirecache =\n[wirecache]\nmin-size = 0\n")
+    cache = repo / ".hg" / "cache" / "wirecache"
+    outside = tmp_path / "outside"
+    for name in ("locks", "tmp", "entries"):
+        (outside / name).mkdir(parents=True)
+    cache.mkdir(parents=True)
+    (cache / "locks").symlink_to(outside / "locks")
+    (cache / "tmp").symlink_to(outside / "tmp")
+    (cache / "entries").mkdir()
+    for prefix in range(256):
+        (cache / "entries" / ("%02x" % prefix)).symlink_to(
+            outside / "entries")
+    wrapper = write_ssh_wrapper(str(tmp_path / "ssh"))
+    url = "ssh://user@dummy/%s" % repo
+    for dest in ("one", "two"):
+        hg("--config", "ui.ssh=%s" % wrapper,
+           "--config", "ui.remotecmd=%s" % hg.binary,
+           "clone", "-q", "-U", url, tmp_path / dest)
+    hg("verify", "-q", "-R", tmp_path / "two")
+    written = sorted(str(path.relative_to(outside))
+                     for path in outside.rglob("*") if path.is_file())
+    assert written == []

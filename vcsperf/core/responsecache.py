@@ -247,12 +247,32 @@ class ResponseCache:
         return os.path.join(self.root, "entries", key[:2], key)
 
     def _dir(self, *parts: str) -> str:
-        path = os.path.join(self.root, *parts)
+        """The directory ``parts`` of the cache, made if missing.  A
+        symbolic link planted as one of its directories is replaced by a
+        directory (never followed: what it points at is outside the
+        cache); anything else there makes the cache unusable."""
+        path = self.root
         try:
             os.makedirs(path, exist_ok=True)
+            for part in parts:
+                path = os.path.join(path, part)
+                _make_real_dir(path)
         except OSError as err:
             raise CacheUnusable("%s: %s" % (path, err.strerror)) from err
         return path
+
+    def _linked(self, *parts: str) -> bool:
+        """Whether a directory of the cache on the way to ``parts`` is a
+        symbolic link (or missing)."""
+        path = self.root
+        for part in parts:
+            path = os.path.join(path, part)
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    return True
+            except OSError:
+                return True
+        return False
 
     # Reading ------------------------------------------------------------
 
@@ -260,6 +280,8 @@ class ResponseCache:
         """The complete entry for ``key``, marked as just used, or None.
         An entry that fails its checks is removed."""
         path = self._entry_path(key)
+        if self._linked("entries", key[:2]):
+            return None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
@@ -404,6 +426,7 @@ class ResponseCache:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 return
+            self._remove_linked_dirs()
             entries = self.scan()
             total = sum(size for _, size, _ in entries)
             entries.sort()
@@ -416,6 +439,24 @@ class ResponseCache:
             self._remove_idle_locks()
         finally:
             os.close(fd)
+
+    def _remove_linked_dirs(self) -> None:
+        """Symbolic links planted as the cache's directories: the links
+        go (never what they point at), so that nothing is written through
+        them and no entry escapes the bound."""
+        for name in ("entries", "locks", "tmp"):
+            top = os.path.join(self.root, name)
+            try:
+                if stat.S_ISLNK(os.lstat(top).st_mode):
+                    remove_if_ours(top)
+                    continue
+                subdirs = list(os.scandir(top))
+            except OSError:
+                continue
+            for sub in subdirs:
+                if sub.is_symlink() and re.fullmatch(r"[0-9a-f]{2}",
+                                                     sub.name):
+                    remove_if_ours(sub.path)
 
     def _remove_idle_locks(self) -> None:
         """Lock files of keys with no entry, that nobody holds and nobody
@@ -540,6 +581,27 @@ class ResponseCache:
                 if isinstance(value, (int, float)) and value >= 0:
                     counters[name] = value
         return counters
+
+
+def _make_real_dir(path: str) -> None:
+    """Make ``path`` a directory; a symbolic link there is replaced."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISDIR(st.st_mode):
+            return
+        if not stat.S_ISLNK(st.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        os.unlink(path)
+    try:
+        os.mkdir(path, 0o777)
+    except FileExistsError:
+        # Made by another process meanwhile; a link made meanwhile fails
+        # here.
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise
 
 
 def remove_if_ours(path: str) -> bool:
