@@ -11,7 +11,9 @@ harder than usual, and stores the bytes it sends on local disk; later
 requests for the same response are sent those bytes, over HTTP and SSH.
 Requests for a response being computed wait for it rather than compute
 it again (up to ``wirecache.wait`` seconds, then they compute it
-themselves).  The first request computes the whole response before it
+themselves).  A response larger than ``wirecache.max-size`` is not
+stored: its writing stops at the bound, the rest is sent as it is
+produced, and later requests for it are computed as without the cache.  The first request computes the whole response before it
 sends any of it, so that a slow client, or one that goes away, never
 holds up the others.
 
@@ -417,10 +419,11 @@ def wirecache(ui, repo, **opts):
     Hits are responses sent from the cache, misses responses computed and
     stored, uncached ones computed without being stored (too small, their
     writer took too long, the cache unusable, or a stored entry found
-    corrupt).  Bytes saved are the bytes sent from the cache, and CPU
-    seconds saved what computing them took the first time.  Entries and
-    size are what the cache directory holds now, markers of responses too
-    small to store included.
+    corrupt, or too large for ``wirecache.max-size``).  Bytes saved are
+    the bytes sent from the cache, and CPU seconds saved what computing
+    them took the first time.  Entries are the responses the cache
+    directory holds now; their size includes the markers of responses too
+    small or too large to store.
     """
     cache = _cache(repo)
     counters = cache.counters()
@@ -436,7 +439,9 @@ def wirecache(ui, repo, **opts):
              _(b'saved: %d bytes sent from the cache, %.3f CPU seconds\n'),
              int(counters['bytes_saved']), counters['cpu_saved'])
     fm.write(b'entries size max_size', _(b'entries: %d, %d of %d bytes\n'),
-             len(entries), sum(size for _, size, _ in entries),
+             len([path for _, _, path in entries
+                  if not path.endswith(responsecache.MARKER_SUFFIXES)]),
+             sum(size for _, size, _ in entries),
              cache.max_size)
     fm.end()
 

@@ -266,3 +266,30 @@ def test_wirecache_counters_never_write_through_a_planted_symlink(tmp_path):
     cache.count(hits=1)
     assert victim.read_text() == "precious\n"
     assert cache.counters()["hits"] == 1
+
+
+def test_a_response_larger_than_the_bound_is_sent_whole_and_not_stored(
+        tmp_path):
+    """A response that grows past ``max_size`` while it is written stops
+    being written at the bound (nothing on disk past it), is still sent
+    whole, and leaves a marker: later requests for its key compute it
+    without the cache instead of writing and evicting it again."""
+    cache = cache_at(tmp_path, max_size=MIB)
+    data = os.urandom(3 * MIB)
+    sizes = []
+
+    def produced():
+        for start in range(0, len(data), 64 * 1024):
+            sizes.append(sum(item.stat().st_size
+                             for item in (tmp_path / "tmp").iterdir()))
+            yield data[start:start + 64 * 1024]
+
+    filling = cache.acquire(key(1))
+    assert isinstance(filling, Filling)
+    assert b"".join(filling.fill(produced(), time.thread_time)) == data
+    assert filling.stored is False
+    assert max(sizes) <= MIB
+    assert cache.lookup(key(1)) is None
+    assert cache.acquire(key(1)) is None
+    assert [path for _, _, path in cache.scan()] == [
+        str(tmp_path / "entries" / key(1)[:2] / (key(1) + ".large"))]

@@ -7,6 +7,7 @@ capabilities and concurrent clients."""
 
 import io
 import json
+import os
 import threading
 
 import pytest
@@ -456,3 +457,32 @@ def test_wirecache_writes_nothing_through_symlinked_cache_directories(
     written = sorted(str(path.relative_to(outside))
                      for path in outside.rglob("*") if path.is_file())
     assert written == []
+
+
+def test_wirecache_response_larger_than_max_size_is_not_recomputed_as_a_miss(
+        hg, tmp_path):
+    """Finding: a response larger than ``wirecache.max-size`` is still
+    written whole to the cache's disk (beyond the bound), before a byte
+    of it is sent, compressed at ``wirecache.level`` (17: ~100x level 3's
+    CPU over HTTP), committed, and evicted at once by its own write:
+    every later identical pull pays all of it again and is counted a
+    "miss" (``hg wirecache`` says responses were stored; none is).  With
+    the default 2g, a Firefox-size full pull is such a response.  The
+    second identical pull should be a hit or, if it cannot be kept,
+    computed as without the cache ("uncached")."""
+    repo = tmp_path / "srv"
+    hg("init", repo)
+    for i in range(4):
+        (repo / ("r%d" % i)).write_bytes(os.urandom(600000))
+    hg("-R", repo, "commit", "-q", "-A", "-m", "big", "-u", "t")
+    (repo / ".hg" / "hgrc").write_text(
+        "[extensions]\nwirecache =\n[wirecache]\nmax-size = 1m\n")
+    wrapper = write_ssh_wrapper(str(tmp_path / "ssh"))
+    url = "ssh://user@dummy/%s" % repo
+    for dest in ("one", "two", "three"):
+        hg("--config", "ui.ssh=%s" % wrapper,
+           "--config", "ui.remotecmd=%s" % hg.binary,
+           "clone", "-q", "-U", url, tmp_path / dest)
+    [item] = json.loads(hg("wirecache", "-R", repo, "-T", "json"))
+    assert item["entries"] == 0
+    assert item["misses"] <= 1, item

@@ -69,6 +69,9 @@ STALE_TMP_SECONDS = 60.0
 _KEY = re.compile(r"[0-9a-f]{64}")
 _TMP = re.compile(r"([0-9a-f]{64})\.[0-9]+\.[0-9a-f]{16}")
 _SMALL_SUFFIX = ".small"
+_LARGE_SUFFIX = ".large"
+#: Markers: responses too small to be worth storing, or too large to fit.
+MARKER_SUFFIXES = (_SMALL_SUFFIX, _LARGE_SUFFIX)
 
 #: Counters kept in ``stats.json``.
 COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved")
@@ -166,7 +169,8 @@ class Filling:
     the response is computed from is used only while the request runs.
     A response below ``min_size`` leaves a marker instead of an entry, so
     that later requests for the key compute it without waiting for one
-    another."""
+    another; so does one that would not fit in ``max_size``, whose
+    writing stops at the bound (the rest is sent as it is produced)."""
 
     def __init__(self, cache: "ResponseCache", key: str, lock_fd: int) -> None:
         self._cache = cache
@@ -195,27 +199,38 @@ class Filling:
             self.release()
             raise
         committed = False
+        rest = iter(chunks)
+        overflow: Optional[bytes] = None
         try:
             hasher = hashlib.blake2b(digest_size=32)
             with os.fdopen(fd, "wb") as out:
                 out.write(HEAD_MAGIC)
                 start = clock()
-                for data in chunks:
+                for data in rest:
+                    if (len(HEAD_MAGIC) + self.size + len(data)
+                            + TRAILER_SIZE > cache.max_size):
+                        overflow = data
+                        break
                     out.write(data)
                     hasher.update(data)
                     self.size += len(data)
                 self.cpu += clock() - start
                 digest = hasher.digest()
-                out.write(_TRAILER.pack(self.size, self.cpu, digest))
-                out.write(TAIL_MAGIC)
+                if overflow is None:
+                    out.write(_TRAILER.pack(self.size, self.cpu, digest))
+                    out.write(TAIL_MAGIC)
             # Opened before the rename: eviction may remove the entry
             # while it is being sent.
             reader = open(tmp_path, "rb")
             entry = Entry(tmp_path, reader, self.size, self.cpu, digest)
+            if overflow is not None:
+                cache._mark(self.key, _LARGE_SUFFIX)
+                self.stored = False
+                return _then(entry.chunks(), overflow, rest)
             if self.size < cache.min_size:
                 entry.check_whole()
                 reader.close()
-                cache._mark_small(self.key)
+                cache._mark(self.key, _SMALL_SUFFIX)
                 self.stored = False
             else:
                 committed = cache._commit(self.key, tmp_path)
@@ -321,8 +336,10 @@ class ResponseCache:
             return None
         return Entry(path, fh, size, cpu, digest)
 
-    def _is_small(self, key: str) -> bool:
-        return os.path.lexists(self._entry_path(key) + _SMALL_SUFFIX)
+    def _is_marked(self, key: str) -> bool:
+        path = self._entry_path(key)
+        return any(os.path.lexists(path + suffix)
+                   for suffix in MARKER_SUFFIXES)
 
     # Writing ------------------------------------------------------------
 
@@ -330,9 +347,9 @@ class ResponseCache:
         """For a key that ``lookup`` did not find: an ``Entry`` (another
         request wrote it while this one waited), a ``Filling`` (this
         request writes it), or None (compute it without the cache: it is
-        below the size worth caching, its writer took longer than
+        below the size worth caching or above the bound, its writer took longer than
         ``wait``, or the cache is unusable)."""
-        if self._is_small(key):
+        if self._is_marked(key):
             return None
         try:
             lock_path = os.path.join(self._dir("locks", key[:2]), key)
@@ -358,7 +375,7 @@ class ResponseCache:
             return None
         # Locked: the previous writer finished (or died) meanwhile.
         entry = self.lookup(key)
-        if entry is not None or self._is_small(key):
+        if entry is not None or self._is_marked(key):
             os.close(lock_fd)
             return entry
         return Filling(self, key, lock_fd)
@@ -375,9 +392,8 @@ class ResponseCache:
         os.rename(tmp_path, self._entry_path(key))
         return True
 
-    def _mark_small(self, key: str) -> None:
-        marker = os.path.join(self._dir("entries", key[:2]),
-                              key + _SMALL_SUFFIX)
+    def _mark(self, key: str, suffix: str) -> None:
+        marker = os.path.join(self._dir("entries", key[:2]), key + suffix)
         os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW,
                          0o666))
         self.evict()
@@ -401,8 +417,9 @@ class ResponseCache:
                 continue
             for item in files:
                 name = item.name
-                if name.endswith(_SMALL_SUFFIX):
-                    name = name[:-len(_SMALL_SUFFIX)]
+                for suffix in MARKER_SUFFIXES:
+                    if name.endswith(suffix):
+                        name = name[:-len(suffix)]
                 if not _KEY.fullmatch(name):
                     continue
                 try:
@@ -581,6 +598,14 @@ class ResponseCache:
                 if isinstance(value, (int, float)) and value >= 0:
                     counters[name] = value
         return counters
+
+
+def _then(written: Iterator[bytes], overflow: bytes,
+          rest: Iterator[bytes]) -> Iterator[bytes]:
+    """What was written before the bound, then the rest as produced."""
+    yield from written
+    yield overflow
+    yield from rest
 
 
 def _make_real_dir(path: str) -> None:
