@@ -41,6 +41,7 @@ import os
 import re
 import stat
 import subprocess
+import tempfile
 
 #: The record's file name under the checkout's git directory.
 NAME = "gitbridge-clean-tree"
@@ -149,9 +150,12 @@ def write(path, dest, commit, index, dirs):
     for leftover in glob.glob(glob.escape(path) + ".tmp-*"):
         with contextlib.suppress(OSError):
             os.unlink(leftover)
-    tmp = "%s.tmp-%d" % (path, os.getpid())
+    # a new file (O_CREAT|O_EXCL|O_NOFOLLOW): never through a link planted
+    # under the temporary name
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-",
+                               dir=os.path.dirname(path))
     try:
-        with open(tmp, "wb") as fh, _directory(dest) as top:
+        with os.fdopen(fd, "wb") as fh, _directory(dest) as top:
             # the filesystem's clock before any directory is examined
             now = os.fstat(fh.fileno()).st_mtime_ns
             data = array.array(_ARRAY)
