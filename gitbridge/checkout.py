@@ -267,6 +267,9 @@ class Run(pooledcheckout.PooledCheckout):
         #: was made by this attempt, or purged from the record of a clean
         #: tree (``cleantree``).
         self.only_tracked = False
+        #: ``(commit, kept)`` of a purge from the record: what
+        #: ``working_state`` looks at again after the checkout.
+        self.purged_from = None
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
@@ -653,16 +656,18 @@ class Run(pooledcheckout.PooledCheckout):
         only the directories changed since DEST was last known clean
         (``cleantree``); how many, or None where that cannot be exact."""
         self.timer.facts["purge_from_record"] = False
+        self.purged_from = None
         if self.request.sparseprofile:
             return None
-        index, record = self.git_paths("index", cleantree.NAME)
+        index, path = self.git_paths("index", cleantree.NAME)
+        record, kept = cleantree.read(path), []
         try:
-            removed = cleantree.purge(self.request.dest, self.store,
-                                      cleantree.read(record),
-                                      cleantree.index_checksum(index))
+            removed = cleantree.purge(self.request.dest, self.store, record,
+                                      cleantree.index_checksum(index), kept)
         except cleantree.Fallback:
             return None
         self.only_tracked = True
+        self.purged_from = (record[0], kept)
         self.timer.facts["purge_from_record"] = True
         return removed
 
@@ -725,9 +730,24 @@ class Run(pooledcheckout.PooledCheckout):
         walk of the tree (``git status``) would find nothing it has not:
         verification reads HEAD, and with --purge, where DEST is not known
         to hold only tracked files (the purge ran ``git clean``), what
-        ``git status`` lists untracked or ignored."""
+        ``git status`` lists untracked or ignored.  After a purge from the
+        record, what the checkout may have left untracked is looked at
+        again (``cleantree.leftovers``); anything there and DEST is purged
+        and verified as without a record."""
         dest = self.request.dest
         head = git("rev-parse", "HEAD", cwd=dest).strip()
+        if self.purged_from is not None:
+            old, kept = self.purged_from
+            self.purged_from = None
+            try:
+                left = cleantree.leftovers(dest, self.store, old, head, kept)
+            except cleantree.Fallback as failure:
+                left = [str(failure)]
+            if left:
+                self.say("(%d entries left untracked by the checkout; "
+                         "purging with git clean)", len(left))
+                self.only_tracked = False
+                git("clean", "-ffdx", cwd=dest)
         if self.request.purge and not self.only_tracked:
             dirty = git("status", "--porcelain", "--untracked-files=all",
                         "--ignored", cwd=dest).splitlines()

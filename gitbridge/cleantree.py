@@ -41,6 +41,7 @@ import os
 import re
 import stat
 import subprocess
+import tempfile
 
 #: The record's file name under the checkout's git directory.
 NAME = "gitbridge-clean-tree"
@@ -89,8 +90,11 @@ def index_checksum(index):
 
 def directories(store, commit):
     """Every directory of ``commit``'s tree (b"" for the top)."""
-    out = _git(store, "ls-tree", "-r", "-d", "-z", "--name-only", commit)
-    return [b""] + [name for name in out.split(b"\0") if name]
+    out = _git(store, "ls-tree", "-r", "-d", "-z", commit)
+    # ``-d`` lists submodules too: their directories are no tree's, the
+    # purge leaves them whole (and a record naming one is no record)
+    return [b""] + [line.partition(b"\t")[2] for line in out.split(b"\0")
+                    if line.startswith(b"040000 tree ")]
 
 
 def changed_directories(store, old, new, dirs):
@@ -109,6 +113,36 @@ def changed_directories(store, old, new, dirs):
     return sorted(found)
 
 
+def leftovers(dest, store, old, new, kept):
+    """What a purge from the record leaves that ``git checkout`` from
+    ``old`` to ``new`` cannot take away: the paths ``old`` has and ``new``
+    lacks where something is still in DEST (``git checkout`` only warns
+    when it cannot unlink a directory put where a file was, or a
+    submodule's), and the directories the purge kept (``kept``, where
+    the index had a file) that ``new`` makes directories, holding what
+    the index never had.  Only the paths the commits differ in are
+    looked at: one ``lstat`` each.  What lies there is untracked; the
+    caller runs ``git clean``."""
+    out = _git(store, "diff-tree", "-r", "-t", "-z", "--no-renames", "--raw",
+               old, new)
+    fields = out.split(b"\0")
+    present, trees, deleted = set(), set(), []
+    for info, path in zip(fields[0::2], fields[1::2]):
+        new_mode = info.lstrip(b":").split(b" ")[1]
+        if new_mode == b"000000":
+            deleted.append(path)
+        else:
+            present.add(path)
+            if new_mode == b"040000":
+                trees.add(path)
+    found = [name for name in kept if name in trees]
+    dest = os.fsencode(dest)
+    for name in deleted:
+        if name not in present and os.path.lexists(os.path.join(dest, name)):
+            found.append(name)
+    return found
+
+
 def write(path, dest, commit, index, dirs):
     """Record that DEST, at ``commit`` with the index checksum ``index``,
     holds nothing but the index; ``dirs``: the commit's directories."""
@@ -116,9 +150,12 @@ def write(path, dest, commit, index, dirs):
     for leftover in glob.glob(glob.escape(path) + ".tmp-*"):
         with contextlib.suppress(OSError):
             os.unlink(leftover)
-    tmp = "%s.tmp-%d" % (path, os.getpid())
+    # a new file (O_CREAT|O_EXCL|O_NOFOLLOW): never through a link planted
+    # under the temporary name
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-",
+                               dir=os.path.dirname(path))
     try:
-        with open(tmp, "wb") as fh, _directory(dest) as top:
+        with os.fdopen(fd, "wb") as fh, _directory(dest) as top:
             # the filesystem's clock before any directory is examined
             now = os.fstat(fh.fileno()).st_mtime_ns
             data = array.array(_ARRAY)
@@ -187,13 +224,14 @@ def read(path):
     return commit, index, dirs, stats
 
 
-def purge(dest, store, record, index):
+def purge(dest, store, record, index, kept=None):
     """Remove what ``git clean -ffdx`` would from DEST, reading only the
     directories changed since ``record`` (``read``); ``index``: the
     index's checksum now; ``store``: a repository holding the record's
     commit.  Returns how many entries were removed (a directory counts
     once, as git clean says); ``Fallback`` when it cannot be done
-    exactly."""
+    exactly.  ``kept``, a list, gets the directories left whole where
+    the index has a file, link or submodule (see ``leftovers``)."""
     if record is None:
         raise Fallback("no record of a clean tree")
     commit, recorded_index, dirs, stats = record
@@ -231,7 +269,7 @@ def purge(dest, store, record, index):
         deeper = []
         for name in changed:
             deeper.extend(_untracked(dest, name, tracked[name], recorded,
-                                     files, trees))
+                                     files, trees, kept))
         changed = deeper
     removed = len(files) + len(trees)
     _remove(files, trees)
@@ -244,7 +282,7 @@ def _under(name, gone):
     return any(name.startswith(prefix) for prefix in gone)
 
 
-def _untracked(dest, name, tracked, dirs, files, trees):
+def _untracked(dest, name, tracked, dirs, files, trees, kept):
     """List the untracked entries of the changed directory ``name``:
     files and links in ``files``, directories in ``trees``; ``tracked``:
     its entries in the commit, name to mode.  Returns the tracked
@@ -268,8 +306,11 @@ def _untracked(dest, name, tracked, dirs, files, trees):
                         unrecorded.append(path)
                 elif mode is None:
                     trees.append(entry.path)
-                # else a submodule, or a directory where the index has a
-                # file: git clean leaves it whole, checkout's to deal
+                elif kept is not None:
+                    # a submodule, or a directory where the index has a
+                    # file: git clean leaves it whole, checkout's to deal
+                    kept.append(
+                        name + b"/" + entry.name if name else entry.name)
             elif entry.is_file(follow_symlinks=False) \
                     or entry.is_symlink():
                 if mode is None or mode in (b"40000", b"160000"):

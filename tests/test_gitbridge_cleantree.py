@@ -317,3 +317,91 @@ def test_a_record_naming_what_no_tree_holds_is_no_record(tmp_path, git,
     cleantree.write(path, str(dest), commit, index, [b"", b"src"])
     assert cleantree.read(path)[2] == [b"", b"src"]
     assert not os.path.exists(path + ".tmp-99999999")
+
+
+def test_purge_from_record_removes_a_directory_left_where_a_file_was(
+        git, gitbridge, git_served, tmp_path):  # noqa: F811 (a fixture)
+    """Finding: a tracked file replaced by a directory (``rm a; mkdir a``)
+    and a ``--purge`` to a commit without that file.  git clean keeps the
+    directory (the index still has ``a``), ``git checkout --force`` cannot
+    unlink it, and the purge from the record skips ``git status``: the run
+    says "verified: ... clean" while ``?? a/`` is in the tree, and it
+    records that tree as clean, so every later ``--purge`` keeps the
+    directory that ``git clean -ffdx`` then removes."""
+    tip = git_commit(git, git_served.work, {"gone.txt": "x\n"}, "add gone")
+    os.unlink(git_served.work / "gone.txt")
+    after = git_commit(git, git_served.work, {}, "remove gone")
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", tip, git_served.repo_url, dest)
+    (dest / "gone.txt").unlink()
+    (dest / "gone.txt").mkdir()
+    (dest / "gone.txt" / "junk").write_text("junk\n")
+    proc = gitbridge("--sharebase", pool, "-r", after, "--purge",
+                     git_served.repo_url, dest)
+    status = git("-C", dest, "status", "--porcelain",
+                 "--untracked-files=all", "--ignored")
+    # the run said so, or the tree is clean
+    assert "clean" not in proc.stdout or status == ""
+    gitbridge("--sharebase", pool, "-r", after, "--purge",
+              git_served.repo_url, dest)
+    # a second purge at the same commit removes what git clean would
+    assert git("-C", dest, "clean", "-ffdxn") == ""
+
+
+def test_purge_from_record_removes_a_dropped_submodules_directory(
+        git, gitbridge, git_served, tmp_path):  # noqa: F811 (a fixture)
+    """A submodule's directory holding files (its checkout, or anything)
+    that the next commit drops: ``git checkout`` cannot remove the
+    directory and the purge from the record never reads it (its parent is
+    unchanged); it is looked at again after the checkout and removed, as
+    ``git clean -ffdx`` would."""
+    work = git_served.work
+    base = git_commit(git, work, {"keep.txt": "k\n"}, "base")
+
+    def commit(*change):
+        # not git_commit: its ``add -A`` drops a gitlink with no directory
+        git("-C", work, *change)
+        git("-C", work, "commit", "-q", "-m", change[0])
+        git("-C", work, "push", "-q", "origin", "HEAD:main")
+        return git("-C", work, "rev-parse", "HEAD").strip()
+
+    with_sub = commit("update-index", "--add", "--cacheinfo",
+                      "160000,%s,sub" % base)
+    without = commit("rm", "-q", "--cached", "sub")
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", with_sub, git_served.repo_url, dest)
+    (dest / "sub").mkdir(exist_ok=True)
+    (dest / "sub" / "file.c").write_text("its checkout\n")
+    proc = gitbridge("--sharebase", pool, "-r", without, "--purge",
+                     "--timings", git_served.repo_url, dest)
+    assert checkout_drivers.timings(proc, "checkout")[
+        "purge_from_record"] is True
+    assert not (dest / "sub").exists()
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+    assert "clean" in proc.stdout
+
+
+def test_purge_from_record_reads_a_kept_directory_that_becomes_tracked(
+        git, gitbridge, git_served, tmp_path):  # noqa: F811 (a fixture)
+    """A file replaced by a directory holding junk, and a commit that makes
+    that path a directory: the checkout writes into the directory the
+    purge kept, so the junk is looked at again and removed."""
+    tip = git_commit(git, git_served.work, {"node": "file\n"}, "a file")
+    os.unlink(git_served.work / "node")
+    after = git_commit(git, git_served.work, {"node/inside.txt": "in\n"},
+                       "a directory")
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", tip, git_served.repo_url, dest)
+    (dest / "node").unlink()
+    (dest / "node").mkdir()
+    (dest / "node" / "junk").write_text("junk\n")
+    gitbridge("--sharebase", pool, "-r", after, "--purge",
+              git_served.repo_url, dest)
+    assert (dest / "node" / "inside.txt").read_text() == "in\n"
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+    # and what is recorded is clean: the next purge keeps nothing more
+    gitbridge("--sharebase", pool, "-r", after, "--purge",
+              git_served.repo_url, dest)
+    assert git("-C", dest, "clean", "-ffdxn") == ""

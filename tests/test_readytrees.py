@@ -468,3 +468,24 @@ def test_reflink_probe_answers_on_this_filesystem(tmp_path):
     problem = readytrees.reflink_problem(str(tmp_path))
     assert problem is None or problem.startswith("FICLONE: ")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_seal_is_never_written_through_a_planted_link(tmp_path):
+    """The seal's temporary file is a new file (mkstemp: O_CREAT|O_EXCL|
+    O_NOFOLLOW): a symbolic link planted under the name it had
+    (``vcsperf-ready-seal.tmp``) is not followed, and nothing is left."""
+    tree = tmp_path / "tree"
+    (tree / ".git").mkdir(parents=True)
+    (tree / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    planted = tree / ".git" / (readytrees.SEAL + ".tmp")
+    planted.symlink_to(victim)
+    trees = readytrees.ReadyTrees(str(tmp_path / "ready"), ".git", [])
+    trees.seal(str(tree), "a" * 40)
+    assert victim.read_text() == "precious\n"
+    assert sorted(os.listdir(tree / ".git")) == [
+        "HEAD", readytrees.SEAL, readytrees.SEAL + ".tmp"]
+    planted.unlink()  # the planted link is fingerprinted: not the pool's
+    trees.seal(str(tree), "a" * 40)
+    assert trees.seal_problem(str(tree)) == ("a" * 40, None)

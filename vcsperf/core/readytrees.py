@@ -51,6 +51,7 @@ the pool's revision.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -156,10 +157,18 @@ class ReadyTrees:
         """Write the seal of ``tree``, at ``revision``, as it is now."""
         record = {"revision": revision, "files": self._fingerprint(tree)}
         path = os.path.join(tree, self.metadir, SEAL)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(record, fh, sort_keys=True)
-        os.replace(tmp, path)
+        # a new file (O_CREAT|O_EXCL|O_NOFOLLOW): never through a link
+        # planted under the temporary name
+        fd, tmp = tempfile.mkstemp(prefix=SEAL + ".tmp-",
+                                   dir=os.path.dirname(path))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(record, fh, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def seal_problem(self, tree: str) -> tuple[str | None, str | None]:
         """``(revision, None)`` when ``tree``'s seal holds, else ``(None,
