@@ -348,3 +348,31 @@ def test_bundlegen_metrics_count_runs_of_a_path_with_a_line_separator(
               if line.startswith("vcsperf_bundlegen_runs_total{")
               and 'outcome="success"' in line]
     assert runs.endswith(" 2"), runs
+
+
+def test_hg_bundlegen_metrics_of_a_non_utf8_repository_path(hg, tmp_path):
+    """The same finding on the hg side: ``hg bundlegen`` of a repository
+    whose path is not UTF-8 publishes, then writes a valid UTF-8 metrics
+    file (the undecodable bytes as ``\\xNN``) and exits 0, and the next
+    run counts on from it."""
+    top = os.fsencode(str(tmp_path))
+    repo = os.fsdecode(os.path.join(top, b"d\xe9p\xf4t"))
+    hg("init", repo)
+    with open(os.path.join(repo, "a"), "w") as fh:
+        fh.write("a\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    out, metrics_dir = tmp_path / "out", tmp_path / "metrics"
+    out.mkdir()
+    metrics_dir.mkdir()
+    for _ in range(2):
+        proc = hg.proc("-R", repo, "bundlegen", *EXT, "--force",
+                       "--metrics-dir", metrics_dir, "--config",
+                       "bundlegen.output=%s" % out, "--config",
+                       "bundlegen.base-url=https://cdn.example.com/b")
+        assert "Traceback" not in proc.stderr
+        assert proc.returncode == 0, proc.stderr[-500:]
+    found = read_metrics(metrics_dir)
+    assert value(found, "vcsperf_bundlegen_runs_total",
+                 outcome="success") == 2
+    [(labels, _)] = found["vcsperf_bundlegen_last_run_success"]
+    assert labels["repository"].endswith("d\\xe9p\\xf4t")
