@@ -917,7 +917,8 @@ def _is_sparse(dest):
 
 def _key(text):
     """A short name for a URL or a path, safe in file and ref names."""
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+    # surrogateescape: a path that is not UTF-8 is still a name git takes
+    return hashlib.sha256(os.fsencode(text)).hexdigest()[:20]
 
 
 def _write_atomically(path, text):

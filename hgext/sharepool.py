@@ -528,7 +528,8 @@ class _Run(pooledcheckout.PooledCheckout):
                 try:
                     node = future.result()
                 except error.RepoError as inst:
-                    raise _lookup_abort(url, key, pycompat.bytestr(inst))
+                    raise _lookup_abort(url, key, pycompat.bytestr(inst),
+                                        is_server_answer=True)
                 if node == nullid:
                     raise _lookup_abort(url, key, _(b'it names the null '
                                                      b'revision'))
@@ -921,8 +922,9 @@ def _local_node(repo, revision):
     return ctx.node()
 
 
-def _lookup_abort(url, key, message):
-    """The abort for a failed remote lookup of ``key``."""
+def _lookup_abort(url, key, message, is_server_answer=False):
+    """The abort for a failed remote lookup of ``key``: ``message`` is the
+    server's error (``is_server_answer``) or ours."""
     where = urlutil.hidepassword(url)
     if key == b'0':
         return error.Abort(
@@ -930,6 +932,11 @@ def _lookup_abort(url, key, message):
             hint=_(b'is %s an empty repository? (%s)') % (where, message))
     if b'ambiguous' in message:
         return _ambiguous()
+    if is_server_answer:
+        # robustcheckout's abort is the server's answer as it is
+        # (``unknown revision 'X'``, no hint): CI scripts match that line
+        # to tell "not pushed yet" from a network failure
+        return error.Abort(message)
     return error.Abort(
         _(b'%s not found on %s: %s') % (key, where, message),
         hint=_(b'check the revision, and that it was pushed there'))

@@ -6,11 +6,14 @@ changesets behind, and bundles deleted behind its back."""
 
 import json
 import os
+import subprocess
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from checkout_drivers import git_commit
 from test_bundlegen import fileserver  # noqa: F401 (a fixture)
+from vcsperf.harness import tools
 
 EXT = ("--config", "extensions.bundlegen=",
        "--config", "extensions.clonebundles=")
@@ -284,3 +287,92 @@ def test_runs_ending_together_all_count(tmp_path):
     assert value(found, "vcsperf_checkout_runs_total",
                  outcome="success") == 150
 
+
+
+def test_bundlegen_metrics_of_a_non_utf8_repository_path(git, env, tmp_path):
+    """Finding: ``gitbridge bundlegen --metrics-dir`` on a repository
+    whose path is not UTF-8 (Latin-1 directory names exist) builds and
+    publishes the bundle, then dies in a UnicodeEncodeError traceback
+    writing the metrics file (the label is written with
+    ``encoding="utf-8"``, and ``write_quietly`` catches only OSError):
+    exit 1 for work that succeeded, no metrics file, so the freshness
+    alert fires on a healthy repository."""
+    top = os.fsencode(str(tmp_path))
+    repo = os.path.join(top, b"d\xe9p\xf4t.git")
+    git("init", "-q", "--bare", "-b", "main", os.fsdecode(repo))
+    work = tmp_path / "work"
+    git("clone", "-q", os.fsdecode(repo), work)
+    git_commit(git, work, {"a.txt": "a\n"}, "one")
+    out, metrics_dir = tmp_path / "out", tmp_path / "metrics"
+    out.mkdir()
+    metrics_dir.mkdir()
+    proc = subprocess.run(
+        [tools.executable("gitbridge"), "bundlegen", "--repo", repo,
+         "--output", str(out), "--base-url", "https://cdn.example.com/b",
+         "--metrics-dir", str(metrics_dir)],
+        env=env, capture_output=True)
+    assert b"Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    [prom] = [name for name in os.listdir(metrics_dir)
+              if name.endswith(".prom")]
+    text = (metrics_dir / prom).read_bytes()
+    text.decode("utf-8")  # the text format is UTF-8
+    assert b"vcsperf_bundlegen_last_run_success" in text
+
+
+def test_bundlegen_metrics_count_runs_of_a_path_with_a_line_separator(
+        git, env, tmp_path):
+    """Finding: the previous metrics file is read back with
+    ``str.splitlines()``, which also splits at U+2028, U+0085 and other
+    characters the writer leaves unescaped in a label (valid UTF-8, one
+    line to Prometheus): for a repository whose path holds one, every
+    sample line is lost on reading, so ``runs_total`` restarts at 1 on
+    every run (a counter that never grows: ``increase()`` says nothing
+    ran) and the last failure's time is forgotten after a success."""
+    repo = tmp_path / "a\u2028b.git"
+    git("init", "-q", "--bare", "-b", "main", repo)
+    work = tmp_path / "work"
+    git("clone", "-q", repo, work)
+    git_commit(git, work, {"a.txt": "a\n"}, "one")
+    out, metrics_dir = tmp_path / "out", tmp_path / "metrics"
+    out.mkdir()
+    metrics_dir.mkdir()
+    for _ in range(2):
+        subprocess.run(
+            [tools.executable("gitbridge"), "bundlegen", "--repo", str(repo),
+             "--output", str(out), "--base-url", "https://cdn.example.com/b",
+             "--metrics-dir", str(metrics_dir), "--force"],
+            env=env, capture_output=True, check=True)
+    [prom] = metrics_dir.glob("*.prom")
+    [runs] = [line for line in prom.read_text().split("\n")
+              if line.startswith("vcsperf_bundlegen_runs_total{")
+              and 'outcome="success"' in line]
+    assert runs.endswith(" 2"), runs
+
+
+def test_hg_bundlegen_metrics_of_a_non_utf8_repository_path(hg, tmp_path):
+    """The same finding on the hg side: ``hg bundlegen`` of a repository
+    whose path is not UTF-8 publishes, then writes a valid UTF-8 metrics
+    file (the undecodable bytes as ``\\xNN``) and exits 0, and the next
+    run counts on from it."""
+    top = os.fsencode(str(tmp_path))
+    repo = os.fsdecode(os.path.join(top, b"d\xe9p\xf4t"))
+    hg("init", repo)
+    with open(os.path.join(repo, "a"), "w") as fh:
+        fh.write("a\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    out, metrics_dir = tmp_path / "out", tmp_path / "metrics"
+    out.mkdir()
+    metrics_dir.mkdir()
+    for _ in range(2):
+        proc = hg.proc("-R", repo, "bundlegen", *EXT, "--force",
+                       "--metrics-dir", metrics_dir, "--config",
+                       "bundlegen.output=%s" % out, "--config",
+                       "bundlegen.base-url=https://cdn.example.com/b")
+        assert "Traceback" not in proc.stderr
+        assert proc.returncode == 0, proc.stderr[-500:]
+    found = read_metrics(metrics_dir)
+    assert value(found, "vcsperf_bundlegen_runs_total",
+                 outcome="success") == 2
+    [(labels, _)] = found["vcsperf_bundlegen_last_run_success"]
+    assert labels["repository"].endswith("d\\xe9p\\xf4t")

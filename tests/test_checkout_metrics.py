@@ -103,3 +103,49 @@ def test_a_user_and_password_stay_out_of_the_file(hg, tmp_path):
     found = read_metrics(metrics)
     assert value(found, "vcsperf_checkout_runs_total", outcome="failure",
                  repository="http://127.0.0.1:9/repo") == 1
+
+
+def test_checkout_metrics_keep_no_part_of_a_password_holding_an_at_sign(
+        hg, hgserve, tmp_path):
+    """Finding: ``--metricsdir`` strips the user and password with
+    ``(?<=//)[^/@]*@``, i.e. up to the first ``@``; Mercurial (and git)
+    split the user information at the last one, so a password holding
+    ``@`` (``http://ci:s3cr@tpassword@host/``: hg accepts and uses it)
+    leaves its tail in the label and in the file name of a world-readable
+    (0644) file that Prometheus scrapes and keeps."""
+    src = tmp_path / "src"
+    hg("init", src)
+    (src / "f").write_text("1\n")
+    hg("-R", src, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    server = hgserve(src)
+    url = server.url.replace("://", "://ci:s3cr@tpassword@", 1)
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    hg("--config", "extensions.sharepool=", "robustcheckout",
+       "--sharebase", tmp_path / "pool", "-b", "default", "--metricsdir",
+       metrics_dir, url, tmp_path / "co")
+    [prom] = metrics_dir.glob("*.prom")
+    assert "tpassword" not in prom.name
+    assert "tpassword" not in prom.read_text()
+
+
+def test_robustcheckout_metrics_of_a_non_utf8_source_path(hg, tmp_path):
+    """Finding: ``hg robustcheckout --metricsdir`` from a source whose path
+    is not UTF-8 checks the tree out, then dies writing the metrics file
+    (UnicodeEncodeError; ``write_quietly`` catches only OSError): exit 1
+    and a traceback for a checkout that succeeded, so the CI task fails;
+    "monitoring never fails the work it watches"."""
+    top = os.fsencode(str(tmp_path))
+    src = os.fsdecode(os.path.join(top, b"d\xe9p\xf4t"))
+    hg("init", src)
+    with open(os.path.join(src, "a"), "w") as fh:
+        fh.write("a\n")
+    hg("-R", src, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    proc = hg.proc("--config", "extensions.sharepool=", "robustcheckout",
+                   "--sharebase", tmp_path / "pool", "-b", "default",
+                   "--metricsdir", metrics_dir, src, tmp_path / "co")
+    assert (tmp_path / "co" / "a").exists()  # the work is done
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr[-500:]

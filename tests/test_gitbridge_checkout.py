@@ -372,3 +372,27 @@ def test_a_destination_that_is_the_source_is_refused(git, gitbridge,
         "is or holds the source; refusing to replace it"), proc.stderr
     assert (source / "wip.txt").read_text() == "uncommitted\n"
     git("-C", source, "fsck", "--no-progress")
+
+
+def test_gitbridge_checkout_of_a_non_utf8_source_path(git, env, home,
+                                                      tmp_path):
+    """Finding: ``gitbridge checkout`` of a source whose path (or URL) is
+    not UTF-8 ends in a UnicodeEncodeError traceback before anything
+    (``_key``: ``text.encode()``), where git itself clones it fine and
+    ``hg robustcheckout`` checks it out: bad input gets no ``abort:``
+    line, and good input is refused."""
+    (home / ".gitconfig").write_text(GITCONFIG)
+    top = os.fsencode(str(tmp_path))
+    src = os.fsdecode(os.path.join(top, b"d\xe9p\xf4t.git"))
+    git("init", "-q", "--bare", "-b", "main", src)
+    work = tmp_path / "work"
+    git("clone", "-q", src, work)
+    git_commit(git, work, {"a.txt": "a\n"}, "one")
+    proc = subprocess.run(
+        [tools.executable("gitbridge"), "checkout", "--sharebase",
+         str(tmp_path / "pool"), "-b", "main", os.fsencode(src),
+         str(tmp_path / "co")],
+        env=env, capture_output=True)
+    assert b"Traceback" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert (tmp_path / "co" / "a.txt").exists()

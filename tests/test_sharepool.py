@@ -240,9 +240,10 @@ DEADLINE_REFUSED = (r"abort: the network deadline must be a positive "
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["-r", "123456789abc"], r"abort: 123456789abc not found on "
-                             r"http://127\.0\.0\.1:\d+/: unknown revision"),
-    (["-b", "no-such-branch"], r"abort: no-such-branch not found on "),
+    # robustcheckout's line, as it is (see
+    # test_robustcheckout_unknown_revision_prints_mozillas_abort)
+    (["-r", "123456789abc"], r"abort: unknown revision '123456789abc'$"),
+    (["-b", "no-such-branch"], r"abort: unknown revision 'no-such-branch'$"),
     (["-r", "12345"], r"abort: --revision must be a SHA-1 fragment 12-40 "
                       r"characters long$"),
     ([], r"abort: must specify one of --revision or --branch$"),
@@ -491,3 +492,44 @@ def test_a_destination_that_is_the_source_or_a_store_is_refused(
     assert abort_line(proc).endswith(
         "is or holds the share base; refusing to replace it"), proc.stderr
     hg("verify", "-q", cwd=store)
+
+
+#: Mozilla's robustcheckout (version-control-tools), where
+#: contrib/robustcheckout_suite.py is pointed at it.
+MOZILLA_ROBUSTCHECKOUT = "/tmp/vct/hgext/robustcheckout"
+ALL_EXTENSIONS = ("zstdstore", "wirezstd", "bundlegen", "sharepool",
+                  "commitid", "pastbytes", "wirecache")
+
+
+@pytest.mark.parametrize("revision", [("-r", "0123456789ab"),
+                                      ("-b", "nosuch")],
+                         ids=["node", "branch"])
+def test_robustcheckout_unknown_revision_prints_mozillas_abort(
+        hg, hgserve, tmp_path, revision):
+    """Finding (drop-in): for a revision the server does not have,
+    Mozilla's robustcheckout ends with ``abort: unknown revision
+    '0123456789ab'`` (exit 255); ours, with every extension enabled,
+    prints ``abort: 0123456789ab not found on URL: unknown revision
+    '0123456789ab'`` and a hint line, so a CI script that matches
+    Mozilla's line (to tell "not pushed yet" from a network failure and
+    retry) no longer sees it."""
+    src = tmp_path / "src"
+    hg("init", src)
+    (src / "f").write_text("1\n")
+    hg("-R", src, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    server = hgserve(src)
+    config = [arg for name in ALL_EXTENSIONS
+              for arg in ("--config", "extensions.%s=" % name)]
+    ours = hg.proc(*config, "robustcheckout", "--sharebase",
+                   tmp_path / "pool", *revision, server.url, tmp_path / "co")
+    expected = "abort: unknown revision '%s'" % revision[1]
+    if os.path.isdir(MOZILLA_ROBUSTCHECKOUT):
+        theirs = hg.proc("--config", "extensions.robustcheckout=%s"
+                         % MOZILLA_ROBUSTCHECKOUT, "robustcheckout",
+                         "--sharebase", tmp_path / "pool-moz", *revision,
+                         server.url, tmp_path / "co-moz")
+        assert theirs.returncode == 255
+        assert theirs.stderr.splitlines()[-1] == expected
+    assert ours.returncode == 255
+    assert [line for line in ours.stderr.splitlines()
+            if not line.startswith("(using Mercurial")] == [expected]

@@ -60,7 +60,7 @@ def write_metrics(ui, repo, report, outcome, outdir, uploads):
                           bundle['seconds'])
     report.uploads(uploads)
     metrics.write_quietly(report, outcome, lambda line: ui.warn(
-        pycompat.bytestr(line) + b'\n'))
+        pycompat.fsencode(line) + b'\n'))
 
 
 def _behind(repo, tip):

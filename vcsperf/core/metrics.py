@@ -11,13 +11,19 @@ The rules (Prometheus' naming conventions):
   (``_seconds``, ``_timestamp_seconds`` for Unix times), sizes in bytes
   (``_bytes``), counters end in ``_total``;
 - labels take few values: ``vcs`` (``hg`` or ``git``), the subject
-  (``repository``: a path, or a URL without its user and password), and
+  (``repository``: a path, or a URL without its user, password and
+  query: ``url_label``), and
   the names of formats, destinations, steps and outcomes, which the
   configuration and the code fix.  A revision is a label only of an
   ``_info`` gauge of value 1, one series per file;
 - a file is replaced by rename, so the collector never reads half of one:
   it is written as a ``.tmp`` file beside it first (the collector reads
-  only ``*.prom``).
+  only ``*.prom``);
+- the file is UTF-8, and a line ends at a newline only: a byte of a path
+  that is not UTF-8 (a surrogate of ``os.fsdecode``) is written as the
+  text ``\\xNN`` (``printable``), and the previous file is read back split
+  at newlines alone (U+2028 or a carriage return in a label is part of
+  the line).
 
 State that must outlive a run (the time of the last failure after a later
 success, the run counters) is read back from the file the previous run
@@ -60,6 +66,7 @@ SampleKey = Tuple[str, Tuple[Tuple[str, str], ...]]
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _LABEL_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"'
                          r"\s*(?:,|\Z)")
 
@@ -84,7 +91,9 @@ class Family:
         for label in labels:
             if not _LABEL_NAME.match(label) or label.startswith("__"):
                 raise ValueError("not a label name: %r" % label)
-        self.samples.append((dict(labels), float(value)))
+        self.samples.append(({key: printable(text)
+                              for key, text in labels.items()},
+                             float(value)))
 
     def render(self) -> str:
         lines = ["# HELP %s %s" % (self.name, _escape(self.help, False)),
@@ -96,6 +105,34 @@ class Family:
                                       "{%s}" % pairs if pairs else "",
                                       _number(value)))
         return "\n".join(lines) + "\n"
+
+
+def printable(text: str) -> str:
+    """``text`` as valid UTF-8: a surrogate (an undecodable byte NN of
+    ``os.fsdecode`` is U+DCNN) becomes the text ``\\xNN`` (``\\uNNNN`` for
+    another surrogate), as ``backslashreplace`` writes it."""
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def _escape_surrogate(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    if 0xDC80 <= code <= 0xDCFF:
+        return "\\x%02x" % (code - 0xDC00)
+    return "\\u%04x" % code
+
+
+def url_label(url: str) -> str:
+    """``url`` as a label and file name may hold it: without the user
+    and password (up to the last ``@`` of the authority, where hg and git
+    split them) and without a query (``?private_token=...``)."""
+    if "://" not in url:
+        return url  # a path: ``@`` and ``?`` are part of its names
+    scheme, rest = url.split("://", 1)
+    authority, slash, path = rest.partition("/")
+    authority = authority.split("?", 1)[0].split("#", 1)[0]
+    path, hash_, fragment = path.partition("#")
+    return "%s://%s%s%s%s%s" % (scheme, authority.rpartition("@")[2], slash,
+                                path.split("?", 1)[0], hash_, fragment)
 
 
 def _escape(text: str, quote: bool) -> str:
@@ -165,7 +202,9 @@ def read_previous(path: str) -> Dict[SampleKey, float]:
     if len(data) > MAX_PREVIOUS_BYTES:
         return {}
     samples: Dict[SampleKey, float] = {}
-    for line in data.decode("utf-8", "replace").splitlines():
+    # "\n" alone ends a line of the format; splitlines() would also split
+    # at U+2028, U+0085 or "\r" inside a label value.
+    for line in data.decode("utf-8", "replace").split("\n"):
         found = _SAMPLE.match(line)
         if not found or not found.group(1).startswith(PREFIX):
             continue
@@ -226,7 +265,7 @@ class Report:
                  labels: Mapping[str, str]) -> None:
         self.path = os.path.join(directory, file_name(command, subject))
         self.prefix = "%s%s_" % (PREFIX, command)
-        self.labels = dict(labels)
+        self.labels = {key: printable(text) for key, text in labels.items()}
         self.families: Dict[str, Family] = {}
         self.started = time.monotonic()
 
@@ -355,6 +394,8 @@ def write_quietly(report: Report, outcome: str,
         return True
     except OSError as err:
         reason = err.strerror or errno.errorcode.get(err.errno or 0, str(err))
-        warn("warning: metrics not written to %s: %s"
-             % (report.path, reason))
-        return False
+    except ValueError as err:  # UnicodeError: text the format cannot hold
+        reason = str(err)
+    warn("warning: metrics not written to %s: %s"
+         % (printable(report.path), printable(reason)))
+    return False

@@ -348,9 +348,9 @@ class PooledCheckout:
 
     def write_metrics(self, directory: str) -> None:
         """The timings line as a metrics file, one per URL (without its
-        user and password), with when a checkout of it last succeeded
+        user, password and query), with when a checkout of it last succeeded
         and failed; a file that cannot be written is a warning."""
-        url = re.sub(r"(?<=//)[^/@]*@", "", os.fsdecode(self.request.url))
+        url = metrics.url_label(os.fsdecode(self.request.url))
         report = metrics.Report(directory, "checkout", url,
                                 {"vcs": self.VCS, "repository": url})
         facts = self.timer.facts
