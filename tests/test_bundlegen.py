@@ -609,11 +609,29 @@ def test_stream_bundle_is_left_out_while_secret_changesets_exist(
     [gzip] = out.glob("*.gzip.*.hg")
     hg("-R", clone, "unbundle", "-q", gzip)
     assert hg("-R", clone, "log", "-r", "all()", "-T", "{node}") == public
+    assert "nothing to do" in hg("-R", repo, "bundlegen")
     # allowed as core allows it: the stream bundle is built again
     proc = hg.proc("-R", repo, "bundlegen", "--force", "--config",
                    "server.uncompressedallowsecret=true")
     assert proc.returncode == 0 and "secret" not in proc.stderr, proc.stderr
     assert list(out.glob("*.stream.*"))
+
+
+def test_check_fresh_counts_no_secret_changeset(hg, tmp_path):
+    """A secret commit alone leaves the bundles fresh (a pull would not
+    send it, so no bundle may hold it); a draft one puts them behind."""
+    repo, out, public, secret = _repo_with_a_secret_changeset(hg, tmp_path)
+    hg("-R", repo, "bundlegen")
+    check = ("-R", repo, "bundlegen", "--check-fresh", "--max-behind", "0")
+    out_line = hg(*check)
+    assert out_line.startswith("fresh:") and " 0 changesets behind" in \
+        out_line, out_line
+    hg("-R", repo, "phase", "-q", "--draft", "-r", secret)
+    proc = hg.proc(*check)
+    assert proc.returncode == 1 and proc.stdout.startswith("stale:"), \
+        proc.stdout
+    assert "1 changesets behind" in proc.stdout or "1 behind" in \
+        proc.stdout, proc.stdout
 
 
 SNAPSHOT_PROBE = r'''
