@@ -531,6 +531,109 @@ def test_core_clone_bundles_and_bundlegen_do_not_overwrite_each_other(
     check_published(repo, fileserver.root)
 
 
+def test_bundlegen_publishes_no_secret_changeset(hg, tmp_path):
+    """Finding (confidentiality): ``hg bundlegen`` builds its bundles
+    from every changeset of the store, secret ones included (its tip is
+    the secret changeset), and publishes them to the CDN for every
+    client: ``hg clone`` of the same server never sends a secret
+    changeset, and core refuses stream clones of a repository with secret
+    changesets (``server.uncompressedallowsecret``; its
+    ``debugcreatestreamclonebundle`` at least warns).  The stream bundle
+    even makes the secret changeset public in the clone."""
+    repo, out = tmp_path / "r", tmp_path / "out"
+    hg("init", repo)
+    (repo / "a").write_text("a\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "public work", "-u", "t")
+    (repo / "b").write_text("embargoed security fix\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "secret", "-u", "t",
+       "--secret")
+    secret = hg("-R", repo, "log", "-r", "secret()", "-T", "{node}")
+    out.mkdir()
+    (repo / ".hg" / "hgrc").write_text(
+        "[extensions]\nbundlegen =\nclonebundles =\n[bundlegen]\n"
+        "output = %s\nbase-url = %s\n" % (out, out.as_uri()))
+    hg("-R", repo, "bundlegen")
+    bundles = sorted(out.glob("*.hg"))
+    assert bundles
+    for bundle in bundles:
+        clone = tmp_path / ("from-" + bundle.name)
+        hg("init", clone)
+        hg("-R", clone, "unbundle", "-q", bundle)
+        assert hg("-R", clone, "log", "-r", "all()", "-T",
+                  "{node}\n").split() != [], bundle.name
+        assert secret not in hg("-R", clone, "log", "--hidden", "-T",
+                                "{node}\n"), bundle.name
+
+
+def _repo_with_a_secret_changeset(hg, tmp_path):
+    """A repository whose tip is secret, over one public changeset; its
+    hgrc publishes to ``out``.  Returns repo, out, the public node and the
+    secret one."""
+    repo, out = tmp_path / "r", tmp_path / "out"
+    hg("init", repo)
+    (repo / "a").write_text("a\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "public work", "-u", "t")
+    (repo / "b").write_text("embargoed security fix\n")
+    hg("-R", repo, "commit", "-q", "-A", "-m", "secret", "-u", "t",
+       "--secret")
+    out.mkdir()
+    (repo / ".hg" / "hgrc").write_text(
+        "[extensions]\nbundlegen =\nclonebundles =\n[bundlegen]\n"
+        "output = %s\nbase-url = %s\n" % (out, out.as_uri()))
+    public = hg("-R", repo, "log", "-r", "0", "-T", "{node}")
+    secret = hg("-R", repo, "log", "-r", "secret()", "-T", "{node}")
+    return repo, out, public, secret
+
+
+def test_stream_bundle_is_left_out_while_secret_changesets_exist(
+        hg, tmp_path):
+    """As core refuses a stream clone of a repository with secret
+    changesets: one warning, no stream bundle, no stream line in the
+    manifest; the published tip is the last changeset a pull sends, and
+    the secret changeset alone makes no new generation due."""
+    repo, out, public, secret = _repo_with_a_secret_changeset(hg, tmp_path)
+    proc = hg.proc("-R", repo, "bundlegen")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines()
+                if "secret changesets" in line]
+    assert len(warnings) == 1 and "uncompressedallowsecret" in warnings[0]
+    assert not list(out.glob("*.stream.*"))
+    manifest = (repo / ".hg" / "clonebundles.manifest").read_text()
+    assert "stream=v2" not in manifest and "gzip-v2" in manifest
+    index = json.loads((out / "bundles.json").read_text())
+    assert index["tip"] == public
+    assert secret not in " ".join(os.listdir(out))
+    # the changegroups keep the public changeset public
+    clone = tmp_path / "clone"
+    hg("init", clone)
+    [gzip] = out.glob("*.gzip.*.hg")
+    hg("-R", clone, "unbundle", "-q", gzip)
+    assert hg("-R", clone, "log", "-r", "all()", "-T", "{node}") == public
+    assert "nothing to do" in hg("-R", repo, "bundlegen")
+    # allowed as core allows it: the stream bundle is built again
+    proc = hg.proc("-R", repo, "bundlegen", "--force", "--config",
+                   "server.uncompressedallowsecret=true")
+    assert proc.returncode == 0 and "secret" not in proc.stderr, proc.stderr
+    assert list(out.glob("*.stream.*"))
+
+
+def test_check_fresh_counts_no_secret_changeset(hg, tmp_path):
+    """A secret commit alone leaves the bundles fresh (a pull would not
+    send it, so no bundle may hold it); a draft one puts them behind."""
+    repo, out, public, secret = _repo_with_a_secret_changeset(hg, tmp_path)
+    hg("-R", repo, "bundlegen")
+    check = ("-R", repo, "bundlegen", "--check-fresh", "--max-behind", "0")
+    out_line = hg(*check)
+    assert out_line.startswith("fresh:") and " 0 changesets behind" in \
+        out_line, out_line
+    hg("-R", repo, "phase", "-q", "--draft", "-r", secret)
+    proc = hg.proc(*check)
+    assert proc.returncode == 1 and proc.stdout.startswith("stale:"), \
+        proc.stdout
+    assert "1 changesets behind" in proc.stdout or "1 behind" in \
+        proc.stdout, proc.stdout
+
+
 SNAPSHOT_PROBE = r'''
 import os, sys
 repo, log = sys.argv[1:]

@@ -87,7 +87,11 @@ One run:
    with hardlinks whatever filesystem the output directory is on: seconds
    even for big repositories.  A push landing meanwhile cannot tear the
    bundles apart, and all of them hold the same changesets;
-3. builds every format from the snapshot, in parallel up to
+3. builds every format from the snapshot, each changegroup with what
+   a pull from the server sends (no secret changeset; the published tip
+   is the last one a pull sends, and secret changesets count for no
+   ``min-changesets`` nor ``--check-fresh``'s changesets behind), in
+   parallel up to
    ``bundlegen.jobs`` processes, in a directory of its own in the output
    directory (``.bundlegen-tmp-*``, removed by the next run if this one is
    killed), saying each one's size and time as it is done;

@@ -19,6 +19,7 @@ import time
 from mercurial import (
     error,
     localrepo,
+    phases,
     pycompat,
     streamclone,
     util,
@@ -47,9 +48,10 @@ def build(ui, say, repo, settings, outdir):
     snapshot = tempfile.mkdtemp(prefix=_SNAPSHOT_PREFIX,
                                 dir=repo.sharedpath)
     try:
-        tip = _take_snapshot(ui, repo, snapshot)
-        bundles = _build_all(ui, say, settings, snapshot, rundir, outdir,
-                             tip)
+        tip, has_secret = _take_snapshot(ui, repo, snapshot)
+        formats = _formats_to_build(ui, settings, has_secret)
+        bundles = _build_all(ui, say, settings, formats, snapshot, rundir,
+                             outdir, tip)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
         shutil.rmtree(snapshot, ignore_errors=True)
@@ -80,12 +82,38 @@ def _take_snapshot(ui, repo, path):
         localrepo.createrepository(
             ui, path,
             requirements=set(repo.requirements) - {b'shared', b'relshared'})
-        streamclone.local_copy(repo,
-                               _hgcompat.repofactory.repository(ui, path))
-    tip = _hgcompat.repofactory.repository(ui, path)[b'tip']
+        copy = _hgcompat.repofactory.repository(ui, path)
+        streamclone.local_copy(repo, copy)
+        # local_copy leaves the phases out (as a stream clone does: all
+        # public), so the snapshot would bundle and publish secret
+        # changesets; it gets the store's own, copied under the same lock.
+        phaseroots = repo.svfs.join(b'phaseroots')
+        if os.path.exists(phaseroots):
+            util.copyfile(phaseroots, copy.svfs.join(b'phaseroots'))
+    copy = _hgcompat.repofactory.repository(ui, path)
+    # What a pull from the server sends: no secret (nor hidden) changeset.
+    tip = copy.filtered(b'served')[b'tip']
     if tip.rev() == nullrev:
-        raise error.Abort(_(b'repository is empty, nothing to bundle'))
-    return tip.hex()
+        raise error.Abort(_(b'repository is empty, nothing to bundle')
+                          if len(copy) == 0 else
+                          _(b'repository has only secret changesets, '
+                            b'nothing to bundle'))
+    return tip.hex(), phases.hassecret(copy)
+
+
+def _formats_to_build(ui, settings, has_secret):
+    """The formats of ``settings`` this run builds: as core refuses a
+    stream clone of a repository with secret changesets (which a stream
+    bundle would carry, and make public), the stream format is left out
+    of it, with a warning, unless ``server.uncompressedallowsecret``."""
+    if not has_secret or ui.configbool(b'server', b'uncompressedallowsecret'):
+        return list(settings.formats)
+    formats = [fmt for fmt in settings.formats if not FORMATS[fmt].stream]
+    if len(formats) < len(settings.formats):
+        ui.warn(_(b'bundlegen: not building the stream bundle: the '
+                  b'repository has secret changesets (see '
+                  b'server.uncompressedallowsecret)\n'))
+    return formats
 
 
 if pycompat.sysplatform.startswith(b'linux'):
@@ -142,9 +170,16 @@ class _Build:
         self.snapshot = snapshot
         self.temp = os.path.join(rundir, fmt + b'.hg')
         self.errors = os.path.join(rundir, fmt + b'.err')
+        # A changegroup holds what a pull sends, no secret changeset
+        # (a stream bundle copies the store; see _formats_to_build).
+        # (The stream format is built only where _formats_to_build allows
+        # it, and the snapshot has no hgrc to say so.)
+        revs = ([b'-a', b'--config', b'server.uncompressedallowsecret=yes']
+                if FORMATS[fmt].stream
+                else [b'--base', b'null', b'-r', b'heads(not secret())'])
         # wirezstd writes zstd-v2 bundles with long-distance matching
-        self.args = ([b'-R', snapshot, b'bundle', b'-q', b'-a',
-                      b'--config', b'extensions.wirezstd=']
+        self.args = ([b'-R', snapshot, b'bundle', b'-q'] + revs
+                     + [b'--config', b'extensions.wirezstd=']
                      + FORMATS[fmt].bundle_args(settings))
         self.start = time.monotonic()
         with open(self.errors, 'wb') as errors:
@@ -185,11 +220,11 @@ class _Build:
                 'seconds': round(seconds, 2)}
 
 
-def _build_all(ui, say, settings, snapshot, rundir, outdir, tip):
-    """Build every format, up to ``jobs`` at a time; in format order."""
+def _build_all(ui, say, settings, formats, snapshot, rundir, outdir, tip):
+    """Build ``formats``, up to ``jobs`` at a time; in format order."""
     progress = ui.makeprogress(_(b'bundling'), unit=_(b'bundles'),
-                               total=len(settings.formats))
-    waiting = list(settings.formats)
+                               total=len(formats))
+    waiting = list(formats)
     running = []
     built = {}
     try:
@@ -206,7 +241,7 @@ def _build_all(ui, say, settings, snapshot, rundir, outdir, tip):
                 progress.increment()
                 say(_(b'built %s: %s in %.1f s (%d of %d)\n')
                     % (build.fmt, util.bytecount(bundle['size']),
-                       bundle['seconds'], len(built), len(settings.formats)))
+                       bundle['seconds'], len(built), len(formats)))
             if not done:
                 time.sleep(0.05)
     finally:
@@ -214,4 +249,4 @@ def _build_all(ui, say, settings, snapshot, rundir, outdir, tip):
             build.proc.kill()
             build.proc.wait()
     progress.complete()
-    return [built[fmt] for fmt in settings.formats]
+    return [built[fmt] for fmt in formats]

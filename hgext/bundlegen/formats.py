@@ -16,15 +16,18 @@ class Format:
     whole spec, or its start up to a ``;``), which the manifest publishes;
     ``parameters`` spec parameters given only to ``hg bundle -t``;
     ``config(settings)`` the ``--config`` items its ``hg bundle`` needs
-    from the checked settings; ``help`` its paragraph of ``hg help
+    from the checked settings; ``stream`` whether it copies the store (so
+    every changeset, secret ones too); ``help`` its paragraph of ``hg help
     bundlegen``."""
 
-    def __init__(self, name, spec, help, parameters=b'', config=None):
+    def __init__(self, name, spec, help, parameters=b'', config=None,
+                 stream=False):
         self.name = name
         self.spec = spec
         self.help = help
         self.parameters = parameters
         self.config = config or (lambda settings: [])
+        self.stream = stream
 
     def bundle_args(self, settings):
         """Arguments to ``hg bundle`` for this format."""
@@ -61,13 +64,15 @@ stays at 2^27 bytes, so every Mercurial with zstd applies it."""),
     # mandatory part) clones and leaves the markers out.
     Format(b'stream', b'none-v2;stream=v2',
            parameters=b';obsolescence=yes;obsolescence-mandatory=no',
-           help="""\
+           stream=True, help="""\
 ``none-v2;stream=v2``: raw store files, the fastest to apply; clients
 use it when they clone with ``--stream`` and support the repository's
 format.  Built with ``obsolescence=yes``, so a repository with
 obsolescence markers (a non-publishing server) is bundled with them;
 the markers are not mandatory (``obsolescence-mandatory=no``), so a
-client without evolution clones and leaves them out."""),
+client without evolution clones and leaves them out.  Not built while
+the repository has secret changesets (a run warns), as core refuses a
+stream clone then, unless ``server.uncompressedallowsecret`` is set."""),
 ]}
 
 

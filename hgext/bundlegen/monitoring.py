@@ -64,12 +64,14 @@ def write_metrics(ui, repo, report, outcome, outdir, uploads):
 
 
 def _behind(repo, tip):
-    """Visible changesets not under ``tip``; None if the repository no
-    longer has it."""
+    """Changesets a pull would send that are not under ``tip`` (no secret
+    one: bundles never hold them); None if the repository no longer
+    serves it."""
+    served = repo.filtered(b'served')
     try:
-        if not repo.unfiltered().changelog.hasnode(bin(tip)):
+        if not served.changelog.hasnode(bin(tip)):
             return None
-        return len(repo.revs(b'not ::%s', tip))
+        return len(served.revs(b'not ::%s', tip))
     except (error.Abort, ValueError, error.RepoLookupError):
         return None
 

@@ -141,13 +141,15 @@ def _due(repo, settings, latest):
     if any(latest.get(key) != value
            for key, value in settings.layout().items()):
         return 'formats or destinations changed'
-    unfiltered = repo.unfiltered()
+    # What a pull sends: a secret changeset is never bundled, so it moves
+    # nothing.
+    served = repo.filtered(b'served')
     tip = latest['tip'].encode()
-    if repo[b'tip'].hex() == tip:
+    if served[b'tip'].hex() == tip:
         return None
-    if not unfiltered.changelog.hasnode(bin(tip)):
+    if not served.changelog.hasnode(bin(tip)):
         return 'the last bundled tip is no longer in the repository'
-    moved = len(repo.revs(b'not ::%s', tip))
+    moved = len(served.revs(b'not ::%s', tip))
     moved_bytes = 0
     if settings.min_bytes:
         moved_bytes = _store_bytes(repo) - latest.get('store_bytes', 0)
@@ -166,10 +168,11 @@ def _store_bytes(repo):
 
 
 def _nothing_to_do(ui, fm, repo, latest, waited=0):
-    if latest and latest['tip'] == repo[b'tip'].hex().decode() and waited:
+    tip = repo.filtered(b'served')[b'tip'].hex()
+    if latest and latest['tip'] == tip.decode() and waited:
         why = _(b'another run published bundles of this tip while this '
                 b'one waited')
-    elif latest and latest['tip'] == repo[b'tip'].hex().decode():
+    elif latest and latest['tip'] == tip.decode():
         why = _(b'the bundles of tip %s are published already') % (
             latest['tip'][:12].encode())
     else:
@@ -177,7 +180,7 @@ def _nothing_to_do(ui, fm, repo, latest, waited=0):
                 b'min-changesets or bundlegen.min-bytes since tip %s') % (
             latest['tip'][:12].encode())
     fm.startitem()
-    fm.data(action=b'skipped', tip=repo[b'tip'].hex())
+    fm.data(action=b'skipped', tip=tip)
     fm.write(b'reason', _(b'nothing to do: %s (--force builds anyway)\n'),
              why)
     ui.log(b'bundlegen', b'nothing to do: %s\n', why)
@@ -190,7 +193,8 @@ def _dry_run(ui, fm, repo, settings, generations, reason):
     retired.add({'files': []})
     names = retired.retire(settings.keep + 1)
     fm.startitem()
-    fm.data(action=b'would-build', tip=repo[b'tip'].hex(),
+    served_tip = repo.filtered(b'served')[b'tip'].hex()
+    fm.data(action=b'would-build', tip=served_tip,
             retire=[n.encode() for n in names],
             destinations=[d.name.encode() for d in settings.destinations])
     fm.write(b'formats reason', _(b'would build %s (%s)\n'),
