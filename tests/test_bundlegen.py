@@ -540,18 +540,7 @@ def test_bundlegen_publishes_no_secret_changeset(hg, tmp_path):
     changesets (``server.uncompressedallowsecret``; its
     ``debugcreatestreamclonebundle`` at least warns).  The stream bundle
     even makes the secret changeset public in the clone."""
-    repo, out = tmp_path / "r", tmp_path / "out"
-    hg("init", repo)
-    (repo / "a").write_text("a\n")
-    hg("-R", repo, "commit", "-q", "-A", "-m", "public work", "-u", "t")
-    (repo / "b").write_text("embargoed security fix\n")
-    hg("-R", repo, "commit", "-q", "-A", "-m", "secret", "-u", "t",
-       "--secret")
-    secret = hg("-R", repo, "log", "-r", "secret()", "-T", "{node}")
-    out.mkdir()
-    (repo / ".hg" / "hgrc").write_text(
-        "[extensions]\nbundlegen =\nclonebundles =\n[bundlegen]\n"
-        "output = %s\nbase-url = %s\n" % (out, out.as_uri()))
+    repo, out, _public, secret = _repo_with_a_secret_changeset(hg, tmp_path)
     hg("-R", repo, "bundlegen")
     bundles = sorted(out.glob("*.hg"))
     assert bundles
