@@ -715,7 +715,13 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    options = parse_args(argv)
+    return run_build(build, parse_args(argv))
+
+
+def run_build(build, options):
+    """The command line of a staged build (this one, ``longhistory``):
+    ``build(options)``'s summary as JSON on stdout and 0, or one abort
+    line, a failed command's last line of stderr with it, and 255."""
     try:
         summary = build(options)
     except Abort as abort:

@@ -53,9 +53,9 @@ import subprocess
 import sys
 import time
 
-from vcsperf.core.errors import Abort, print_abort
-from vcsperf.core.process import CommandError, executable, run
-from vcsperf.harness.firefoxscale import Stages, git_env, log
+from vcsperf.core.errors import Abort
+from vcsperf.core.process import executable, run
+from vcsperf.harness.firefoxscale import Stages, git_env, log, run_build
 
 MIRRORS = "/work/.mirror"
 DEFAULT_SOURCES = (
@@ -346,21 +346,7 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    options = parse_args(argv)
-    try:
-        summary = build(options)
-    except Abort as abort:
-        return print_abort(abort)
-    except CommandError as failure:
-        return print_abort(Abort(
-            "%s failed (%d): %s" % (" ".join(failure.cmd[:3]),
-                                    failure.returncode,
-                                    (failure.stderr.strip().splitlines()
-                                     or [""])[-1]),
-            hint="run the build again to go on from the stage that failed"))
-    json.dump(summary, sys.stdout, indent=1, sort_keys=True)
-    print()
-    return 0
+    return run_build(build, parse_args(argv))
 
 
 if __name__ == "__main__":
