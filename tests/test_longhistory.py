@@ -209,3 +209,16 @@ def test_the_benchmark_runs_on_both_forms(built):
     assert (tools.run(["git", "-C", gitdir, "rev-parse", "main"], env),
             tools.hg(["log", "-r", "tip", "-T", "{node}"], env,
                      cwd=hgdir)) == tips
+
+
+def test_a_source_that_is_no_repository_is_one_abort(tmp_path):
+    """A ``--source`` git cannot read ends in one ``abort:`` line and its
+    hint, not a traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "vcsperf.harness.longhistory", "--dir",
+         str(tmp_path / "long"), "--commits", "10", "--forms", "git",
+         "--source", str(tmp_path / "nowhere")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 255, proc.stderr
+    assert proc.stderr.startswith("abort: cannot read the messages of ")
+    assert "Traceback" not in proc.stderr

@@ -99,10 +99,16 @@ def read_messages(sources):
     carry as they are) are left out, as are empty ones."""
     found = []
     for source in sources:
-        out = subprocess.run(
+        proc = subprocess.run(
             ["git", "-C", source, "log", "--no-merges",
              "--format=%ct%x00%an%x00%ae%x00%B%x00%x01"],
-            env=git_env(), stdout=subprocess.PIPE, check=True).stdout
+            env=git_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if proc.returncode:
+            raise Abort("cannot read the messages of %s: %s" % (
+                source, (proc.stderr.decode("utf-8", "replace").strip()
+                         .splitlines() or ["?"])[-1]),
+                hint="--source takes a Git repository")
+        out = proc.stdout
         for record in out.split(b"\x00\x01\n"):
             fields = record.split(b"\x00")
             if len(fields) != 4:
