@@ -75,3 +75,25 @@ def test_bench_repository_argument(tally, hg, env, tmp_path):
                    "%s: exit %d, %r" % (what, proc.returncode,
                                         proc.stderr[-2000:]))
     tally.check()
+
+
+
+def test_bench_workdir_that_cannot_be_made(hg, env, tmp_path):
+    """A --workdir under a regular file or under a symlink loop is one
+    abort line before any work (the first was a FileNotFoundError
+    traceback once a missing --workdir was made for the user)."""
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for workdir in (afile / "work", loop / "work"):
+        proc = campaign.run_bounded(
+            [tools.executable("vcsperf"), "bench", "zstdstore", str(repo),
+             "--workdir", str(workdir)],
+            env=env, cwd=str(tmp_path), timeout=120)
+        assert campaign.is_clean_abort(proc), proc.stderr
+        assert proc.stderr.startswith(
+            "abort: cannot use %s as --workdir" % workdir), proc.stderr
+    assert afile.read_text() == "not a folder\n" and loop.is_symlink()

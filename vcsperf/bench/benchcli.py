@@ -68,6 +68,14 @@ def main(module, options=(), argv=None):
         parser.add_argument("--" + name, **keywords)
     args = parser.parse_args(argv)
     hg_repository(args.repo)
+    if args.workdir:
+        try:
+            os.makedirs(args.workdir, exist_ok=True)
+        except OSError as err:
+            raise Abort("cannot use %s as --workdir: %s"
+                        % (args.workdir, err.strerror),
+                        hint="give a directory this user can write, "
+                        "or a path where one can be made")
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
     try:
         keywords = (name.replace("-", "_") for name, _ in options)

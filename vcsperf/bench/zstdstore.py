@@ -85,18 +85,24 @@ def most_revised_file(repo):
         "utf-8", "surrogateescape")
 
 
-#: The end-to-end commands: ``(name, hg arguments, setup)``, where setup
-#: (arguments run before each timed run, untimed) may be None.  FILE
-#: stands for the most revised file, URL for ``hg serve``'s.
+_TO_NULL = ["update", "-q", "-r", "null"]
+_TO_TIP = ["update", "-q", "-r", "tip"]
+
+#: The end-to-end commands: ``(name, hg arguments, setup, teardown)``,
+#: where setup and teardown (arguments run before and after each timed
+#: run, untimed) may be None.  FILE stands for the most revised file, URL
+#: for ``hg serve``'s.  Every working copy goes back to null after its
+#: command, so that a run at Firefox scale (4.8 GB a checkout) holds one
+#: checkout at a time, not one per engine.
 COMMANDS = (
-    ("log desc", ["log", "-T", "{desc}\n"], None),
-    ("log -p 1000", ["log", "-p", "-l", "1000"], None),
-    ("annotate", ["annotate", "-r", "tip", "FILE"], None),
-    ("update null->tip", ["update", "-q", "-r", "tip"],
-     ["update", "-q", "-r", "null"]),
-    ("verify", ["verify", "-q"], None),
+    ("log desc", ["log", "-T", "{desc}\n"], None, None),
+    ("log -p 1000", ["log", "-p", "-l", "1000"], None, None),
+    ("annotate", ["annotate", "-r", "tip", "FILE"], None, None),
+    ("update null->tip", _TO_TIP, _TO_NULL, _TO_NULL),
+    ("status", ["status"], _TO_TIP, _TO_NULL),
+    ("verify", ["verify", "-q"], None, None),
     ("clone --stream", ["clone", "-q", "-U", "--stream", "URL", "DEST"],
-     None),
+     None, None),
 )
 
 
@@ -105,12 +111,13 @@ def end_to_end(copies, envs, rounds):
     ``rounds`` times for every engine in turns."""
     hg = tools.executable("hg")
     target = most_revised_file(copies["zstd"])
-    times = {name: {engine: [] for engine in copies} for name, _, _ in COMMANDS}
+    times = {name: {engine: [] for engine in copies}
+             for name, _, _, _ in COMMANDS}
     served = {}
     try:
         for engine, repo in copies.items():
             served[engine] = servers.HgServer(envs[engine], repo)
-        for name, args, setup in COMMANDS:
+        for name, args, setup, teardown in COMMANDS:
             for _ in range(rounds):
                 for engine, repo in copies.items():
                     dest = repo + ".clone"
@@ -122,12 +129,12 @@ def end_to_end(copies, envs, rounds):
                         tools.hg(setup, envs[engine], cwd=repo)
                     seconds, _ = timed(argv, envs[engine], cwd=repo)
                     times[name][engine].append(seconds)
+                    if teardown:
+                        tools.hg(teardown, envs[engine], cwd=repo)
                     shutil.rmtree(dest, ignore_errors=True)
     finally:
         for server in served.values():
             server.stop()
-    for engine, repo in copies.items():
-        tools.hg(["update", "-q", "-r", "null"], envs[engine], cwd=repo)
     return {"file": target, "times": times}
 
 
@@ -206,7 +213,7 @@ def format_report(source, results, table_ratios):
     lines.append("%-18s %9s %9s %9s | %9s %9s"
                  % ("command", "zlib", "zstd", "zstd-dict", "/zstd",
                     "/zlib"))
-    for name, _, _ in COMMANDS:
+    for name, _, _, _ in COMMANDS:
         times = commands["times"][name]
         lines.append("%-18s %9.2f %9.2f %9.2f | %9.3f %9.3f"
                      % (name, statistics.median(times["zlib"]),
