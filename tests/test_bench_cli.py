@@ -37,7 +37,7 @@ def test_every_bench_help_describes_it_in_whole_sentences(name, env,
 
 
 @pytest.mark.parametrize("name", ["codec", "zstdstore", "zstdgroups",
-                                  "wirezstd", "bundlegen"])
+                                  "wirezstd", "bundlegen", "wirecache"])
 def test_bench_on_a_missing_repository_is_one_abort_line(name, env,
                                                          tmp_path):
     """A repository argument that does not exist: one ``abort:`` line and
