@@ -138,7 +138,7 @@ class Fleet:
     ``slots`` workers (``with`` stops them); the repository the push comes
     from (``full``); a client repository real pulls are made in."""
 
-    def __init__(self, source, work, push, slots):
+    def __init__(self, source, work, push, slots, max_depth=1):
         self.work = work
         hgrc = os.path.join(work, "wirecache.hgrc")
         with open(hgrc, "w") as fh:
@@ -158,6 +158,9 @@ class Fleet:
             raise Abort("cannot push %d of %d changesets"
                         % (push, self.tiprev + 1),
                         hint="give --push from 1 to %d" % self.tiprev)
+        if max_depth > self.tiprev:
+            raise Abort("--max-depth %d is deeper than the history"
+                        % max_depth, hint="give at most %d" % self.tiprev)
         self.base = self.tiprev - push
         tools.hg(["clone", "-q", "-U", self.full, self.served], core)
         self._strip(self.served, self.base)
@@ -356,9 +359,9 @@ def replay(proxy, pull, client):
     one kept-alive connection, as hg sends them: its latency, the digest
     of its bundle, and an error (a status other than 200, a dropped
     connection) or None."""
-    conn = http.client.HTTPConnection("127.0.0.1", proxy.url.split(":")[2]
-                                      .split("/")[0],
-                                      timeout=REQUEST_TIMEOUT)
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", urllib.parse.urlsplit(proxy.url).port,
+        timeout=REQUEST_TIMEOUT)
     answer, error = None, None
     start = time.perf_counter()
     try:
@@ -427,10 +430,7 @@ def run(source, workdir, clients="8,32,128", push=5, max_depth=20,
     if min(max_depth, stream_pulls, stream_clients, server_threads) < 1:
         raise Abort("--max-depth, --stream-pulls, --stream-clients and "
                     "--server-threads must be positive")
-    with Fleet(source, workdir, push, server_threads) as fleet:
-        if max_depth > fleet.tiprev:
-            raise Abort("--max-depth %d is deeper than the history"
-                        % max_depth, hint="give at most %d" % fleet.tiprev)
+    with Fleet(source, workdir, push, server_threads, max_depth) as fleet:
         fleet.push()
         depths = stream_depths(stream_pulls, max_depth, seed)
         captured = {depth: fleet.capture(depth)

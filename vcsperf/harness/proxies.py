@@ -360,6 +360,9 @@ class _CountingHandler(QuietHandler):
                 if kept is not None:
                     kept.append(data)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            # Closes the answer: read1 leaves one of a known length open,
+            # and its kept-alive connection would take no further request.
+            response.read()
             self.wfile.write(b"0\r\n\r\n")
         if kept is not None:
             proxy.record((self.command, self.path, headers, body,
