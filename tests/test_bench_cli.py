@@ -37,7 +37,7 @@ def test_every_bench_help_describes_it_in_whole_sentences(name, env,
 
 
 @pytest.mark.parametrize("name", ["codec", "zstdstore", "zstdgroups",
-                                  "wirezstd", "bundlegen"])
+                                  "wirezstd", "bundlegen", "wirecache"])
 def test_bench_on_a_missing_repository_is_one_abort_line(name, env,
                                                          tmp_path):
     """A repository argument that does not exist: one ``abort:`` line and
@@ -95,3 +95,34 @@ def test_a_command_the_bench_runs_that_fails_is_one_abort_line(
         "this Mercurial: a-feature-from-the-future",
         "(see https://mercurial-scm.org/wiki/MissingRequirement for more "
         "information)"]
+
+
+def test_wirecache_bench_options_out_of_range_are_one_abort_line(
+        hg, env, tmp_path):
+    """``vcsperf bench wirecache`` given a fleet of no clients, a push or
+    a depth the history does not hold, no worker: one ``abort:`` line and
+    a hint, exit 255, the servers it started stopped and its temporary
+    directory removed."""
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    for name in ("a", "b"):
+        (repo / name).write_text(name)
+        hg("commit", "-q", "-A", "-m", name, cwd=str(repo))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    for args, error in (
+            (["--clients", "8,none"], "abort: --clients takes positive "
+             "numbers separated by commas, not '8,none'"),
+            (["--server-threads", "0"], "abort: --max-depth, --stream-pulls, "
+             "--stream-clients and --server-threads must be positive"),
+            (["--push", "2"], "abort: cannot push 2 of 2 changesets"),
+            (["--push", "1", "--max-depth", "2"],
+             "abort: --max-depth 2 is deeper than the history")):
+        proc = tools.completed([tools.executable("vcsperf"), "bench",
+                                "wirecache", str(repo), *args],
+                               dict(env, TMPDIR=str(scratch)),
+                               cwd=str(tmp_path))
+        assert (proc.returncode, proc.stdout) == (255, ""), proc.stderr
+        lines = proc.stderr.splitlines()
+        assert lines[0] == error and len(lines) <= 2, lines
+        assert list(scratch.iterdir()) == []

@@ -19,7 +19,8 @@ from vcsperf.harness import objectstore, tools
 pytestmark = pytest.mark.campaign
 
 #: The benchmarks whose one positional argument is a Mercurial repository.
-BENCHES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "bundlegen")
+BENCHES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "bundlegen",
+           "wirecache")
 
 
 def hostile_repository(kind, root, hg):

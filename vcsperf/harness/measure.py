@@ -42,6 +42,31 @@ def cpu_seconds(pid):
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid):
+    """CPU time (user + system) that process ``pid`` and every process
+    below it have used so far (children already reaped are in their
+    parent's figure)."""
+    below = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        below.setdefault(parent, []).append(int(name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += cpu_seconds(current)
+        except OSError:
+            continue
+        todo.extend(below.get(current, ()))
+    return total
+
+
 def pull(env, repo, dest, serve_args, base):
     """Bytes received and server CPU seconds for pulling ``repo`` into
     ``dest`` (a local clone of the repository ``base``, or an empty

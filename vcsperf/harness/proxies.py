@@ -11,10 +11,16 @@ serve``, ``git http-backend``), for the tests:
   and can cut the responses to requests whose path holds a given part.
 - ``CountingProxy`` passes every response on as it comes (chunked) and
   counts requests and body bytes: a big clone's pack is neither held in
-  memory nor delayed until its end.
+  memory nor delayed until its end.  With ``slots`` it stands for a
+  server with that many worker threads (at most that many requests
+  upstream at a time, over kept-alive connections), counts the bytes of
+  each client, and records requests and answers while asked to.
 """
 
+import collections
+import contextlib
 import http.client
+import queue
 import socket
 import time
 import urllib.parse
@@ -229,22 +235,45 @@ class _RecordingHandler(QuietHandler):
     do_GET = do_POST = _record
 
 
+#: The request header that names the client a request comes from, for
+#: ``CountingProxy``'s counts per client; it is not passed on.
+CLIENT_HEADER = "X-Vcsperf-Client"
+
+
 class CountingProxy(LocalServer):
     """Forwards every request to ``upstream``, streaming each answer back
     (chunked), and counts: ``take()`` returns ``(requests, body bytes)``
-    since the last ``take()``."""
+    since the last ``take()``; ``by_client`` holds the body bytes of the
+    answers to each client (the ``X-Vcsperf-Client`` header of its
+    requests, "" without one).
 
-    def __init__(self, upstream):
+    With ``slots``, at most that many requests are forwarded at a time,
+    each over one of that many kept-alive connections, as a server with
+    that many worker threads answers: the others wait for a slot (up to
+    ``queue_timeout`` seconds, then 503).  While ``recorded`` is a list,
+    each request and its answer are appended to it as ``(method, path,
+    headers, body, status, answer headers, answer body)``."""
+
+    def __init__(self, upstream, slots=None, queue_timeout=600):
         parts = urllib.parse.urlsplit(upstream)
         super().__init__(_CountingHandler)
         self.upstream = (parts.hostname, parts.port)
         self.requests = 0
         self.bytes = 0
+        self.by_client = collections.Counter()
+        self.recorded = None
+        self.queue_timeout = queue_timeout
+        self._pool = None
+        if slots:
+            self._pool = queue.Queue()
+            for _ in range(slots):
+                self._pool.put(None)
 
-    def count(self, requests=0, nbytes=0):
+    def count(self, requests=0, nbytes=0, client=""):
         with self._lock:
             self.requests += requests
             self.bytes += nbytes
+            self.by_client[client] += nbytes
 
     def take(self):
         with self._lock:
@@ -252,18 +281,72 @@ class CountingProxy(LocalServer):
             self.requests = self.bytes = 0
         return counted
 
+    def record(self, entry):
+        with self._lock:
+            if self.recorded is not None:
+                self.recorded.append(entry)
+
+    @contextlib.contextmanager
+    def connection(self):
+        """A connection to the upstream server for one request: a new one,
+        or with ``slots`` a free one of the pool (None when none is free
+        in time).  One that failed is not used again."""
+        if self._pool is None:
+            conn = http.client.HTTPConnection(*self.upstream, timeout=3600)
+            try:
+                yield conn
+            finally:
+                conn.close()
+            return
+        try:
+            conn = self._pool.get(timeout=self.queue_timeout)
+        except queue.Empty:
+            yield None
+            return
+        if conn is None:
+            conn = http.client.HTTPConnection(*self.upstream, timeout=3600)
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            conn = None
+            raise
+        finally:
+            self._pool.put(conn)
+
+    def stop(self):
+        super().stop()
+        if self._pool is not None:
+            while not self._pool.empty():
+                conn = self._pool.get()
+                if conn is not None:
+                    conn.close()
+
 
 class _CountingHandler(QuietHandler):
     def _stream(self):
         proxy = self.server_owner
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        conn = http.client.HTTPConnection(*proxy.upstream, timeout=3600)
-        try:
-            headers = {name: value for name, value in self.headers.items()
-                       if name.lower() not in _HOP_HEADERS}
-            conn.request(self.command, self.path, body=body, headers=headers)
-            response = conn.getresponse()
+        client = self.headers.get(CLIENT_HEADER, "")
+        headers = {name: value for name, value in self.headers.items()
+                   if name.lower() not in _HOP_HEADERS
+                   and name.lower() != CLIENT_HEADER.lower()}
+        with proxy.connection() as conn:
+            if conn is None:
+                self.send_error(503, "no worker free in time")
+                return
+            try:
+                conn.request(self.command, self.path, body=body,
+                             headers=headers)
+                response = conn.getresponse()
+            except (OSError, http.client.HTTPException):
+                # A kept-alive connection the server closed: once more,
+                # on a new one.
+                conn.close()
+                conn.request(self.command, self.path, body=body,
+                             headers=headers)
+                response = conn.getresponse()
             self.send_response(response.status, response.reason)
             for name, value in response.getheaders():
                 if name.lower() not in _HOP_HEADERS | {"content-length"}:
@@ -271,11 +354,19 @@ class _CountingHandler(QuietHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             proxy.count(requests=1)
+            kept = [] if proxy.recorded is not None else None
             for data in iter(lambda: response.read1(1 << 16), b""):
-                proxy.count(nbytes=len(data))
+                proxy.count(nbytes=len(data), client=client)
+                if kept is not None:
+                    kept.append(data)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            # Closes the answer: read1 leaves one of a known length open,
+            # and its kept-alive connection would take no further request.
+            response.read()
             self.wfile.write(b"0\r\n\r\n")
-        finally:
-            conn.close()
+        if kept is not None:
+            proxy.record((self.command, self.path, headers, body,
+                          response.status, response.getheaders(),
+                          b"".join(kept)))
 
     do_GET = do_POST = _stream

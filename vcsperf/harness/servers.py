@@ -157,6 +157,9 @@ class QuietServer(http.server.ThreadingHTTPServer):
     drops its connection (tests kill clients and cut responses)."""
 
     daemon_threads = True
+    # A fleet of clients connects at once: the default backlog of 5 would
+    # drop their connections and delay each by the SYN retry's second.
+    request_queue_size = 256
 
     def handle_error(self, request, client_address):
         pass
