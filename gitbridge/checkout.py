@@ -570,7 +570,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     def local_commit(self, store):
         try:
             return git("rev-parse", "--verify", "--quiet",
-                       self.revision + "^{commit}", cwd=store).strip()
+                       self.revision + "^{commit}", cwd=store,
+                       env=partialtree.offline_env()).strip()
         except CommandError as failure:
             if "ambiguous" in failure.stderr:
                 raise _ambiguous(self.revision, "matches several objects")
@@ -741,7 +742,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         dest, store = self.request.dest, self.store
         try:
             git(*_checkout_settings(dest, created), "checkout", "--quiet",
-                "--force", "--detach", commit, cwd=dest)
+                "--force", "--detach", commit, cwd=dest,
+                env=partialtree.offline_env())
         except CommandError as failure:
             # a fresh checkout failing means the store is damaged
             self.warn("(checkout failed: %s; deleting %s)",

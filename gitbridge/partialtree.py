@@ -54,6 +54,16 @@ _GLOB = re.compile(r"([*?\[\\])")
 _REMOTE_PREFIX = "gitbridge-"
 
 
+def offline_env():
+    """The environment of git commands that must not reach a server: in
+    a blobless store git fetches an object it lacks by itself (even
+    ``rev-parse`` of a commit), beyond the pool's lock and deadline.
+    ``GIT_NO_LAZY_FETCH`` is git's own switch (2.44 and later); before
+    it, no transport is allowed."""
+    return dict(os.environ, GIT_NO_LAZY_FETCH="1",
+                GIT_ALLOW_PROTOCOL="gitbridge-offline")
+
+
 # Requests --------------------------------------------------------------------
 
 def check_filter(value):
@@ -235,7 +245,7 @@ def enable_worktree_config(dest):
 def widen(dest):
     """Make DEST, updated, a full checkout (every blob of its commit is in
     the pool)."""
-    git("sparse-checkout", "disable", cwd=dest)
+    git("sparse-checkout", "disable", cwd=dest, env=offline_env())
 
 
 def dirs_problem(store, commit, dirs):
@@ -243,7 +253,8 @@ def dirs_problem(store, commit, dirs):
     lacks, or a file), or None."""
     found = {}
     out = git("ls-tree", "-z", "--full-tree", commit, "--",
-              *(":(literal)%s" % d for d in dirs), cwd=store)
+              *(":(literal)%s" % d for d in dirs), cwd=store,
+              env=offline_env())
     for entry in out.split("\0"):
         info, _, path = entry.partition("\t")
         if path:
