@@ -45,8 +45,9 @@ Where Git differs:
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
   ``sharepool.network-deadline``, ``sharepool.timings``,
-  ``sharepool.layout``, ``sharepool.filter``, ``sharepool.metrics-dir`` (``--metricsdir``: the
-  metrics file of ``hg help sharepool``, with ``vcs="git"``),
+  ``sharepool.layout``, ``sharepool.filter``, ``sharepool.metrics-dir``
+  (``--metricsdir``: the metrics file of ``hg help sharepool``, with
+  ``vcs="git"``),
   ``sharepool.disk-report`` (as in Mercurial, the disk a store and a
   checkout take is walked and said only when asked).
 - ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
@@ -617,6 +618,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
             _write_atomically(os.path.join(dest, ".git", "objects", "info",
                                            "alternates"),
                               os.path.join(store, "objects") + "\n")
+            if partialtree.is_blobless(store):
+                partialtree.borrow_promises(dest)
 
     def share_problem(self, store):
         """Why DEST must be deleted before it shares ``store``, or None;

@@ -52,6 +52,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Git's glob characters, escaped in cone patterns and glob pathspecs.
 _GLOB = re.compile(r"([*?\[\\])")
 _REMOTE_PREFIX = "gitbridge-"
+#: The promisor of a checkout of a blobless store: no repository.
+_NO_SERVER = "file:///dev/null/gitbridge-fetches-into-the-pooled-store"
 
 
 def offline_env():
@@ -311,12 +313,28 @@ def _without_credentials(url):
         netloc=parts.netloc.rpartition("@")[2]))
 
 
+def borrow_promises(dest):
+    """Make DEST, an alternates checkout of a blobless store, a partial
+    clone to git, so that ``git gc`` and ``git fsck`` in it take what the
+    store lacks as promised; its promisor is no server, so git in it
+    fetches nothing into it (gitbridge fetches into the store, and so
+    does git run in the store)."""
+    name = _REMOTE_PREFIX + "pool"
+    git("config", "core.repositoryformatversion", "1", cwd=dest)
+    git("config", "remote.%s.url" % name, _NO_SERVER, cwd=dest)
+    git("config", "remote.%s.promisor" % name, "true", cwd=dest)
+    git("config", "extensions.partialClone", name, cwd=dest)
+
+
 def missing_blobs(store, commit, dirs):
-    """The blobs of ``commit``'s tree (under the cone of ``dirs``, or
-    whole) that the store lacks; listing them fetches nothing.  From
-    the commit's tree: a commit that changes nothing under the pathspecs
-    would be simplified away, its objects unlisted."""
-    specs = ["--"] + cone_pathspecs(dirs) if dirs else []
+    """The blobs of ``commit``'s tree (under the cone of ``dirs``, with
+    every ``.gitignore`` and ``.gitattributes``, which git reads from the
+    index outside the cone; or the whole tree) that the store lacks;
+    listing them fetches nothing.  From the commit's tree: a commit that
+    changes nothing under the pathspecs would be simplified away, its
+    objects unlisted."""
+    specs = ["--", ":(glob)**/.gitignore", ":(glob)**/.gitattributes"] \
+        + cone_pathspecs(dirs) if dirs else []
     out = git("rev-list", "--objects", "--missing=print",
               commit + "^{tree}", *specs, cwd=store)
     return [line[1:] for line in out.splitlines() if line.startswith("?")]

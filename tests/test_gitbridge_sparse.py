@@ -71,8 +71,12 @@ def test_cone_in_a_blobless_pool_and_every_transition(git, gitbridge,
     assert missing(git, store, served.commits[-2]) == [
         git("-C", served.repo, "rev-parse",
             "%s:profiles/docs.sparse" % served.commits[-2]).strip()]
-    # nothing fetched landed in the checkout
+    # nothing fetched landed in the checkout; stock git's gc and fsck in
+    # it take what the pool lacks as promised, and fetch nothing
     assert "count: 0\n" in git("-C", dest, "count-objects", "-v")
+    assert "in-pack: 0\n" in git("-C", dest, "count-objects", "-v")
+    git("-C", dest, "gc", "-q")
+    assert "missing" not in git("-C", dest, "fsck", "--no-progress")
     assert "in-pack: 0\n" in git("-C", dest, "count-objects", "-v")
 
     # reused one commit behind, purged, a directory more: its blobs only

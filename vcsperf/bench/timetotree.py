@@ -512,9 +512,14 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
                                    homes["gitbridge"], options=sparse_options)
                 write_junk(d(name), junk, base_env)
             behind_tip(reused)
+            trace = os.path.join(work, "trace-gitbridge-sparse.json")
             steps, wall, facts = gitbridge_checkout(
-                url, pool, d(name), tip, homes["gitbridge"], purge=True,
+                url, pool, d(name), tip,
+                dict(homes["gitbridge"], GIT_TRACE2_EVENT=trace,
+                     GIT_TRACE2_EVENT_NESTING="10"), purge=True,
                 options=sparse_options)
+            found_phases["gitbridge sparse reuse --purge"] = phases(trace,
+                                                                   wall)
             record(name, "gitbridge blobless sparse, reuse %d behind, "
                    "--purge" % behind, steps, wall, origin.take(), d(name),
                    pool, check=tree_check(d(name), tip, base_env),
