@@ -52,6 +52,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Git's glob characters, escaped in cone patterns and glob pathspecs.
 _GLOB = re.compile(r"([*?\[\\])")
 _REMOTE_PREFIX = "gitbridge-"
+#: Files git reads from the index where they are not checked out.
+_READ_FROM_THE_INDEX = (".gitignore", ".gitattributes")
 #: The promisor of a checkout of a blobless store: no repository.
 _NO_SERVER = "file:///dev/null/gitbridge-fetches-into-the-pooled-store"
 
@@ -332,11 +334,19 @@ def missing_blobs(store, commit, dirs):
     index outside the cone; or the whole tree) that the store lacks;
     listing them fetches nothing.  From the commit's tree: a commit that
     changes nothing under the pathspecs would be simplified away, its
-    objects unlisted."""
-    specs = ["--", ":(glob)**/.gitignore", ":(glob)**/.gitattributes"] \
-        + cone_pathspecs(dirs) if dirs else []
-    out = git("rev-list", "--objects", "--missing=print",
-              commit + "^{tree}", *specs, cwd=store)
+    objects unlisted.  Pathspecs go on stdin; rev-list does not look
+    into directories for a wildcard, so the files git reads are named."""
+    specs = []
+    if dirs:
+        names = git("ls-tree", "-r", "-z", "--name-only", "--full-tree",
+                    commit, cwd=store).split("\0")
+        specs = ["--"] + cone_pathspecs(dirs) + [
+            ":(literal)" + name for name in names
+            if name.rpartition("/")[2] in _READ_FROM_THE_INDEX
+            and "\n" not in name]
+    out = git("rev-list", "--objects", "--missing=print", "--stdin",
+              cwd=store, input="".join(
+                  line + "\n" for line in [commit + "^{tree}"] + specs))
     return [line[1:] for line in out.splitlines() if line.startswith("?")]
 
 

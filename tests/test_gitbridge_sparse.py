@@ -32,7 +32,8 @@ def served(git, git_served, home):  # noqa: F811 (a fixture)
         git("-C", git_served.repo, "config", name, "true")
     git_served.commits.append(git_commit(
         git, git_served.work, {"tools/build/run.sh": "make\n",
-                               "tools/lint.sh": "lint\n"}, "tools"))
+                               "tools/lint.sh": "lint\n",
+                               "tools/deep/.gitignore": "*.o\n"}, "tools"))
     return git_served
 
 
@@ -84,7 +85,9 @@ def test_cone_in_a_blobless_pool_and_every_transition(git, gitbridge,
     proc = checkout("--purge", "--sparse-dirs", "tools/build,src,docs")
     assert "(changing sparse directories from docs, src to docs, src, " \
         "tools/build)" in proc.stdout
-    assert "(fetching 2 blobs the checkout needs" in proc.stdout
+    # and the .gitignore git reads from the index outside the cone
+    assert "(fetching 3 blobs the checkout needs" in proc.stdout
+    assert not (dest / "tools" / "deep").exists()
     assert "tools/build/run.sh" in files(dest)
     assert "tools/lint.sh" in files(dest)  # beside a parent of the cone
     assert "src/junk.o" not in files(dest)
@@ -105,7 +108,7 @@ def test_cone_in_a_blobless_pool_and_every_transition(git, gitbridge,
     assert "(widening the sparse checkout of docs to the full tree)" \
         in proc.stdout
     assert "update" in timings(proc, "checkout")["steps"]
-    assert len(files(dest)) == 12 and missing(git, store, tip) == []
+    assert len(files(dest)) == 13 and missing(git, store, tip) == []
     assert git("-C", dest, "config", "--get", "core.sparseCheckout",
                check=False).strip() in ("", "false")
     assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
@@ -237,4 +240,5 @@ def test_origin_failing_while_a_blobless_checkout_needs_blobs(
     assert git("-C", dest, "status", "--porcelain") == ""
     gitbridge("checkout", "--sharebase", pool, "-r", tip, "--sparse-dirs",
               "tools", served.repo_url, dest)
-    assert files(dest) == ["tools/build/run.sh", "tools/lint.sh"]
+    assert files(dest) == ["tools/build/run.sh", "tools/deep/.gitignore",
+                           "tools/lint.sh"]
