@@ -569,6 +569,11 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         return None
 
     def local_commit(self, store):
+        # a blobless store asked for a commit it lacks tries to fetch it
+        # (seconds at Firefox's size, even refused): dulwich looks first
+        if len(self.revision) == 40 and partialtree.is_blobless(store) \
+                and self.revision.encode() not in _objects(store):
+            return None
         try:
             return git("rev-parse", "--verify", "--quiet",
                        self.revision + "^{commit}", cwd=store,
@@ -679,6 +684,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         removed = self.purge_from_record()
         if removed is not None:
             return removed
+        outside = self.purge_outside_cone()
         try:
             out = git("clean", "-ffdx", cwd=self.request.dest)
         except CommandError as failure:
@@ -686,7 +692,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
             # written without a checksum)
             self.start_over("(purge failed: %s; deleting destination)",
                             failure.stderr.strip())
-        return len(out.splitlines())
+        return outside + len(out.splitlines())
 
     def purge_from_record(self):
         """What ``git clean -ffdx`` would remove, removed after reading

@@ -94,10 +94,25 @@ def test_cone_in_a_blobless_pool_and_every_transition(git, gitbridge,
     assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
     assert git("-C", dest, "sparse-checkout", "list").split() == [
         "docs", "src", "tools/build"]
-    proc = checkout("--sparse-dirs", "docs,src,tools/build")
+    # outside the cone, at the top and beside it: removed whole by --purge
+    for junk in ("obj-build/dir/x.o", "tools/other/y.o", "docs/z.o"):
+        (dest / junk).parent.mkdir(parents=True, exist_ok=True)
+        (dest / junk).write_text("build output\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not ours\n")
+    (dest / "tools" / "build").rename(tmp_path / "build-moved")
+    (dest / "tools" / "build").symlink_to(outside)
+    proc = checkout("--purge", "--sparse-dirs", "docs,src,tools/build")
     assert "(sparse directories docs, src, tools/build already set)" \
         in proc.stdout
     assert "fetch_blobs" not in timings(proc, "checkout")["steps"]
+    assert (outside / "keep.txt").read_text() == "not ours\n"
+    assert not (dest / "obj-build").exists()
+    assert not (dest / "tools" / "other").exists()
+    assert "docs/z.o" not in files(dest)
+    assert "tools/build/run.sh" in files(dest)
+    assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
 
     # another cone, then the full tree, then narrowed again
     proc = checkout("--sparse-dirs", "docs")
