@@ -15,7 +15,10 @@ directories replace the old ones, a checkout of directories (or of a
 ``--sparseprofile``) is widened to the full tree when neither option is
 given (``git sparse-checkout disable`` after the update).  As in
 robustcheckout, a ``--sparseprofile`` checkout is never made full, nor a
-full one given a profile (``hg help sharepool``).
+full one given a profile (``hg help sharepool``).  ``--purge`` in a
+cone that stays removes whole the directories outside it, then runs
+``git clean -ffdx``: git reads every path of a directory present
+outside the cone on each command.
 
 ``--filter blob:none`` (git config ``sharepool.filter``) makes a new
 pooled store blobless: commits and trees, and only the file contents
