@@ -26,7 +26,9 @@ Where Git differs:
   a ref per alternates checkout (``refs/checkouts/``) so ``git gc`` in the
   store never drops a commit a checkout stands on.
 - A sparse profile is a file in the repository holding Git's sparse
-  patterns (non-cone mode).
+  patterns (non-cone mode).  ``--sparse-dirs DIR,DIR`` is Git's cone
+  mode, and ``--filter blob:none`` (``sharepool.filter``) makes a new
+  store blobless (``gitbridge.partialtree``).
 - Git has no lock over a working tree: each attempt holds a lock of the
   pool's, ``<pool>/checkouts/<hash of DEST>.lock``, on DEST.
 - The wanted commit is fetched into the store before DEST becomes a share
@@ -43,8 +45,9 @@ Where Git differs:
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
   ``sharepool.network-deadline``, ``sharepool.timings``,
-  ``sharepool.layout``, ``sharepool.metrics-dir`` (``--metricsdir``: the
-  metrics file of ``hg help sharepool``, with ``vcs="git"``),
+  ``sharepool.layout``, ``sharepool.filter``, ``sharepool.metrics-dir``
+  (``--metricsdir``: the metrics file of ``hg help sharepool``, with
+  ``vcs="git"``),
   ``sharepool.disk-report`` (as in Mercurial, the disk a store and a
   checkout take is walked and said only when asked).
 - ``sharepool.http-timeout`` (600) is git's ``http.lowSpeedTime`` (below
@@ -74,9 +77,10 @@ import re
 import sys
 
 from dulwich.errors import NotGitRepository
-from dulwich.repo import Repo
+from dulwich.object_store import DiskObjectStore
+from dulwich.repo import Repo, UnsupportedExtension
 
-from gitbridge import cleantree, gitconfig
+from gitbridge import cleantree, gitconfig, partialtree
 from vcsperf.core import metrics, pooledcheckout, pooling, readytrees
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
@@ -117,6 +121,12 @@ def add_commands(subparsers):
                         help="remove untracked and ignored files")
     parser.add_argument("--sparseprofile", help="file in the repository "
                         "with sparse-checkout patterns")
+    parser.add_argument("--sparse-dirs", action="append", metavar="DIR,DIR",
+                        help="check out only these directories (git's "
+                        "cone mode; repeatable)")
+    parser.add_argument("--filter", choices=partialtree.FILTERS, help="make a "
+                        "new pooled store blobless; what checkouts need is "
+                        "fetched into it (default: sharepool.filter)")
     parser.add_argument("-U", "--noupdate", action="store_true",
                         help="do not update the working tree")
     parser.add_argument("--layout", choices=LAYOUTS, help="how DEST shares "
@@ -197,6 +207,14 @@ class Request:
         self.purge = args.purge
         self.noupdate = args.noupdate
         self.sparseprofile = args.sparseprofile
+        # ``gitbridge ready-trees`` has neither: its trees are full
+        dirs = getattr(args, "sparse_dirs", None)
+        self.sparse_dirs = partialtree.parse_dirs(dirs) if dirs else None
+        if self.sparse_dirs and self.sparseprofile:
+            raise Abort("cannot use both --sparseprofile and --sparse-dirs",
+                        hint="a checkout has one sparse configuration")
+        self.filter = partialtree.check_filter(
+            getattr(args, "filter", None) or config.get("sharepool.filter"))
         self.layout = args.layout or config.get("sharepool.layout",
                                                  "alternates")
         if self.layout not in LAYOUTS:
@@ -246,9 +264,11 @@ def _error(template, *args, hint=None):
 
 # The steps -------------------------------------------------------------------
 
-class Run(pooledcheckout.PooledCheckout):
+class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     """One checkout: the engine (``vcsperf.core.pooledcheckout``) with
-    Git's steps; it learns the refs, the root and the commit."""
+    Git's steps (sparse directories and blobless stores:
+    ``partialtree.Steps``); it learns the refs, the root and the
+    commit."""
 
     # a worktree is added at the commit, so the commit comes first
     SHARE_BEFORE_PULL = False
@@ -273,6 +293,9 @@ class Run(pooledcheckout.PooledCheckout):
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
+
+    def write_atomically(self, path, text):
+        _write_atomically(path, text)
 
     # voice -------------------------------------------------------------
 
@@ -400,8 +423,8 @@ class Run(pooledcheckout.PooledCheckout):
             if not _STORE_NAME.match(name):
                 continue
             try:
-                objects = Repo(os.path.join(self.request.sharebase,
-                                            name)).object_store
+                objects = _objects(os.path.join(self.request.sharebase,
+                                                name))
             except NotGitRepository:
                 continue
             if any(tip in objects for tip in tips):
@@ -421,7 +444,7 @@ class Run(pooledcheckout.PooledCheckout):
                                % (self.url_key, os.getpid()))
         self.fetch_new(partial)
         # the remote's HEAD, unless an --upstream seed lacks it
-        objects = Repo(partial).object_store
+        objects = _objects(partial)
         candidates = [refs.get("HEAD"), self.revision] + sorted(
             sha for name, sha in refs.items() if name.startswith("refs/"))
         head = next((sha for sha in candidates
@@ -460,6 +483,8 @@ class Run(pooledcheckout.PooledCheckout):
         with self.timer.step("clone"):
             git("init", "-q", "--bare", partial)
             git("config", "gc.auto", "0", cwd=partial)
+            if self.request.filter:
+                partialtree.make_blobless(partial, source, _key(source))
             try:
                 self.network("clone", lambda: self.fetch(partial, source))
             except BaseException:
@@ -469,10 +494,19 @@ class Run(pooledcheckout.PooledCheckout):
 
     def fetch(self, store, url):
         key = _key(url)
-        git("fetch", "--quiet", "--no-write-fetch-head", url,
+        options, source = self.fetch_source(store, url)
+        git(*options, "fetch", "--quiet", "--no-write-fetch-head", *source,
             "+refs/heads/*:refs/pool/%s/heads/*" % key,
             "+refs/tags/*:refs/pool/%s/tags/*" % key,
             cwd=store, env=self.remote_env, deadline=self.deadline)
+
+    def fetch_source(self, store, url):
+        """git's options and what to fetch from: ``url``, or the promisor
+        remote of a blobless store, without blobs."""
+        if not partialtree.is_blobless(store):
+            return [], [url]
+        name, options = partialtree.promise(store, url, _key(url))
+        return options, ["--filter=blob:none", name]
 
     def repair_store(self, store):
         """Under the store's lock: remove what killed runs left (half
@@ -482,7 +516,7 @@ class Run(pooledcheckout.PooledCheckout):
         if not os.path.exists(store):
             return
         try:
-            Repo(store)
+            _objects(store)
         except NotGitRepository:
             self.warn("(%s is not a git repository; deleting shared store)",
                       store)
@@ -535,9 +569,15 @@ class Run(pooledcheckout.PooledCheckout):
         return None
 
     def local_commit(self, store):
+        # a blobless store asked for a commit it lacks tries to fetch it
+        # (seconds at Firefox's size, even refused): dulwich looks first
+        if len(self.revision) == 40 and partialtree.is_blobless(store) \
+                and self.revision.encode() not in _objects(store):
+            return None
         try:
             return git("rev-parse", "--verify", "--quiet",
-                       self.revision + "^{commit}", cwd=store).strip()
+                       self.revision + "^{commit}", cwd=store,
+                       env=partialtree.offline_env()).strip()
         except CommandError as failure:
             if "ambiguous" in failure.stderr:
                 raise _ambiguous(self.revision, "matches several objects")
@@ -583,6 +623,8 @@ class Run(pooledcheckout.PooledCheckout):
             _write_atomically(os.path.join(dest, ".git", "objects", "info",
                                            "alternates"),
                               os.path.join(store, "objects") + "\n")
+            if partialtree.is_blobless(store):
+                partialtree.borrow_promises(dest)
 
     def share_problem(self, store):
         """Why DEST must be deleted before it shares ``store``, or None;
@@ -642,6 +684,7 @@ class Run(pooledcheckout.PooledCheckout):
         removed = self.purge_from_record()
         if removed is not None:
             return removed
+        outside = self.purge_outside_cone()
         try:
             out = git("clean", "-ffdx", cwd=self.request.dest)
         except CommandError as failure:
@@ -649,7 +692,7 @@ class Run(pooledcheckout.PooledCheckout):
             # written without a checksum)
             self.start_over("(purge failed: %s; deleting destination)",
                             failure.stderr.strip())
-        return len(out.splitlines())
+        return outside + len(out.splitlines())
 
     def purge_from_record(self):
         """What ``git clean -ffdx`` would remove, removed after reading
@@ -657,7 +700,7 @@ class Run(pooledcheckout.PooledCheckout):
         (``cleantree``); how many, or None where that cannot be exact."""
         self.timer.facts["purge_from_record"] = False
         self.purged_from = None
-        if self.request.sparseprofile:
+        if self.sparse_request():
             return None
         index, path = self.git_paths("index", cleantree.NAME)
         record, kept = cleantree.read(path), []
@@ -697,7 +740,9 @@ class Run(pooledcheckout.PooledCheckout):
         except FileNotFoundError:
             pass
         self.say("(setting sparse config to profile %s)", profile)
-        git("config", "extensions.worktreeConfig", "true", cwd=dest)
+        if partialtree.state(dest) == "cone":
+            partialtree.leave_cone(dest)
+        partialtree.enable_worktree_config(dest)
         git("config", "--worktree", "core.sparseCheckout", "true", cwd=dest)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         _write_atomically(path, patterns)
@@ -706,7 +751,8 @@ class Run(pooledcheckout.PooledCheckout):
         dest, store = self.request.dest, self.store
         try:
             git(*_checkout_settings(dest, created), "checkout", "--quiet",
-                "--force", "--detach", commit, cwd=dest)
+                "--force", "--detach", commit, cwd=dest,
+                env=partialtree.offline_env())
         except CommandError as failure:
             # a fresh checkout failing means the store is damaged
             self.warn("(checkout failed: %s; deleting %s)",
@@ -716,6 +762,7 @@ class Run(pooledcheckout.PooledCheckout):
             else:
                 self.remove_dest()
             raise pooledcheckout.Restart()
+        self.after_update()
         if created:
             self.only_tracked = True
         if self.request.layout == "alternates":
@@ -748,11 +795,12 @@ class Run(pooledcheckout.PooledCheckout):
                          "purging with git clean)", len(left))
                 self.only_tracked = False
                 git("clean", "-ffdx", cwd=dest)
+        sparse = self.sparse_problem()
         if self.request.purge and not self.only_tracked:
             dirty = git("status", "--porcelain", "--untracked-files=all",
                         "--ignored", cwd=dest).splitlines()
-            return head, dirty and "%d entries" % len(dirty) or None
-        return head, None
+            return head, dirty and "%d entries" % len(dirty) or sparse
+        return head, sparse
 
     def verify(self, commit):
         super().verify(commit)
@@ -763,7 +811,7 @@ class Run(pooledcheckout.PooledCheckout):
         """Record, for the next purge, that DEST holds only the index
         (``cleantree``): verified so, or made by this attempt.  Best
         effort: without a record the next purge runs ``git clean``."""
-        if self.request.sparseprofile:
+        if self.sparse_request():
             return
         dest = self.request.dest
         index, path = self.git_paths("index", cleantree.NAME)
@@ -841,15 +889,26 @@ def _stale_git_files(store):
 
 def _blob_at(store, commit, path):
     """The text of ``path`` at ``commit`` in the store (dulwich), or None."""
-    repo = Repo(store)
-    tree = repo[repo[commit.encode()].tree]
+    objects = _objects(store)
+    tree = objects[objects[commit.encode()].tree]
     try:
-        _mode, sha = tree.lookup_path(repo.object_store.__getitem__,
-                                      path.encode())
+        _mode, sha = tree.lookup_path(objects.__getitem__, path.encode())
     except KeyError:
         return None
-    blob = repo[sha]
+    blob = objects[sha]
     return blob.data.decode() if blob.type_name == b"blob" else None
+
+
+def _objects(path):
+    """The object store of the repository ``path`` (dulwich);
+    ``NotGitRepository`` when it is none.  dulwich refuses a blobless
+    store's ``extensions.partialClone``: its objects are read as any."""
+    try:
+        return Repo(path).object_store
+    except UnsupportedExtension as exc:
+        if str(exc).lower() != "partialclone":
+            raise NotGitRepository("%s: extension %s" % (path, exc))
+        return DiskObjectStore(os.path.join(path, "objects"))
 
 
 def _head_missing(dest):

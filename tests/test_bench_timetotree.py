@@ -11,10 +11,15 @@ from vcsperf.harness import tools
 
 PATHS = ["full clone (git clone --bare)", "run-task shallow",
          "run-task shallow blobless sparse",
-         "run-task cached, 10 behind, purged", "gitbridge cold pool",
+         "run-task cached, 10 behind, purged",
+         "run-task cached blobless sparse, 10 behind, purged",
+         "gitbridge cold pool",
          "gitbridge warm pool, new dir", "gitbridge ready tree, new dir",
          "gitbridge warm pool, reuse 10 behind",
-         "gitbridge warm pool, reuse 10 behind, --purge"]
+         "gitbridge warm pool, reuse 10 behind, --purge",
+         "gitbridge blobless sparse, cold pool",
+         "gitbridge blobless sparse, warm pool, new dir",
+         "gitbridge blobless sparse, reuse 10 behind, --purge"]
 
 
 @pytest.mark.slow
@@ -64,14 +69,17 @@ def test_timetotree_on_real_history(real_git_repo, env, tmp_path):
     assert "take" in ready["steps"] and "clone" not in ready["steps"]
     assert ready["refill_seconds"] > 0 and ready["ready_tree_bytes"] > 0
     assert set(figures["ratios"]) == {"warm_reuse", "warm_new", "ready_new",
-                                      "cold_bytes", "cold_time"}
+                                      "cold_bytes", "cold_time",
+                                      "sparse_cold", "sparse_warm"}
     assert all(value > 0 for value in figures["ratios"].values())
-    assert set(figures["targets"]) == set(figures["ratios"])
+    assert set(figures["targets"]) == set(figures["ratios"]) - {
+        "sparse_cold", "sparse_warm"}
     for phases in result["phases"].values():
         assert phases["processes"] and phases["regions"]
         assert any(name.startswith("git checkout")
                    for name, _ in phases["processes"])
-    assert "item 6" in out and "where the seconds go" in out
+    assert "gitbridge sparse: gitbridge checkout --filter blob:none " \
+        "--sparse-dirs " in out and "where the seconds go" in out
     for label, _key, _op, _target in timetotree.TARGETS:
         assert label in out
     assert list(scratch.iterdir()) == []
@@ -136,7 +144,7 @@ def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
     figures = json.loads(report.read_text())
     assert list(figures["results"]["paths"]) == [
         name.replace("10 behind", "3 behind")
-        for name in [PATHS[3]] + PATHS[7:]]
+        for name in [PATHS[3]] + PATHS[8:10]]
     assert list(figures["ratios"]) == ["warm_reuse"]
     # the reused checkout was made by gitbridge: its purge reads the
     # record of a clean tree
@@ -154,7 +162,8 @@ def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
     assert (proc.returncode, proc.stdout) == (255, "")
     assert proc.stderr.splitlines() == [
         "abort: unknown path 'warm' in --paths",
-        "(paths are %s)" % ", ".join(timetotree.PATHS)]
+        "(paths are %s, and sparse for every sparse path)"
+        % ", ".join(timetotree.PATHS)]
 
 
 def test_selected_paths_keeps_the_run_order():
@@ -162,3 +171,35 @@ def test_selected_paths_keeps_the_run_order():
     assert timetotree.selected_paths("reuse-purge,refresh") == (
         "refresh", "reuse-purge")
     assert timetotree.selected_paths("new") == ("cold", "new")
+    assert timetotree.selected_paths("sparse") == (
+        "blobless-sparse", "sparse-refresh", "sparse-cold", "sparse-new",
+        "sparse-reuse")
+
+
+def test_sparse_paths_run_both_tools_from_blobless_clones(real_git_repo,
+                                                         env, tmp_path):
+    """run-task's cached blobless cone checkout and gitbridge's reused
+    one in a blobless pool, refreshed and purged: each ends on the tip
+    with a clean tree and only the cone on disk, and gitbridge fetched
+    the cone's new blobs into its pool; the ratio is reported, not
+    judged."""
+    report = tmp_path / "ttt.json"
+    out = tools.run([tools.executable("vcsperf"), "bench", "timetotree",
+                     "--repo", str(real_git_repo), "--behind", "3",
+                     "--junk-files", "20", "--paths",
+                     "sparse-reuse,sparse-refresh", "--json", str(report)],
+                    env, cwd=str(tmp_path))
+    figures = json.loads(report.read_text())
+    paths = figures["results"]["paths"]
+    assert list(paths) == [
+        name.replace("10 behind", "3 behind") for name in (PATHS[4],
+                                                           PATHS[-1])]
+    for row in paths.values():
+        assert row["check"]["passed"] and row["check"]["untracked_checked"]
+        assert row["sparse"] == figures["results"]["sparse"]
+    ours = paths["gitbridge blobless sparse, reuse 3 behind, --purge"]
+    assert ours["pulled"] and ours["left_untracked"] == 0
+    assert "update_sparse" in ours["steps"]
+    assert list(figures["ratios"]) == ["sparse_warm"]
+    assert figures["targets"] == {}
+    assert "sparse, warm reuse: gitbridge --purge / run-task" in out

@@ -1,9 +1,11 @@
 """Time to tree: Mozilla run-task's Git checkout (shallow; shallow,
-blobless and cone-mode sparse; its cached checkout refreshed and purged)
-beside ``gitbridge checkout`` (a cold pool, a warm pool with a new
-directory, a ready tree of the warm pool taken into a new directory, a
-warm pool reusing a directory some commits behind, with and without
-``--purge``), on one Git repository served over smart HTTP on
+blobless and cone-mode sparse; its cached checkout refreshed and purged,
+full and sparse) beside ``gitbridge checkout`` (a cold pool, a warm pool
+with a new directory, a ready tree of the warm pool taken into a new
+directory, a warm pool reusing a directory some commits behind, with and
+without ``--purge``; and sparse: ``--filter blob:none --sparse-dirs``
+into a cold blobless pool, a new directory from it, and a reuse some
+commits behind, purged), on one Git repository served over smart HTTP on
 127.0.0.1 behind a proxy that counts the bytes, in one run.
 
     vcsperf bench timetotree [--repo PATH] [--behind 50] [--junk-files 2000]
@@ -32,9 +34,8 @@ once), and a final check of the tree (HEAD is the target, ``git status
 --porcelain`` empty, with untracked and ignored files where the path
 purges).  The warm-reuse path of each tool runs with ``GIT_TRACE2_EVENT``
 and its seconds are broken down into git processes and trace2 regions.
-``gitbridge checkout`` takes a sparse profile committed in the repository
-(non-cone patterns), not a directory list, so its sparse path is not
-measured (issue 29 item 6).
+The sparse paths check out the ``--sparse`` directories in cone mode,
+both tools from blobless clones (run-task's shallow, gitbridge's pool).
 """
 
 import collections
@@ -62,10 +63,12 @@ TARGETS = (
     ("cold, bytes from origin / full clone", "cold_bytes", "<=", 0.02),
     ("cold, wall / run-task shallow", "cold_time", "<=", 1.0),
 )
-GITBRIDGE_SPARSE = ("not measured: gitbridge checkout takes a sparse "
-                    "profile file committed in the repository (non-cone "
-                    "patterns), not a cone-mode directory list (issue 29 "
-                    "item 6)")
+#: Ratios of the sparse paths, reported beside the targets: ``(label,
+#: key)``.
+SPARSE_RATIOS = (
+    ("sparse, cold: gitbridge / run-task blobless", "sparse_cold"),
+    ("sparse, warm reuse: gitbridge --purge / run-task", "sparse_warm"),
+)
 #: run-task's environment for git (``GIT_HTTP_LOW_SPEED_*``).
 RUNTASK_ENV = {"GIT_HTTP_LOW_SPEED_LIMIT": "1024",
                "GIT_HTTP_LOW_SPEED_TIME": "60"}
@@ -196,13 +199,13 @@ def runtask_checkout(url, dest, branch, rev, env, sparse=None):
 
 # gitbridge checkout ------------------------------------------------------------
 
-def gitbridge_checkout(url, pool, dest, rev, env, purge=False):
-    """``gitbridge checkout --timings``: its steps, our wall time, and its
-    facts (cloned, pulled, whether --purge read the record of a clean
-    tree)."""
+def gitbridge_checkout(url, pool, dest, rev, env, purge=False, options=()):
+    """``gitbridge checkout --timings`` (with ``options``): its steps, our
+    wall time, and its facts (cloned, pulled, whether --purge read the
+    record of a clean tree)."""
     args = [tools.executable("gitbridge"), "checkout", "--sharebase", pool,
             "-r", rev, "--timings"] + (["--purge"] if purge else []) \
-        + [url, dest]
+        + list(options) + [url, dest]
     start = time.monotonic()
     out = tools.run(args, env, cwd=os.path.dirname(pool))
     wall = time.monotonic() - start
@@ -328,20 +331,28 @@ def _command(argv):
 # The run -----------------------------------------------------------------------
 
 #: The paths ``--paths`` selects from, in the order they run.
-PATHS = ("full", "shallow", "blobless-sparse", "refresh", "cold", "new",
-         "ready", "reuse", "reuse-purge")
+PATHS = ("full", "shallow", "blobless-sparse", "refresh", "sparse-refresh",
+         "cold", "new", "ready", "reuse", "reuse-purge", "sparse-cold",
+         "sparse-new", "sparse-reuse")
 #: ``--paths`` names that stand for several paths: both reuse paths; a
-#: new directory, or a ready tree, from the pool that the cold path warms.
+#: new directory, or a ready tree, from the pool that the cold path warms
+#: (the same for sparse); every sparse path.
 PATH_GROUPS = {"reuse": ("reuse", "reuse-purge"), "new": ("cold", "new"),
-               "ready": ("cold", "ready")}
+               "ready": ("cold", "ready"),
+               "sparse-new": ("sparse-cold", "sparse-new"),
+               "sparse": ("blobless-sparse", "sparse-refresh", "sparse-cold",
+                          "sparse-new", "sparse-reuse")}
 #: The paths that share the cold path's pool, which goes after the last.
 COLD_POOL_PATHS = ("cold", "new", "ready")
+SPARSE_POOL_PATHS = ("sparse-cold", "sparse-new")
 #: The paths each ratio of ``TARGETS`` divides.
 RATIO_PATHS = {"warm_reuse": ("reuse-purge", "refresh"),
                "warm_new": ("new", "shallow"),
                "ready_new": ("ready", "shallow"),
                "cold_bytes": ("cold", "full"),
-               "cold_time": ("cold", "shallow")}
+               "cold_time": ("cold", "shallow"),
+               "sparse_cold": ("sparse-cold", "blobless-sparse"),
+               "sparse_warm": ("sparse-reuse", "sparse-refresh")}
 
 
 def selected_paths(text):
@@ -351,9 +362,10 @@ def selected_paths(text):
         return PATHS
     wanted = set()
     for name in (n.strip() for n in text.split(",")):
-        if name not in PATHS:
+        if name not in PATHS and name not in PATH_GROUPS:
             raise Abort("unknown path %r in --paths" % name,
-                        hint="paths are %s" % ", ".join(PATHS))
+                        hint="paths are %s, and sparse for every sparse "
+                        "path" % ", ".join(PATHS))
         wanted.update(PATH_GROUPS.get(name, (name,)))
     return tuple(name for name in PATHS if name in wanted)
 
@@ -375,8 +387,13 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
     behind = min(behind, len(commits) - 1)
     tip, base = commits[0], commits[behind]
     if not sparse:
-        tops = tools.run([git, "-C", served, "ls-tree", "-d", "--name-only",
-                          tip], base_env).split()
+        # directories of both the tip and the warm paths' base: gitbridge
+        # refuses a directory its commit lacks
+        at_base = tools.run([git, "-C", served, "ls-tree", "-d",
+                             "--name-only", base], base_env).split()
+        tops = [top for top in tools.run(
+            [git, "-C", served, "ls-tree", "-d", "--name-only", tip],
+            base_env).split() if top in at_base]
         sparse = [top for top in tops if not top.startswith(".")][:2] \
             or tops[:2]
     homes = {}
@@ -457,6 +474,59 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             found_phases["run-task cached refresh"] = phases(trace, wall)
             remove("runtask-cached")
 
+        def runtask_sparse_refresh():
+            dest = d("runtask-sparse")
+
+            def cached():
+                runtask_checkout(url, dest, branch, base, homes["runtask"],
+                                 sparse=sparse)
+                write_junk(dest, junk, base_env)
+            behind_tip(cached)
+            start = time.monotonic()
+            steps, removed = runtask_checkout(url, dest, branch, tip,
+                                              homes["runtask"], sparse=sparse)
+            record("sparse-refresh", "run-task cached blobless sparse, %d "
+                   "behind, purged" % behind, steps,
+                   time.monotonic() - start, origin.take(), dest,
+                   check=tree_check(dest, tip, base_env), purged=removed,
+                   sparse=sparse)
+            remove("runtask-sparse")
+
+        sparse_options = ("--filter", "blob:none", "--sparse-dirs",
+                          ",".join(sparse))
+
+        def gitbridge_sparse_fresh(key, name, dest):
+            pool = d("pool-sparse")
+            steps, wall, facts = gitbridge_checkout(
+                url, pool, d(dest), tip, homes["gitbridge"],
+                options=sparse_options)
+            record(key, name, steps, wall, origin.take(), d(dest), pool,
+                   check=tree_check(d(dest), tip, base_env), sparse=sparse,
+                   **facts)
+
+        def gitbridge_sparse_reuse():
+            name, pool = "sparse-reuse", d("pool-sparse-reuse")
+
+            def reused():
+                gitbridge_checkout(url, pool, d(name), base,
+                                   homes["gitbridge"], options=sparse_options)
+                write_junk(d(name), junk, base_env)
+            behind_tip(reused)
+            trace = os.path.join(work, "trace-gitbridge-sparse.json")
+            steps, wall, facts = gitbridge_checkout(
+                url, pool, d(name), tip,
+                dict(homes["gitbridge"], GIT_TRACE2_EVENT=trace,
+                     GIT_TRACE2_EVENT_NESTING="10"), purge=True,
+                options=sparse_options)
+            found_phases["gitbridge sparse reuse --purge"] = phases(trace,
+                                                                   wall)
+            record(name, "gitbridge blobless sparse, reuse %d behind, "
+                   "--purge" % behind, steps, wall, origin.take(), d(name),
+                   pool, check=tree_check(d(name), tip, base_env),
+                   left_untracked=leftover(d(name), base_env), sparse=sparse,
+                   **facts)
+            remove(name, "pool-sparse-reuse")
+
         def gitbridge_fresh(key, name, dest):
             pool = d("pool-cold")
             steps, wall, facts = gitbridge_checkout(url, pool, d(dest), tip,
@@ -520,6 +590,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
                 "blobless-sparse", "run-task shallow blobless sparse",
                 sparse),
             "refresh": runtask_refresh,
+            "sparse-refresh": runtask_sparse_refresh,
             "cold": lambda: gitbridge_fresh("cold", "gitbridge cold pool",
                                             "cold"),
             "new": lambda: gitbridge_fresh(
@@ -527,12 +598,22 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             "ready": gitbridge_ready,
             "reuse": lambda: gitbridge_reuse("reuse", False),
             "reuse-purge": lambda: gitbridge_reuse("reuse-purge", True),
+            "sparse-cold": lambda: gitbridge_sparse_fresh(
+                "sparse-cold", "gitbridge blobless sparse, cold pool",
+                "sparse-cold"),
+            "sparse-new": lambda: gitbridge_sparse_fresh(
+                "sparse-new", "gitbridge blobless sparse, warm pool, new dir",
+                "sparse-new"),
+            "sparse-reuse": gitbridge_sparse_reuse,
         }
         last_cold = [key for key in paths if key in COLD_POOL_PATHS][-1:]
+        last_sparse = [key for key in paths if key in SPARSE_POOL_PATHS][-1:]
         for key in paths:
             steps[key]()
             if [key] == last_cold:
                 remove("cold", "new", "ready", "pool-cold")
+            if [key] == last_sparse:
+                remove("sparse-cold", "sparse-new", "pool-sparse")
 
     ratios = {}
     for key, (top, bottom) in RATIO_PATHS.items():
@@ -548,7 +629,8 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
         "checkout_workers": {
             "run-task": os.environ.get("RUN_TASK_GIT_CHECKOUT_WORKERS", "0"),
             "gitbridge": "0 unless configured"},
-        "gitbridge_sparse": GITBRIDGE_SPARSE,
+        "gitbridge_sparse": "gitbridge checkout --filter blob:none "
+                            "--sparse-dirs " + ",".join(sparse),
         "paths": results,
         "phases": found_phases,
     }
@@ -585,7 +667,7 @@ def format_report(summary, ratios):
         lines.append("| %s | %s | %.2f s | %s | %d | %s | %s |" % (
             name, steps, row["total"], mb(row["bytes_from_origin"]),
             row["requests"], mb(row["disk"]), verdict))
-    lines += ["", "sparse directories (run-task, cone mode): %s"
+    lines += ["", "sparse directories (cone mode, both tools): %s"
               % ", ".join(summary["sparse"]),
               "gitbridge sparse: " + summary["gitbridge_sparse"],
               "checkout.workers: run-task %s (0 = one per core), gitbridge "
@@ -595,6 +677,8 @@ def format_report(summary, ratios):
     lines += benchcli.target_lines(
         [target for target in TARGETS if target[1] in ratios], ratios,
         width=44)
+    lines += ["%-48s %.2fx" % (label + ":", ratios[key])
+              for label, key in SPARSE_RATIOS if key in ratios]
     for name, found in summary["phases"].items():
         if not found:
             continue
@@ -623,6 +707,7 @@ def main(argv=None):
                         "directories not named .*)")
     parser.add_argument("--paths", help="NAME,NAME: run only these paths "
                         "(%s; reuse is both reuse paths, new needs cold; "
+                        "sparse is every sparse path; "
                         "default: all); a ratio is judged when both its "
                         "paths ran"
                         % ", ".join(PATHS))

@@ -295,6 +295,17 @@ class PooledCheckout:
         only sparse configuration."""
         raise NotImplementedError
 
+    def sparse_request(self) -> bool:
+        """Whether the request asks for a sparse checkout (a sparse
+        profile, or what else the adapter's system offers)."""
+        return bool(self.request.sparseprofile)
+
+    def prepare_update(self, node: Text) -> None:
+        """Before the update of DEST to ``node``: its sparse
+        configuration, and what else the update needs."""
+        if self.request.sparseprofile:
+            self.set_sparse_profile(node)
+
     def update(self, node: Text, created: bool) -> None:
         """Check out ``node`` in DEST."""
         raise NotImplementedError
@@ -440,9 +451,8 @@ class PooledCheckout:
                 with step("purge"):
                     removed = self.purge()
                 self.note("(purged %d files)", removed)
-            if request.sparseprofile:
-                self.set_sparse_profile(node)
-            with step("update_sparse" if request.sparseprofile
+            self.prepare_update(node)
+            with step("update_sparse" if self.sparse_request()
                       else "update"):
                 self.update(node, created)
             self.say("updated to %s", node)
@@ -482,7 +492,7 @@ class PooledCheckout:
                                            or os.listdir(dest))):
             return
         obstacle = self.ready_tree_obstacle()
-        if self.request.sparseprofile:
+        if self.sparse_request():
             obstacle = "ready trees are full checkouts, not sparse ones"
         elif obstacle is None and not trees.same_filesystem(dest):
             obstacle = self.text("%s is on another filesystem than the "

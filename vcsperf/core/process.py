@@ -177,16 +177,18 @@ def run(args: Args, env: Env, cwd: str | None = None, check: bool = True,
 
 def git(*args: str, cwd: str | None = None,
         env: Mapping[str, str] | None = None,
-        deadline: StepDeadline | None = None) -> str:
+        deadline: StepDeadline | None = None,
+        input: str | None = None) -> str:
     """Run ``git ARGS`` in ``env`` (default: this process's), never
-    prompting for credentials, ended by ``deadline`` (see ``completed``):
+    prompting for credentials, ended by ``deadline`` (see ``completed``),
+    with ``input`` on its stdin:
     its stdout, or ``CommandError`` with its stderr (``git_abort`` makes
     that the user's error).  Always in the C locale: callers parse what
     git prints, its messages too (a transient network failure is known
     by its words), and a user's locale would translate them."""
     return run(["git", *args], dict(env or os.environ,
                                     GIT_TERMINAL_PROMPT="0", LC_ALL="C"),
-               cwd=cwd, deadline=deadline)
+               cwd=cwd, deadline=deadline, input=input)
 
 
 def git_abort(failure: CommandError) -> Abort:
