@@ -207,8 +207,9 @@ def _apply(store, download, uri, deadline, env):
                 path, "+refs/*:%s*" % REFS, cwd=store, env=env,
                 deadline=deadline)
         except CommandError as failure:
+            # git's first line says what (its last may be a bare sha)
             lines = failure.stderr.strip().splitlines() or ["?"]
-            raise Failed("%s: %s" % (_short(uri), lines[-1][:300]))
+            raise Failed("%s: %s" % (_short(uri), lines[0][:300]))
         return size
     finally:
         try:
