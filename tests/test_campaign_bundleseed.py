@@ -6,6 +6,7 @@ of another history.  Every case ends in the origin's tree, with at most
 one line about the bundles, within its bounds."""
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -117,12 +118,28 @@ def published(git, gitbridge, git_served, tmp_path):  # noqa: F811
         git("-C", other, "commit", "-q", "-m", "x")
         git("-C", other, "bundle", "create", "-q", output / "other.bundle",
             "--all")
+        # bundles whose refs lie: a commit without its tree, and a ref to
+        # an object the pack does not hold
+        commit = git("-C", other, "rev-parse", "HEAD").strip()
+        commit_only = subprocess.run(
+            ["git", "-C", str(other), "pack-objects", "--stdout"],
+            input=(commit + "\n").encode(), capture_output=True,
+            check=True).stdout
+        (output / "treeless.bundle").write_bytes(
+            b"# v2 git bundle\n%s refs/heads/main\n\n" % commit.encode()
+            + commit_only)
+        whole = (output / "other.bundle").read_bytes()
+        (output / "dangling.bundle").write_bytes(
+            b"# v2 git bundle\n%s refs/heads/main\n\n" % (b"1" * 40)
+            + whole[whole.index(b"\n\n") + 2:])
         lists = {
             "incremental-only": _list([(incremental, 9)]),
             "tokens-lie": _list([(full, 9), (incremental, 3)]),
             "nested": _list([(base + "/bundle-list", 1)]),
             "file-uri": _list([("file://%s" % bundles[0], 1)]),
             "other-history": _list([(base + "/other.bundle", 1)]),
+            "treeless": _list([(base + "/treeless.bundle", 1)]),
+            "dangling": _list([(base + "/dangling.bundle", 1)]),
             "html": "<html><body>Not found</body></html>\n",
             "no-token": _list([]).rstrip() + '\n[bundle "x"]\n\turi = '
             + full + "\n",
@@ -165,7 +182,8 @@ def _fall_back(git, gitbridge, git_served, tmp_path, tally,  # noqa: F811
             ok = ok and git("-C", dest, "rev-parse", "HEAD").strip() == tip \
                 and git("-C", dest, "status", "--porcelain") == ""
             ok = ok and git("-C", store, "for-each-ref", "refs/bundles/") \
-                == "" and not os.path.exists(store / "bundle-seed.tmp")
+                == "" and not [name for name in os.listdir(
+                    store / "objects" / "pack") if name.startswith("tmp_")]
             git("-C", store, "fsck", "--connectivity-only")
         tally.case(ok, "%s: rc %d, %.1f s, %r" % (
             what, proc.returncode, seconds, proc.stderr))
@@ -206,5 +224,8 @@ def test_every_misbehaving_bundle_host_falls_back_to_the_origin(
         ("file URI", "/file-uri", [], "not http or https"),
         ("no token", "/no-token", [], "no bundle it can use"),
         ("another history", "/other-history", [], None),
+        ("a commit without its tree", "/treeless", [],
+         "did not receive expected object"),
+        ("a ref to nothing", "/dangling", [], "which it does not hold"),
         ("the list as published", "/bundle-list", [], None),
     ])
