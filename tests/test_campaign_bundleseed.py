@@ -229,3 +229,16 @@ def test_every_misbehaving_bundle_host_falls_back_to_the_origin(
         ("a ref to nothing", "/dangling", [], "which it does not hold"),
         ("the list as published", "/bundle-list", [], None),
     ])
+
+
+@pytest.mark.slow
+def test_a_host_that_trickles_above_the_low_speed_stops_at_the_deadline(
+        git, gitbridge, git_served, tmp_path, tally, published):  # noqa: F811
+    """Without a low-speed limit, a trickle is stopped by
+    ``sharepool.bundle-deadline`` (3 s here): the wait is bounded however
+    the host sends."""
+    git("config", "--global", "sharepool.bundle-low-speed", "0")
+    _fall_back(git, gitbridge, git_served, tmp_path, tally, published, [
+        ("trickle past the deadline", "/bundle-list",
+         [Fault(".full.", cut=100, trickle=0.02)],
+         "past sharepool.bundle-deadline (3s)")])
