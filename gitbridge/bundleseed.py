@@ -67,8 +67,9 @@ TOKEN_KEY = "gitbridge.bundletoken"
 _CHUNK = 1 << 20
 _TOKEN = re.compile(r"^[0-9]{1,19}$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-#: The longest line a bundle's header may have.
+#: The longest line a bundle's header may have, and the most bytes.
 MAX_HEADER_LINE = 1 << 16
+MAX_HEADER = 64 << 20
 _C_LOCALE = dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0")
 
 
@@ -292,6 +293,9 @@ def _header(stream, uri):
             raise Failed("%s: cut short in its header" % _short(uri))
         if not line:
             return prerequisites, refs
+        if stream.got > MAX_HEADER:
+            raise Failed("%s: its header is over %s" % (
+                _short(uri), format_bytes(MAX_HEADER)))
         text = line.decode("utf-8", "replace")
         if text.startswith("@"):
             if text != "@object-format=sha1":
