@@ -58,6 +58,15 @@ Where Git differs:
   ``index-pack`` too) gets SIGTERM, and SIGKILL a second later; the step
   then counts as a network failure.
 
+With ``--bundle-uri URL`` (or ``sharepool.bundle-uri``), a new store is
+seeded first from the bundle list at URL (the one ``gitbridge
+bundlegen`` publishes, in Git's bundle-uri format, or one bundle) and
+then fetches from the origin only what is newer; a list or bundle that
+cannot be used, a host that stalls or trickles, end the seeding with one
+line and the origin sends the rest (``gitbridge.bundleseed``: its
+limits are ``sharepool.bundle-timeout``, ``sharepool.bundle-low-speed``
+and ``sharepool.bundle-deadline``).
+
 A new DEST (absent or empty) is a rename of one of the pool's ready
 trees when it keeps some (``gitbridge ready-trees``): a complete
 checkout, purged and brought to the wanted commit like a reused one, so
@@ -75,12 +84,13 @@ import hashlib
 import os
 import re
 import sys
+import urllib.parse
 
 from dulwich.errors import NotGitRepository
 from dulwich.object_store import DiskObjectStore
 from dulwich.repo import Repo, UnsupportedExtension
 
-from gitbridge import cleantree, gitconfig, partialtree
+from gitbridge import bundleseed, cleantree, gitconfig, partialtree
 from vcsperf.core import metrics, pooledcheckout, pooling, readytrees
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
@@ -160,6 +170,10 @@ def add_pool_arguments(parser):
                         % pooling.DEFAULT_NETWORK_DEADLINE)
     parser.add_argument("--timings", action="store_true",
                         help="print a JSON line of per-step timings")
+    parser.add_argument("--bundle-uri", metavar="URL", help="a bundle list "
+                        "(or bundle) a new store is seeded from before the "
+                        "origin is fetched (default: git config "
+                        "sharepool.bundle-uri)")
 
 
 def main(args):
@@ -236,6 +250,8 @@ class Request:
         self.metrics_dir = metrics.check_directory(
             directory, "sharepool.metrics-dir") if directory else None
         self.disk_report = config.boolean("sharepool.disk-report", False)
+        self.bundle_uri, self.bundle_limits = _bundle_settings(
+            args.bundle_uri or config.get("sharepool.bundle-uri"), number)
 
     @property
     def wanted(self):
@@ -252,6 +268,28 @@ def _config_number(config):
         except ValueError:
             raise Abort("sharepool.%s is not a number: %r" % (name, value))
     return number
+
+
+def _bundle_settings(uri, number):
+    """The bundle list's URL (http or https) and the seeding's
+    ``bundleseed.Limits``."""
+    limits = bundleseed.Limits(
+        timeout=number("bundle-timeout", bundleseed.DEFAULT_TIMEOUT),
+        low_speed=number("bundle-low-speed", bundleseed.DEFAULT_LOW_SPEED),
+        deadline=number("bundle-deadline", bundleseed.DEFAULT_DEADLINE))
+    if not (pooling.valid_deadline(limits.timeout)
+            and pooling.valid_deadline(limits.deadline)
+            and 0 <= limits.low_speed < float("inf")):
+        raise Abort("sharepool.bundle-timeout, -deadline or -low-speed is "
+                    "out of range",
+                    hint="timeouts are positive seconds, the low speed "
+                    "bytes a second, 0 or more")
+    if uri and (urllib.parse.urlsplit(uri).scheme.lower()
+                not in ("http", "https") or not uri.isprintable()):
+        raise Abort("bundle URI %r is not an http or https URL" % uri[:200],
+                    hint="give the URL of a bundle list, such as the one "
+                    "gitbridge bundlegen publishes")
+    return uri or None, limits
 
 
 def _text(template, *args):
@@ -480,17 +518,43 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         source = self.request.upstream or self.request.url
         self.say("(cloning %s into new pooled repository)", source)
         pooling.discard(partial)
-        with self.timer.step("clone"):
-            git("init", "-q", "--bare", partial)
-            git("config", "gc.auto", "0", cwd=partial)
-            if self.request.filter:
-                partialtree.make_blobless(partial, source, _key(source))
-            try:
+        try:
+            with self.timer.step("clone"):
+                git("init", "-q", "--bare", partial)
+                git("config", "gc.auto", "0", cwd=partial)
+                if self.request.filter:
+                    partialtree.make_blobless(partial, source, _key(source))
+            seeded = self.seed(partial)
+            with self.timer.step("clone"):
                 self.network("clone", lambda: self.fetch(partial, source))
-            except BaseException:
-                pooling.discard(partial)
-                raise
+            if seeded:
+                bundleseed.drop_refs(partial)
+        except BaseException:
+            pooling.discard(partial)
+            raise
         self.store_cloned()
+
+    def seed(self, partial):
+        """Apply the bundle list's bundles to the new store ``partial``
+        (``bundleseed``); whether any was, said in one line."""
+        uri = self.request.bundle_uri
+        if not uri or self.request.upstream:
+            return False
+        with self.timer.step("bundles"):
+            seeded = bundleseed.seed(partial, uri, self.request.bundle_limits,
+                                     env=self.remote_env)
+        self.timer.facts["bundles"] = seeded.bundles
+        self.timer.facts["bundle_bytes"] = seeded.bytes
+        if seeded.failure:
+            self.warn("(seeding from bundles stopped: %s; fetching %s "
+                      "from the origin)", seeded.failure,
+                      "the rest" if seeded.bundles else "everything")
+        else:
+            self.say("(seeded from %d bundle%s of %s, %s; fetching what is "
+                     "newer from the origin)", seeded.bundles,
+                     "" if seeded.bundles == 1 else "s", uri,
+                     pooling.format_bytes(seeded.bytes))
+        return seeded.bundles > 0
 
     def fetch(self, store, url):
         key = _key(url)

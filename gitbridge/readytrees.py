@@ -118,7 +118,7 @@ class Refill:
             networkattempts=self.args.networkattempts,
             networkdeadline=self.args.networkdeadline, sparseprofile=None,
             noupdate=False, layout="alternates", timings=False,
-            metricsdir=None)
+            metricsdir=None, bundle_uri=self.args.bundle_uri)
         return checkout.Request(namespace, self.config, pool_tree=True)
 
     def run(self):

@@ -15,6 +15,7 @@ PATHS = ["full clone (git clone --bare)", "run-task shallow",
          "run-task cached blobless sparse, 10 behind, purged",
          "gitbridge cold pool",
          "gitbridge warm pool, new dir", "gitbridge ready tree, new dir",
+         "gitbridge cold pool from bundles",
          "gitbridge warm pool, reuse 10 behind",
          "gitbridge warm pool, reuse 10 behind, --purge",
          "gitbridge blobless sparse, cold pool",
@@ -68,8 +69,16 @@ def test_timetotree_on_real_history(real_git_repo, env, tmp_path):
     ready = paths["gitbridge ready tree, new dir"]
     assert "take" in ready["steps"] and "clone" not in ready["steps"]
     assert ready["refill_seconds"] > 0 and ready["ready_tree_bytes"] > 0
+    seeded = paths["gitbridge cold pool from bundles"]
+    assert seeded["cloned"] and seeded["bundles"] == 1
+    assert "bundles" in seeded["steps"] and seeded["publish_seconds"] > 0
+    assert seeded["bytes_from_bundle_host"] >= seeded[
+        "bundle_bytes_published"] // 2 > 0
+    assert 0 < seeded["bytes_from_origin"] < 0.5 * paths[
+        "gitbridge cold pool"]["bytes_from_origin"]
     assert set(figures["ratios"]) == {"warm_reuse", "warm_new", "ready_new",
                                       "cold_bytes", "cold_time",
+                                      "cold_bundle_bytes", "cold_bundle_time",
                                       "sparse_cold", "sparse_warm"}
     assert all(value > 0 for value in figures["ratios"].values())
     assert set(figures["targets"]) == set(figures["ratios"]) - {
@@ -144,7 +153,7 @@ def test_paths_selects_some_paths_and_judges_their_ratios(real_git_repo,
     figures = json.loads(report.read_text())
     assert list(figures["results"]["paths"]) == [
         name.replace("10 behind", "3 behind")
-        for name in [PATHS[3]] + PATHS[8:10]]
+        for name in [PATHS[3]] + PATHS[9:11]]
     assert list(figures["ratios"]) == ["warm_reuse"]
     # the reused checkout was made by gitbridge: its purge reads the
     # record of a clean tree
@@ -171,6 +180,8 @@ def test_selected_paths_keeps_the_run_order():
     assert timetotree.selected_paths("reuse-purge,refresh") == (
         "refresh", "reuse-purge")
     assert timetotree.selected_paths("new") == ("cold", "new")
+    assert timetotree.selected_paths("cold-bundle,shallow,cold") == (
+        "shallow", "cold", "cold-bundle")
     assert timetotree.selected_paths("sparse") == (
         "blobless-sparse", "sparse-refresh", "sparse-cold", "sparse-new",
         "sparse-reuse")

@@ -52,7 +52,7 @@ from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
 from vcsperf.harness import history, tools
 from vcsperf.harness.proxies import CountingProxy
-from vcsperf.harness.servers import GitServer
+from vcsperf.harness.servers import FileServer, GitServer
 
 #: ``(label, ratio key, op, target)``, the targets of issue 29.
 TARGETS = (
@@ -62,6 +62,10 @@ TARGETS = (
      0.25),
     ("cold, bytes from origin / full clone", "cold_bytes", "<=", 0.02),
     ("cold, wall / run-task shallow", "cold_time", "<=", 1.0),
+    ("cold from bundles, bytes from origin / cold (full) clone",
+     "cold_bundle_bytes", "<=", 0.02),
+    ("cold from bundles, wall / run-task shallow", "cold_bundle_time", "<=",
+     1.0),
 )
 #: Ratios of the sparse paths, reported beside the targets: ``(label,
 #: key)``.
@@ -214,7 +218,8 @@ def gitbridge_checkout(url, pool, dest, rev, env, purge=False, options=()):
     return timings["steps"], wall, {
         "cloned": timings.get("cloned"), "pulled": timings.get("pulled"),
         "purge_from_record": timings.get("purge_from_record"),
-        "own_total": timings.get("total")}
+        "own_total": timings.get("total"),
+        **({"bundles": timings["bundles"]} if "bundles" in timings else {})}
 
 
 # Measures ----------------------------------------------------------------------
@@ -332,8 +337,8 @@ def _command(argv):
 
 #: The paths ``--paths`` selects from, in the order they run.
 PATHS = ("full", "shallow", "blobless-sparse", "refresh", "sparse-refresh",
-         "cold", "new", "ready", "reuse", "reuse-purge", "sparse-cold",
-         "sparse-new", "sparse-reuse")
+         "cold", "new", "ready", "cold-bundle", "reuse", "reuse-purge",
+         "sparse-cold", "sparse-new", "sparse-reuse")
 #: ``--paths`` names that stand for several paths: both reuse paths; a
 #: new directory, or a ready tree, from the pool that the cold path warms
 #: (the same for sparse); every sparse path.
@@ -351,6 +356,8 @@ RATIO_PATHS = {"warm_reuse": ("reuse-purge", "refresh"),
                "ready_new": ("ready", "shallow"),
                "cold_bytes": ("cold", "full"),
                "cold_time": ("cold", "shallow"),
+               "cold_bundle_bytes": ("cold-bundle", "cold"),
+               "cold_bundle_time": ("cold-bundle", "shallow"),
                "sparse_cold": ("sparse-cold", "blobless-sparse"),
                "sparse_warm": ("sparse-reuse", "sparse-refresh")}
 
@@ -554,6 +561,39 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
                    refill_seconds=round(refill, 3),
                    ready_tree_bytes=ready_bytes, **facts)
 
+        def gitbridge_bundles():
+            # Published off the clock, as a nightly job would: a full
+            # bundle at the commit N behind, served by a plain HTTP host
+            # behind its own byte count; the timed path seeds a new pool
+            # from its list and fetches the rest from the origin.
+            output = os.path.join(work, "bundles")
+            os.makedirs(output)
+            with FileServer(output) as host, \
+                    CountingProxy(host.url) as counted:
+                def publish():
+                    tools.run([tools.executable("gitbridge"), "bundlegen",
+                               "--repo", served, "--output", output,
+                               "--base-url", counted.url.rstrip("/")],
+                              homes["gitbridge"], cwd=work)
+                start = time.monotonic()
+                behind_tip(publish)
+                publish_seconds = time.monotonic() - start
+                settle()
+                pool = d("pool-bundle")
+                steps, wall, facts = gitbridge_checkout(
+                    url, pool, d("cold-bundle"), tip, homes["gitbridge"],
+                    options=("--bundle-uri", counted.url + "bundle-list"))
+                host_requests, host_bytes = counted.take()
+            record("cold-bundle", "gitbridge cold pool from bundles", steps,
+                   wall, origin.take(), d("cold-bundle"), pool,
+                   check=tree_check(d("cold-bundle"), tip, base_env),
+                   bytes_from_bundle_host=host_bytes,
+                   bundle_host_requests=host_requests,
+                   bundle_bytes_published=pooling.disk_usage(output),
+                   publish_seconds=round(publish_seconds, 3), **facts)
+            shutil.rmtree(output, ignore_errors=True)
+            remove("cold-bundle", "pool-bundle")
+
         def gitbridge_reuse(key, purge):
             name = key
 
@@ -596,6 +636,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             "new": lambda: gitbridge_fresh(
                 "new", "gitbridge warm pool, new dir", "new"),
             "ready": gitbridge_ready,
+            "cold-bundle": gitbridge_bundles,
             "reuse": lambda: gitbridge_reuse("reuse", False),
             "reuse-purge": lambda: gitbridge_reuse("reuse-purge", True),
             "sparse-cold": lambda: gitbridge_sparse_fresh(
@@ -609,6 +650,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
         last_cold = [key for key in paths if key in COLD_POOL_PATHS][-1:]
         last_sparse = [key for key in paths if key in SPARSE_POOL_PATHS][-1:]
         for key in paths:
+            settle()
             steps[key]()
             if [key] == last_cold:
                 remove("cold", "new", "ready", "pool-cold")
@@ -637,10 +679,17 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
     return summary, ratios
 
 
+def settle():
+    """Untimed, before a timed path: what earlier paths wrote or deleted
+    reaches the disk now (``sync``), not during the path, whose own
+    writes would wait behind gigabytes of someone else's."""
+    os.sync()
+
+
 def _ratio(key, top, bottom):
     if key in ("warm_new", "ready_new"):
         return top["total"] / bottom["steps"]["checkout"]
-    if key == "cold_bytes":
+    if key in ("cold_bytes", "cold_bundle_bytes"):
         return top["bytes_from_origin"] / bottom["bytes_from_origin"]
     return top["total"] / bottom["total"]
 
@@ -654,9 +703,9 @@ def format_report(summary, ratios):
              % (summary["repo"], summary["branch"], summary["tip"][:12],
                 summary["tip_files"], summary["behind"],
                 summary["junk_files"]), "",
-             "| path | steps (s) | total | from origin | requests | disk "
-             "(checkout + pool) | tree check |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| path | steps (s) | total | from origin | requests | from "
+             "bundle host | disk (checkout + pool) | tree check |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, row in summary["paths"].items():
         steps = ", ".join("%s %.2f" % kv for kv in row["steps"].items())
         check = row["check"]
@@ -664,9 +713,11 @@ def format_report(summary, ratios):
             ("passed" if check["passed"] else "FAILED")
             + ("" if check["untracked_checked"] else " (junk kept: %d)"
                % row.get("left_untracked", 0)))
-        lines.append("| %s | %s | %.2f s | %s | %d | %s | %s |" % (
+        host = row.get("bytes_from_bundle_host")
+        lines.append("| %s | %s | %.2f s | %s | %d | %s | %s | %s |" % (
             name, steps, row["total"], mb(row["bytes_from_origin"]),
-            row["requests"], mb(row["disk"]), verdict))
+            row["requests"], "-" if host is None else mb(host),
+            mb(row["disk"]), verdict))
     lines += ["", "sparse directories (cone mode, both tools): %s"
               % ", ".join(summary["sparse"]),
               "gitbridge sparse: " + summary["gitbridge_sparse"],

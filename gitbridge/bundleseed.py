@@ -1,0 +1,446 @@
+"""Seeding a new pooled store from a bundle list (Git's bundle-uri).
+
+``gitbridge checkout --bundle-uri URL`` (or git config
+``sharepool.bundle-uri``) names a bundle list, such as the one
+``gitbridge bundlegen`` publishes, or one bundle.  When the checkout
+clones a new store, it first downloads the list's bundles over HTTP(S)
+and applies them, then fetches from the origin only what they lack, so a
+cold worker takes most of the history from object storage or a CDN.  Git
+2.39, Debian's, does not download bundle lists itself (``git clone
+--bundle-uri`` there takes one bundle, and no creation tokens); this is
+the list's own format read by Git's config parser:
+
+- ``bundle.version`` 1; ``bundle.mode`` ``all`` (every bundle, in order)
+  or ``any`` (one is enough: the first); with ``bundle.heuristic =
+  creationToken`` the bundles apply in increasing ``creationToken`` order
+  (entries without a token are left out), else in the list's order.
+- A bundle URI is http or https, absolute or relative to the list;
+  a list named by a bundle (nested lists) is not followed.
+- Each bundle's pack is streamed into ``git index-pack`` as it downloads
+  (nothing is written twice), after its prerequisites are checked in the
+  store; Git checks every object's hash, the pack's checksum, and that
+  every object the pack refers to is in it or in the store; its refs,
+  whose tips must be there, go to ``refs/bundles/``.  Those refs then
+  tell the origin what the store has; they are deleted once the origin's
+  fetch has succeeded.  The store's
+  ``gitbridge.bundletoken`` records the highest creation token applied.
+
+Every wait is bounded: a read waits at most ``sharepool.bundle-timeout``
+seconds (30), a host sending less than ``sharepool.bundle-low-speed``
+bytes a second (65536) over that long is given up, and all of the
+seeding at most ``sharepool.bundle-deadline`` seconds (1800).  A list
+holds at most 1 MiB and 64 bundles.  Whatever goes wrong (a host that is
+down, stalls, trickles or answers an error, a list that is not one or
+names nothing usable, a bundle that is cut short, corrupt, of another
+history, or lacks its prerequisites) ends the seeding with one line, and
+the origin sends the rest: what was applied before stays, it is verified
+history.  The seeding never decides the tree: the commit checked out is
+the one the origin names.
+"""
+
+import http.client
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from vcsperf.core import pooling
+from vcsperf.core.pooling import format_bytes
+from vcsperf.core.process import CommandError, git, run
+
+#: The most a bundle list may hold, and how many bundles it may name.
+MAX_LIST_BYTES = 1 << 20
+MAX_BUNDLES = 64
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_LOW_SPEED = 65536.0
+DEFAULT_DEADLINE = 1800.0
+#: What a file of Git's bundle format starts with (v2 and v3).
+BUNDLE_SIGNATURES = (b"# v2 git bundle\n", b"# v3 git bundle\n")
+REFS = "refs/bundles/"
+TOKEN_KEY = "gitbridge.bundletoken"
+_CHUNK = 1 << 20
+_TOKEN = re.compile(r"^[0-9]{1,19}$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+#: The longest line a bundle's header may have, and the most bytes.
+MAX_HEADER_LINE = 1 << 16
+MAX_HEADER = 64 << 20
+_C_LOCALE = dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0")
+
+
+class Failed(Exception):
+    """Why seeding stopped: one line."""
+
+
+class Limits:
+    """The bounds of one seeding (``sharepool.bundle-*``)."""
+
+    def __init__(self, timeout=DEFAULT_TIMEOUT, low_speed=DEFAULT_LOW_SPEED,
+                 deadline=DEFAULT_DEADLINE):
+        self.timeout = timeout
+        self.low_speed = low_speed
+        self.deadline = deadline
+
+
+class Seeded:
+    """What a seeding applied: bundles, bytes downloaded, the highest
+    creation token, and why it stopped early (None: it did not)."""
+
+    def __init__(self):
+        self.bundles = 0
+        self.bytes = 0
+        self.token = None
+        self.failure = None
+
+
+def seed(store, list_url, limits, env=None):
+    """Apply the bundles of ``list_url`` to the (new, bare) ``store``;
+    returns a ``Seeded``.  Never raises for what the host or the list
+    does: that is ``Seeded.failure``."""
+    seeded = Seeded()
+    download = _Download(limits)
+    with pooling.StepDeadline(limits.deadline) as deadline, \
+            deadline.watching(download.interrupt):
+        try:
+            for uri, token in bundles_of(download, list_url):
+                if deadline.expired:
+                    raise Failed("past sharepool.bundle-deadline")
+                seeded.bytes += _apply(store, download, uri, deadline, env)
+                seeded.bundles += 1
+                if token is not None:
+                    seeded.token = max(token, seeded.token or 0)
+        except Failed as failure:
+            seeded.failure = ("past sharepool.bundle-deadline (%gs)"
+                              % limits.deadline if deadline.expired
+                              else str(failure))
+            _remove_temporary_packs(store)
+    if seeded.token is not None:
+        git("config", TOKEN_KEY, str(seeded.token), cwd=store)
+    return seeded
+
+
+def _remove_temporary_packs(store):
+    """What an index-pack that was stopped left (the store is new, and
+    ours alone)."""
+    pack = os.path.join(store, "objects", "pack")
+    for name in os.listdir(pack):
+        if name.startswith("tmp_"):
+            os.unlink(os.path.join(pack, name))
+
+
+def drop_refs(store):
+    """Delete the refs the bundles left: the store's refs are the
+    origin's once it has been fetched."""
+    names = git("for-each-ref", "--format=%(refname)", REFS,
+                cwd=store).split()
+    if names:
+        run(["git", "update-ref", "--stdin"], _C_LOCALE, cwd=store,
+            input="".join("delete %s\n" % name for name in names))
+
+
+def bundles_of(download, list_url):
+    """``(uri, creation token or None)`` of each bundle to apply, in
+    order: the list's, or ``list_url`` itself when it is a bundle."""
+    first = download.head(list_url, MAX_LIST_BYTES + 1)
+    if first.startswith(BUNDLE_SIGNATURES):
+        return [(list_url, None)]
+    if len(first) > MAX_LIST_BYTES:
+        raise Failed("list is over %s" % format_bytes(MAX_LIST_BYTES))
+    return parse_list(first, list_url)
+
+
+def parse_list(data, list_url):
+    """The bundles of a bundle list (its bytes), read by Git's config
+    parser, in the order they apply; ``Failed`` when it is no list or
+    names none."""
+    if b"\0" in data:
+        raise Failed("not a bundle list (binary)")
+    try:
+        out = run(["git", "config", "--no-includes", "--file", "-",
+                   "--list", "-z"], _C_LOCALE, input=data.decode("utf-8"))
+    except CommandError:
+        raise Failed("not a bundle list (git config cannot read it)")
+    except UnicodeError:
+        raise Failed("not a bundle list (not UTF-8 text)")
+    top, entries = {}, {}
+    for item in out.split("\0"):
+        key, _, value = item.partition("\n")
+        section, _, rest = key.partition(".")
+        if section != "bundle":
+            continue
+        name, dot, field = rest.rpartition(".")
+        if not dot:
+            top[field] = value
+        else:
+            entries.setdefault(name, {})[field] = value
+    if top.get("version") != "1":
+        raise Failed("not a bundle list (bundle.version is %r, not 1)"
+                     % top.get("version"))
+    mode = top.get("mode")
+    if mode not in ("all", "any"):
+        raise Failed("bundle.mode %r is neither all nor any" % mode)
+    by_token = top.get("heuristic") == "creationToken"
+    chosen = []
+    for name, fields in entries.items():
+        uri = fields.get("uri")
+        token = fields.get("creationtoken")
+        if not uri:
+            continue
+        if by_token and not (token and _TOKEN.match(token)):
+            continue
+        chosen.append((_absolute(list_url, uri),
+                       int(token) if by_token else None))
+        if len(chosen) > MAX_BUNDLES:
+            raise Failed("list names over %d bundles" % MAX_BUNDLES)
+    if by_token:
+        chosen.sort(key=lambda entry: entry[1])
+        if len({token for _uri, token in chosen}) != len(chosen):
+            raise Failed("two bundles have the same creationToken")
+    if not chosen:
+        raise Failed("list names no bundle it can use")
+    return chosen[:1] if mode == "any" else chosen
+
+
+def _absolute(list_url, uri):
+    url = urllib.parse.urljoin(list_url, uri)
+    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https"):
+        raise Failed("bundle URI %r is not http or https" % uri[:200])
+    return url
+
+
+def _apply(store, download, uri, deadline, env):
+    """Download the bundle ``uri`` into the store, its pack streamed into
+    ``git index-pack`` as it comes, and point ``refs/bundles/`` at its
+    refs; the bytes downloaded.  ``--check-self-contained-and-connected``
+    makes index-pack die on an object that refers to one neither the pack
+    nor the store has, so a bundle's refs, whose tips it then holds, are
+    whole histories: what ``git fetch`` would make sure of by walking
+    every object again afterwards (a minute at Firefox's size)."""
+    chunks = download.chunks(uri, 1 << 62)
+    try:
+        return _index(store, _Stream(chunks), uri, deadline, env)
+    finally:
+        chunks.close()
+
+
+def _index(store, stream, uri, deadline, env):
+    prerequisites, refs = _header(stream, uri)
+    missing = _missing(store, prerequisites, env)
+    if missing:
+        raise Failed("%s: the store lacks its prerequisite commit %s"
+                     % (_short(uri), missing[0]))
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            ["git", "index-pack", "--stdin", "--fix-thin",
+             "--check-self-contained-and-connected"], cwd=store,
+            env=dict(env or os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0"),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+            start_new_session=True)
+        with deadline.watching(lambda: _kill(proc)):
+            try:
+                try:
+                    for data in stream.rest():
+                        proc.stdin.write(data)
+                finally:
+                    try:
+                        proc.stdin.close()
+                    except OSError:
+                        pass
+            except BrokenPipeError:
+                pass  # index-pack has stopped: its status says why
+            except BaseException:
+                _kill(proc)
+                proc.wait()
+                raise
+            out = proc.stdout.read().decode("ascii", "replace")
+            status = proc.wait()
+        errors.seek(0)
+        said = errors.read(4096).decode("utf-8", "replace").strip()
+    # 1: the pack refers to objects the store had (an incremental bundle)
+    if status not in (0, 1) or not out.startswith(("pack\t", "keep\t")):
+        raise Failed("%s: %s" % (_short(uri), (said.splitlines() or [
+            "git index-pack exited with status %d" % status])[0][:300]))
+    missing = _missing(store, [sha for sha, _name in refs], env)
+    if missing:
+        raise Failed("%s: its ref names %s, which it does not hold"
+                     % (_short(uri), missing[0]))
+    updates = "".join("update %s%s %s\n" % (REFS, name[len("refs/"):], sha)
+                      for sha, name in refs if name.startswith("refs/"))
+    try:
+        run(["git", "update-ref", "--stdin"], _C_LOCALE, cwd=store,
+            input=updates)
+    except CommandError as failure:
+        raise Failed("%s: %s" % (_short(uri), (
+            failure.stderr.strip().splitlines() or ["?"])[0][:300]))
+    return stream.got
+
+
+def _header(stream, uri):
+    """The prerequisites (shas) and refs (``(sha, name)``) of the bundle
+    header at the start of ``stream``."""
+    signature = stream.line()
+    if signature + b"\n" not in BUNDLE_SIGNATURES:
+        raise Failed("%s is not a bundle" % _short(uri))
+    prerequisites, refs = [], []
+    while True:
+        line = stream.line()
+        if line is None:
+            raise Failed("%s: cut short in its header" % _short(uri))
+        if not line:
+            return prerequisites, refs
+        if stream.got > MAX_HEADER:
+            raise Failed("%s: its header is over %s" % (
+                _short(uri), format_bytes(MAX_HEADER)))
+        text = line.decode("utf-8", "replace")
+        if text.startswith("@"):
+            if text != "@object-format=sha1":
+                raise Failed("%s: bundle capability %r is not supported"
+                             % (_short(uri), text[:100]))
+            continue
+        sha, _, name = text.lstrip("-").partition(" ")
+        if not _SHA.match(sha):
+            raise Failed("%s: its header has a line that is neither a ref "
+                         "nor a prerequisite" % _short(uri))
+        if text.startswith("-"):
+            prerequisites.append(sha)
+        else:
+            refs.append((sha, name))
+
+
+def _missing(store, shas, env):
+    """The shas of ``shas`` that the store does not hold."""
+    if not shas:
+        return []
+    out = run(["git", "cat-file", "--batch-check=%(objectname)"],
+              _C_LOCALE, cwd=store, input="".join(s + "\n" for s in shas))
+    return [line.split()[0] for line in out.splitlines()
+            if line.endswith(" missing")]
+
+
+def _kill(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class _Stream:
+    """A download's pieces read as header lines, then as the rest."""
+
+    def __init__(self, chunks):
+        self.chunks = iter(chunks)
+        self.buffer = b""
+        self.got = 0
+
+    def _more(self):
+        data = next(self.chunks, b"")
+        self.got += len(data)
+        self.buffer += data
+        return bool(data)
+
+    def line(self):
+        """The next line without its newline; None at the end."""
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_HEADER_LINE or not self._more():
+                return None
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def rest(self):
+        if self.buffer:
+            yield self.buffer
+            self.buffer = b""
+        for data in self.chunks:
+            self.got += len(data)
+            yield data
+
+
+def _short(uri):
+    return uri if len(uri) <= 200 else uri[:200] + "..."
+
+
+class _NoOtherSchemes(urllib.request.HTTPRedirectHandler):
+    """Redirects within http and https only (urllib's own limits stop
+    loops: 10 redirects, 4 to one URL)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise Failed("redirected to a %s URL" % (scheme or "relative"))
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+class _Download:
+    """HTTP GETs within ``Limits``; ``interrupt`` (from the deadline's
+    watchdog) shuts the current one's socket."""
+
+    def __init__(self, limits):
+        self.limits = limits
+        self.opener = urllib.request.build_opener(_NoOtherSchemes())
+        self.response = None
+
+    def interrupt(self):
+        response = self.response
+        if response is None:
+            return
+        try:
+            response.fp.raw._sock.shutdown(socket.SHUT_RDWR)
+        except (AttributeError, OSError):
+            pass
+
+    def chunks(self, url, most):
+        """The body of ``url``, in pieces, up to ``most`` bytes."""
+        try:
+            self.response = self.opener.open(
+                urllib.request.Request(url, headers={
+                    "User-Agent": "gitbridge-checkout"}),
+                timeout=self.limits.timeout)
+        except urllib.error.HTTPError as err:
+            raise Failed("%s: HTTP %d" % (_short(url), err.code))
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise Failed("%s: %s" % (_short(url), _reason(err)))
+        got, window_start, window_bytes = 0, time.monotonic(), 0
+        try:
+            while got < most:
+                try:
+                    data = self.response.read1(min(_CHUNK, most - got))
+                except (OSError, ValueError,
+                        http.client.HTTPException) as err:
+                    raise Failed("%s: %s after %s" % (
+                        _short(url), _reason(err), format_bytes(got)))
+                if not data:
+                    length = self.response.headers.get("Content-Length")
+                    if length and length.isdigit() and int(length) > got:
+                        raise Failed("%s: cut short at %s of %s" % (
+                            _short(url), format_bytes(got),
+                            format_bytes(int(length))))
+                    return
+                got += len(data)
+                window_bytes += len(data)
+                elapsed = time.monotonic() - window_start
+                if elapsed >= self.limits.timeout:
+                    if window_bytes < self.limits.low_speed * elapsed:
+                        raise Failed("%s: below %s/s for %gs" % (
+                            _short(url), format_bytes(self.limits.low_speed),
+                            self.limits.timeout))
+                    window_start, window_bytes = time.monotonic(), 0
+                yield data
+        finally:
+            self.response.close()
+            self.response = None
+
+    def head(self, url, most):
+        return b"".join(self.chunks(url, most))
+
+
+def _reason(err):
+    reason = getattr(err, "reason", None) or err
+    if isinstance(reason, socket.timeout) or "timed out" in str(reason):
+        return "timed out"
+    return str(reason).strip().splitlines()[0][:200] if str(reason) \
+        else type(reason).__name__

@@ -1,0 +1,236 @@
+"""The adversarial campaign for ``gitbridge checkout --bundle-uri``
+(``gitbridge.bundleseed``): any bytes as a bundle list, read by Git's
+config parser, and a bundle host that is missing, lies, stalls, trickles,
+cuts or corrupts its answers, serves a stale or hostile list, or bundles
+of another history.  Every case ends in the origin's tree, with at most
+one line about the bundles, within its bounds."""
+
+import os
+import subprocess
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import campaign
+from checkout_drivers import git_commit, git_served, release_files  # noqa: F401
+from gitbridge import bundleseed
+from vcsperf.harness.proxies import Fault, FlakyProxy
+from vcsperf.harness.servers import FileServer
+
+pytestmark = pytest.mark.campaign
+
+STOPPED = "(seeding from bundles stopped: "
+LIST_HEAD = "[bundle]\n\tversion = 1\n\tmode = all\n" \
+    "\theuristic = creationToken\n"
+
+_ENTRY = st.builds(
+    lambda name, uri, token: '[bundle "%s"]\n\turi = %s\n%s' % (
+        name, uri, "" if token is None else "\tcreationToken = %s\n" % token),
+    st.text(alphabet="abc-.\"\\ \u00e9", max_size=8),
+    st.one_of(st.sampled_from(["http://h/x.bundle", "https://h/y",
+                               "x.bundle", "../up", "file:///etc/passwd",
+                               "ftp://h/z", "//other/x", "\"http://h/q;r\"",
+                               ""]),
+              st.text(max_size=30)),
+    st.one_of(st.none(), st.integers(-2, 2 ** 70).map(str),
+              st.text(max_size=6)))
+_LISTS = st.one_of(
+    st.binary(max_size=300),
+    st.builds(lambda head, entries: head + "".join(entries),
+              st.sampled_from([LIST_HEAD, LIST_HEAD.replace("all", "any"),
+                               LIST_HEAD.replace("creationToken", "none"),
+                               "[bundle]\n\tversion = 2\n\tmode = all\n",
+                               "[bundle]\n\tmode = all\n", ""]),
+              st.lists(_ENTRY, max_size=6)).map(
+                  lambda text: text.encode("utf-8", "surrogateescape")))
+
+
+@settings(max_examples=campaign.size(150, 3000), deadline=None,
+          derandomize=not campaign.FULL,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=_LISTS)
+def test_any_bytes_as_a_bundle_list_are_refused_or_read(data, tally):
+    """Any bytes: one line of refusal, or bundles to apply -- at most
+    ``MAX_BUNDLES``, each an absolute http or https URI, in increasing
+    creation tokens when the list says so, one for ``mode = any``."""
+    base = "http://cdn.example.com/git/list"
+    try:
+        chosen = bundleseed.parse_list(data, base)
+    except bundleseed.Failed as failure:
+        ok = "\n" not in str(failure) and len(str(failure)) < 400
+        tally.case(ok, "refusal of %r: %r" % (data, str(failure)))
+        assert ok
+        return
+    tokens = [token for _uri, token in chosen]
+    ok = 0 < len(chosen) <= bundleseed.MAX_BUNDLES and all(
+        uri.split(":", 1)[0].lower() in ("http", "https")
+        for uri, _token in chosen)
+    if b"heuristic = creationToken" in data:
+        ok = ok and tokens == sorted(tokens) and None not in tokens
+    if b"mode = any" in data:
+        ok = ok and len(chosen) == 1
+    tally.case(ok, "%r read as %r" % (data, chosen))
+    assert ok
+
+
+def test_a_list_of_too_many_bundles_is_refused():
+    data = LIST_HEAD + "".join(
+        '[bundle "b%d"]\n\turi = http://h/%d\n\tcreationToken = %d\n'
+        % (n, n, n) for n in range(bundleseed.MAX_BUNDLES + 1))
+    with pytest.raises(bundleseed.Failed, match="over 64 bundles"):
+        bundleseed.parse_list(data.encode(), "http://h/list")
+
+
+def _list(entries):
+    return LIST_HEAD + "".join(
+        '[bundle "b%d"]\n\turi = "%s"\n\tcreationToken = %d\n'
+        % (n, uri, token) for n, (uri, token) in enumerate(entries))
+
+
+@pytest.fixture
+def published(git, gitbridge, git_served, tmp_path):  # noqa: F811
+    """A full and an incremental bundle published (``gitbridge
+    bundlegen``) to a file host behind a ``FlakyProxy``, the origin one
+    commit past them, lists that lie beside them, and the seeding's
+    bounds set low (``sharepool.bundle-timeout`` 1 s, ``bundle-deadline``
+    3 s).  Yields ``(proxy's base URL, proxy, origin's tip)``."""
+    output = tmp_path / "bundles"
+    output.mkdir()
+    with FileServer(output) as host, FlakyProxy(host.url) as proxy:
+        base = proxy.url.rstrip("/")
+
+        def publish():
+            gitbridge("bundlegen", "--repo", git_served.repo, "--output",
+                      output, "--base-url", base)
+        publish()
+        git_commit(git, git_served.work, release_files(3, "/docs/\n"), "r3")
+        publish()
+        tip = git_commit(git, git_served.work, release_files(4, "/docs/\n"),
+                         "release 4")
+        bundles = sorted(output.glob("*.bundle"),
+                         key=lambda p: int(p.name.split(".")[0]))
+        full, incremental = ["%s/%s" % (base, p.name) for p in bundles]
+        other = tmp_path / "other"
+        git("init", "-q", "-b", "main", other)
+        (other / "x").write_text("another history\n")
+        git("-C", other, "add", "x")
+        git("-C", other, "commit", "-q", "-m", "x")
+        git("-C", other, "bundle", "create", "-q", output / "other.bundle",
+            "--all")
+        # bundles whose refs lie: a commit without its tree, and a ref to
+        # an object the pack does not hold
+        commit = git("-C", other, "rev-parse", "HEAD").strip()
+        commit_only = subprocess.run(
+            ["git", "-C", str(other), "pack-objects", "--stdout"],
+            input=(commit + "\n").encode(), capture_output=True,
+            check=True).stdout
+        (output / "treeless.bundle").write_bytes(
+            b"# v2 git bundle\n%s refs/heads/main\n\n" % commit.encode()
+            + commit_only)
+        whole = (output / "other.bundle").read_bytes()
+        (output / "dangling.bundle").write_bytes(
+            b"# v2 git bundle\n%s refs/heads/main\n\n" % (b"1" * 40)
+            + whole[whole.index(b"\n\n") + 2:])
+        lists = {
+            "incremental-only": _list([(incremental, 9)]),
+            "tokens-lie": _list([(full, 9), (incremental, 3)]),
+            "nested": _list([(base + "/bundle-list", 1)]),
+            "file-uri": _list([("file://%s" % bundles[0], 1)]),
+            "other-history": _list([(base + "/other.bundle", 1)]),
+            "treeless": _list([(base + "/treeless.bundle", 1)]),
+            "dangling": _list([(base + "/dangling.bundle", 1)]),
+            "html": "<html><body>Not found</body></html>\n",
+            "no-token": _list([]).rstrip() + '\n[bundle "x"]\n\turi = '
+            + full + "\n",
+        }
+        for name, text in lists.items():
+            (output / name).write_text(text)
+        git("config", "--global", "sharepool.bundle-timeout", "1")
+        git("config", "--global", "sharepool.bundle-deadline", "3")
+        yield base, proxy, tip
+
+
+def _fall_back(git, gitbridge, git_served, tmp_path, tally,  # noqa: F811
+               published, cases):
+    """Each case, ``(name, list path, faults, what the one line says or
+    None when the bundles apply)``, on a new pool: it ends on the
+    origin's tip with a clean tree and a sound store, says at most that
+    one line about the bundles, leaves no download or bundle ref behind,
+    and ends within its bounds."""
+    base, proxy, tip = published
+    for number, (what, list_path, faults, says) in enumerate(cases):
+        proxy.add(*faults)
+        pool, dest = tmp_path / ("pool%d" % number), \
+            tmp_path / ("dest%d" % number)
+        started = time.monotonic()
+        proc = gitbridge("checkout", "--sharebase", pool, "--bundle-uri",
+                         base + list_path, "-r", tip, git_served.repo_url,
+                         dest, check=False)
+        seconds = time.monotonic() - started
+        stopped = [line for line in proc.stderr.splitlines()
+                   if "bundle" in line]
+        ok = proc.returncode == 0 and seconds < 15
+        if says is None:
+            ok = ok and stopped == [] and "(seeded from" in proc.stdout
+        else:
+            ok = ok and len(stopped) == 1 and stopped[0].startswith(
+                STOPPED) and says in stopped[0] and stopped[0].endswith(
+                "from the origin)") and "(seeded from" not in proc.stdout
+        if proc.returncode == 0:
+            store = [p for p in pool.iterdir() if p.name.endswith(".git")][0]
+            ok = ok and git("-C", dest, "rev-parse", "HEAD").strip() == tip \
+                and git("-C", dest, "status", "--porcelain") == ""
+            ok = ok and git("-C", store, "for-each-ref", "refs/bundles/") \
+                == "" and not [name for name in os.listdir(
+                    store / "objects" / "pack") if name.startswith("tmp_")]
+            git("-C", store, "fsck", "--connectivity-only")
+        tally.case(ok, "%s: rc %d, %.1f s, %r" % (
+            what, proc.returncode, seconds, proc.stderr))
+        proxy.faults.clear()
+    tally.check()
+
+
+def test_a_host_that_is_missing_stalls_or_corrupts_falls_back_to_the_origin(
+        git, gitbridge, git_served, tmp_path, tally, published):  # noqa: F811
+    _fall_back(git, gitbridge, git_served, tmp_path, tally, published, [
+        ("list missing", "/gone", [], "HTTP 404"),
+        ("list stalls", "/bundle-list", [Fault("bundle-list", stall=6)],
+         "timed out"),
+        ("bundle corrupt", "/bundle-list", [Fault(".full.", flip=[-30])],
+         ".full."),
+        ("bundle trickles", "/bundle-list",
+         [Fault(".full.", cut=100, trickle=0.05)], "below"),
+        ("tokens lie", "/tokens-lie", [], "prerequisite"),
+    ])
+
+
+@pytest.mark.slow
+def test_every_misbehaving_bundle_host_falls_back_to_the_origin(
+        git, gitbridge, git_served, tmp_path, tally, published):  # noqa: F811
+    """The other ways; without a low-speed limit, a trickle is stopped by
+    ``sharepool.bundle-deadline`` (3 s here): the wait is bounded however
+    the host sends."""
+    git("config", "--global", "sharepool.bundle-low-speed", "0")
+    _fall_back(git, gitbridge, git_served, tmp_path, tally, published, [
+        ("trickle past the deadline", "/bundle-list",
+         [Fault(".full.", cut=100, trickle=0.02)],
+         "past sharepool.bundle-deadline (3s)"),
+        ("list 500", "/bundle-list", [Fault("bundle-list", status=500)],
+         "HTTP 500"),
+        ("list is HTML", "/html", [], "not a bundle list"),
+        ("bundle cut", "/bundle-list", [Fault(".full.", cut=200)],
+         "cut short"),
+        ("incremental corrupt", "/bundle-list",
+         [Fault(".incremental.", flip=[-30])], ".incremental."),
+        ("stale: incremental only", "/incremental-only", [],
+         "prerequisite"),
+        ("nested list", "/nested", [], "not a bundle"),
+        ("file URI", "/file-uri", [], "not http or https"),
+        ("no token", "/no-token", [], "no bundle it can use"),
+        ("another history", "/other-history", [], None),
+        ("a commit without its tree", "/treeless", [],
+         "did not receive expected object"),
+        ("a ref to nothing", "/dangling", [], "which it does not hold"),
+    ])
+
