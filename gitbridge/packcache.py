@@ -65,7 +65,6 @@ import json
 import os
 import resource
 import stat
-import sys
 import time
 import types
 
@@ -93,6 +92,9 @@ MAX_INPUT = 64 << 20
 PACK_OPTIONS = {"--revs", "--thin", "--stdout", "--shallow", "--progress",
                 "--delta-base-offset", "--include-tag"}
 PACK_VALUE_OPTIONS = ("--filter=", "--uri-protocol=", "--missing=")
+#: git's own options that take the next argument as their value.
+GIT_VALUE_OPTIONS = {"--shallow-file", "-c", "-C", "--git-dir",
+                     "--work-tree", "--namespace", "--config-env"}
 #: Settings git sees that may change a pack.
 CONFIG_PATTERN = r"^(core|extensions|pack|repack)\."
 #: ``GIT_*`` variables that name the client or trace, and change no pack.
@@ -233,13 +235,17 @@ class Request:
         self.shallow_file = None
         at = 1
         while at < len(command) and command[at] != "pack-objects":
-            if command[at] == "--shallow-file" and at + 1 < len(command):
-                self.shallow_file = command[at + 1]
+            option = command[at]
+            if not option.startswith("-"):
+                break
+            if option in GIT_VALUE_OPTIONS and at + 1 < len(command):
+                if option == "--shallow-file":
+                    self.shallow_file = command[at + 1]
+                else:
+                    self.cacheable = False
                 at += 2
                 continue
-            if not command[at].startswith("-"):
-                break
-            # another global option: git's, but not upload-pack's
+            # another of git's options, not one upload-pack sends
             self.cacheable = False
             at += 1
         if at >= len(command) or command[at] != "pack-objects":
@@ -410,10 +416,12 @@ def _cpu_clock():
 
 
 def _send(chunks):
-    out = sys.stdout.buffer
+    # straight to the descriptor: nothing is left in a buffer for the
+    # interpreter to flush (and fail on) at exit when git has gone away
     for data in chunks:
-        out.write(data)
-    out.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view):]
 
 
 def _unnamed_file():
