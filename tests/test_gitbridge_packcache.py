@@ -9,6 +9,7 @@ each make a new key; a ``--shallow-file`` is keyed by its content."""
 import glob
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -20,6 +21,7 @@ from vcsperf.harness.servers import GitServer
 
 #: How many commits of the real history the server lacks until the push.
 NEW = 3
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 class Served:
@@ -240,15 +242,33 @@ def test_the_stored_pack_holds_what_pack_objects_sends(served, git, env):
     assert objects(hooked, "a") == objects(plain, "b")
 
 
-def test_repository_config_cannot_set_the_hook(served, git, gitbridge, env):
+def documented_config():
+    """The README's git config of the hook."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## gitbridge pack-cache", 1)[1]
+    return section.split("```gitconfig\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_hook_runs_from_global_config_only(served, git,
+                                                          gitbridge, env):
     # Git honours the hook from protected configuration only: the same
     # line in the repository's own config runs nothing
+    documented = documented_config().replace(
+        "gitbridge pack-cache", tools.executable("gitbridge") + " pack-cache"
+    ).replace("/var/cache/git-packs", str(served.cache))
+    assert str(served.cache) in documented
     (served.root / ".gitconfig").write_text("")
-    git("-C", served.srv, "config", "uploadpack.packObjectsHook",
-        "%s pack-cache --dir %s" % (tools.executable("gitbridge"),
-                                    served.cache))
+    with open(served.srv / "config", "a") as fh:
+        fh.write(documented)
     served.push_new()
-    client = served.client("c")
+    clients = [served.client("c1"), served.client("c2")]
     with GitServer(served.root) as server:
-        fetch_all(env, [client], server.url + "srv.git")
-    assert not served.cache.exists()
+        fetch_all(env, clients[:1], server.url + "srv.git")
+        assert not served.cache.exists()
+        # the server's global config (HOME): protected, so it runs
+        (served.root / ".gitconfig").write_text(documented)
+        fetch_all(env, clients[1:], server.url + "srv.git")
+    stats = served.stats(gitbridge)
+    assert (stats["misses"], stats["entries"]) == (1, 1)
+    for client in clients:
+        assert git("-C", client, "rev-parse", "main").strip() == served.head
