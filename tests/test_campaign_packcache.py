@@ -24,7 +24,7 @@ import subprocess
 
 import pytest
 
-from test_gitbridge_packcache import Served, base_repo, fetch_all  # noqa: F401
+from test_gitbridge_packcache import Served, fetch_all
 from vcsperf.core import responsecache
 from vcsperf.harness import tools
 from vcsperf.harness.servers import GitServer
@@ -36,8 +36,8 @@ PACK = ["git", "pack-objects", "--revs", "--thin", "--stdout",
 
 
 @pytest.fixture
-def served(git, real_git_repo, base_repo, tmp_path):
-    served = Served(git, real_git_repo, base_repo, tmp_path)
+def served(git, real_git_repo, real_git_before_push, tmp_path):
+    served = Served(git, real_git_repo, real_git_before_push, tmp_path)
     served.early = served.client("early")
     served.push_new()
     served.stdin = ("%s\n--not\n%s\n\n" % (served.head, served.base)

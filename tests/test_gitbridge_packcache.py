@@ -19,13 +19,11 @@ from vcsperf.core import responsecache
 from vcsperf.harness import tools
 from vcsperf.harness.servers import GitServer
 
-#: How many commits of the real history the server lacks until the push.
-NEW = 3
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 class Served:
-    """``srv.git``, the real history but its last ``NEW`` commits, under
+    """``srv.git``, the real history but its last commits, under
     ``root`` (what the Git server serves); the server's global git config
     in ``root/.gitconfig`` (``GitServer`` runs ``git http-backend`` with
     ``HOME=root``); the cache in ``cache``."""
@@ -41,7 +39,7 @@ class Served:
         self.tmp = tmp_path
         shutil.copytree(template, self.srv, symlinks=True)
         self.head = git("-C", real, "rev-parse", "HEAD").strip()
-        self.base = git("-C", real, "rev-parse", "HEAD~%d" % NEW).strip()
+        self.base = git("-C", template, "rev-parse", "main").strip()
         self.hook(["--dir", str(self.cache)])
 
     def hook(self, options, extra=""):
@@ -82,25 +80,9 @@ class Served:
             directory or self.cache).stdout)
 
 
-@pytest.fixture(scope="session")
-def base_repo(real_git_repo, tmp_path_factory):
-    """The real history but its last ``NEW`` commits, made once; each
-    test copies it."""
-    path = tmp_path_factory.mktemp("packcache") / "base.git"
-    env = tools.isolated_env(str(path.parent))
-    base = tools.run(["git", "-C", str(real_git_repo), "rev-parse",
-                      "HEAD~%d" % NEW], env).strip()
-    tools.run(["git", "init", "-q", "--bare", "-b", "main", str(path)], env)
-    tools.run(["git", "-C", str(path), "fetch", "-q", str(real_git_repo),
-               "%s:refs/heads/main" % base], env)
-    tools.run(["git", "-C", str(path), "config", "http.receivepack", "true"],
-              env)
-    return path
-
-
 @pytest.fixture
-def served(git, real_git_repo, base_repo, tmp_path):
-    return Served(git, real_git_repo, base_repo, tmp_path)
+def served(git, real_git_repo, real_git_before_push, tmp_path):
+    return Served(git, real_git_repo, real_git_before_push, tmp_path)
 
 
 def fetch_all(env, clients, url, *args):
