@@ -28,12 +28,13 @@ client's shallow commits), the repository (its git directory and the
 identity of its object directory), the repository's own ``shallow`` and
 ``info/grafts`` files, its tags when the request includes them
 (``--include-tag``), the ``core``, ``extensions``, ``pack`` and
-``repack`` settings git sees there, the ``GIT_*`` environment (but for
-what only names the client or traces), the version of git, and the
-compression of stored packs.  A push makes new wants, so new keys; no
-repository is ever sent another's pack.  A command that is not the one
-upload-pack runs (an option it never sends, no ``--stdout``) is run as it
-is, without the cache; anything but ``git pack-objects`` is refused.
+``repack`` settings git sees there (and ``uploadpack.blobPackfileUri``),
+the ``GIT_*`` environment (but for what only names the client or
+traces), the version of git, and the compression of stored packs.  A
+push makes new wants, so new keys; no repository is ever sent another's
+pack.  A command that is not the one upload-pack runs (an option it never
+sends, no ``--stdout``) is run as it is, without the cache; anything but
+``git pack-objects`` is refused.
 
 - ``--dir`` (default ``pack-cache`` in the repository's git directory; a
   relative path is taken from there): where entries are stored; one
@@ -95,8 +96,10 @@ PACK_VALUE_OPTIONS = ("--filter=", "--uri-protocol=", "--missing=")
 #: git's own options that take the next argument as their value.
 GIT_VALUE_OPTIONS = {"--shallow-file", "-c", "-C", "--git-dir",
                      "--work-tree", "--namespace", "--config-env"}
-#: Settings git sees that may change a pack.
-CONFIG_PATTERN = r"^(core|extensions|pack|repack)\."
+#: Settings git sees that may change a pack (``blobPackfileUri``: what a
+#: pack with ``--uri-protocol`` leaves to a URL instead).
+CONFIG_PATTERN = (r"^(core|extensions|pack|repack)\.|"
+                  r"^uploadpack\.blobpackfileuri$")
 #: ``GIT_*`` variables that name the client or trace, and change no pack.
 ENV_LEFT_OUT = ("GIT_PROTOCOL", "GIT_TRACE", "GIT_SSL_", "GIT_HTTP_",
                 "GIT_COMMITTER_", "GIT_AUTHOR_", "GIT_TERMINAL_PROMPT",

@@ -223,6 +223,25 @@ def test_the_stored_pack_holds_what_pack_objects_sends(served, git, env):
         return sorted(line.split()[1] for line in listed.splitlines())
     assert objects(hooked, "a") == objects(plain, "b")
 
+    # the tags of a request that includes them, and the repository's pack
+    # settings, are in the key too
+    def hook(*options):
+        return subprocess.run(
+            [tools.executable("gitbridge"), "pack-cache", "--dir",
+             str(served.cache), *command, *options], input=stdin,
+            capture_output=True, cwd=served.srv, env=env, check=True).stdout
+    with_tags = hook("--include-tag")
+    assert hook("--include-tag") == with_tags
+    git("-C", served.srv, "tag", "-a", "-m", "a release", "v-new",
+        served.head)
+    tagged = hook("--include-tag")
+    assert tagged != with_tags and objects(tagged, "c") == sorted(
+        objects(with_tags, "d") + [git("-C", served.srv, "rev-parse",
+                                       "v-new").strip()])
+    git("-C", served.srv, "config", "pack.window", "5")
+    hook("--include-tag")
+    assert len(glob.glob(str(served.cache / "entries" / "*" / "*"))) == 4
+
 
 def documented_config():
     """The README's git config of the hook."""
