@@ -242,6 +242,15 @@ def test_the_stored_pack_holds_what_pack_objects_sends(served, git, env):
     hook("--include-tag")
     assert len(glob.glob(str(served.cache / "entries" / "*" / "*"))) == 4
 
+    # progress: git's own on a pack being made, none on a stored one
+    made, stored = [subprocess.run(
+        [tools.executable("gitbridge"), "pack-cache", "--dir",
+         str(served.cache), *command, "--progress"], input=stdin,
+        capture_output=True, cwd=served.srv, env=env, check=True)
+        for _ in range(2)]
+    assert b"Enumerating objects" in made.stderr and stored.stderr == b""
+    assert made.stdout == stored.stdout
+
 
 def documented_config():
     """The README's git config of the hook."""
