@@ -9,6 +9,8 @@ on stdin) and behind the real ``git http-backend``:
   as without the hook;
 - a pack larger than ``--max-size``: sent whole, never stored;
 - a client that goes away mid-pack: the entry is still finished whole;
+- a writer that stalls: a request waits ``--wait`` seconds, then makes
+  its own pack; a writer killed mid-pack stores nothing and holds no key;
 - ``git repack -a -d`` (a stock git rewriting the repository's packs)
   between requests: the stored pack still serves;
 - hostile command lines: anything but ``git pack-objects`` refused with
@@ -20,7 +22,9 @@ on stdin) and behind the real ``git http-backend``:
 import glob
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -226,3 +230,44 @@ def test_hostile_command_lines(served, env, tmp_path, tally):
     tally.case(got.returncode == 255 and got.stderr.startswith(b"abort: "),
                "no command")
     tally.check()
+
+
+def test_a_stalled_or_killed_writer_holds_no_one_up(served, env, tmp_path):
+    # git on the hook's PATH whose pack-objects stalls for a while first
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(
+        '#!/bin/sh\ncase " $* " in *" pack-objects "*) sleep 60;; esac\n'
+        'exec %s "$@"\n' % tools.executable("git"))
+    (shim / "git").chmod(0o755)
+    stalled_env = dict(env, PATH="%s:%s" % (shim, env["PATH"]))
+    command = [tools.executable("gitbridge"), "pack-cache", "--dir",
+               str(served.cache), "--wait", "1", *PACK]
+
+    def start():
+        return subprocess.Popen(command, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=served.srv,
+                                env=stalled_env, start_new_session=True)
+    writer = start()
+    writer.stdin.write(served.stdin)
+    writer.stdin.close()
+    # the writer holds the key once its entry is begun
+    deadline = time.monotonic() + 60
+    while not glob.glob(str(served.cache / "tmp" / "*")):
+        assert time.monotonic() < deadline and writer.poll() is None
+        time.sleep(0.05)
+    # another request gives up waiting after --wait and makes its own
+    waiting = hook(served, env, options=["--wait", "1"])
+    assert waiting.returncode == 0 and waiting.stdout[:4] == b"PACK"
+    assert writer.poll() is None
+    # the writer killed mid-pack: its lock goes with it, nothing is stored
+    os.killpg(writer.pid, signal.SIGKILL)
+    writer.wait()
+    writer.stdout.close()
+    writer.stderr.close()
+    assert [e for e in entries(served)
+            if not e.endswith(responsecache.MARKER_SUFFIXES)] == []
+    after = hook(served, env, options=["--wait", "1"])
+    assert after.returncode == 0 and len(entries(served)) == 1
+    assert after.stdout[:12] == waiting.stdout[:12]
