@@ -282,3 +282,17 @@ def test_the_documented_hook_runs_from_global_config_only(served, git,
     assert (stats["misses"], stats["entries"]) == (1, 1)
     for client in clients:
         assert git("-C", client, "rev-parse", "main").strip() == served.head
+
+
+def test_the_fleet_benchmark_runs_on_the_real_history(real_git_repo, env,
+                                                      tmp_path):
+    out = tmp_path / "bench.json"
+    tools.run([tools.executable("vcsperf"), "bench", "packcache", "--repo",
+               real_git_repo, "--clients", "2", "--behind", "2", "--loose",
+               "--json", out], env)
+    figures = json.loads(out.read_text())
+    for name in ("none", "hook"):
+        row = figures["results"][name]
+        assert row["server_cpu_per_client"] > 0
+        assert row["bytes_per_client"] > 10000
+    assert 0.9 < figures["ratios"]["bytes"] <= 1.0

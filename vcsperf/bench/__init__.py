@@ -13,7 +13,8 @@ from vcsperf.core.process import CommandError
 #: ``vcsperf bench NAME``: the module ``vcsperf.bench.NAME`` and its
 #: ``main(argv)``.
 NAMES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "pastbytes",
-         "commitid", "commitindex", "sharepool", "bundlegen", "timetotree")
+         "commitid", "commitindex", "sharepool", "bundlegen", "timetotree",
+         "packcache")
 
 
 def main(name, argv):
