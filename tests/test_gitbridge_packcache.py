@@ -284,10 +284,11 @@ def test_the_documented_hook_runs_from_global_config_only(served, git,
         assert git("-C", client, "rev-parse", "main").strip() == served.head
 
 
+@pytest.mark.slow
 def test_the_fleet_benchmark_runs_on_the_real_history(real_git_repo, env,
                                                       tmp_path):
     out = tmp_path / "bench.json"
-    tools.run([tools.executable("vcsperf"), "bench", "packcache", "--repo",
+    tools.run([tools.executable("vcsperf"), "bench", "packcache",
                real_git_repo, "--clients", "2", "--behind", "2", "--loose",
                "--json", out], env)
     figures = json.loads(out.read_text())

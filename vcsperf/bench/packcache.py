@@ -2,7 +2,7 @@
 smart HTTP with and without the gitbridge pack cache as Git's
 packObjectsHook: server CPU seconds and bytes per client.
 
-    vcsperf bench packcache --repo GIT_REPO [--clients 32] [--behind 5]
+    vcsperf bench packcache GIT_REPO [--clients 32] [--behind 5]
         [--loose] [--json out.json]
 
 A server repository gets the history up to ``--behind`` commits back
@@ -20,13 +20,11 @@ kept as a pack, which pack-objects mostly copies.  Every client's branch
 is checked, and the first client is checked by ``git fsck``.
 """
 
-import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 from vcsperf.bench import benchcli
@@ -67,6 +65,8 @@ def _fleet(clients, env, url):
 
 
 def run(repo, work, clients, behind, loose):
+    if not 1 <= clients <= 512 or behind < 1:
+        raise Abort("--clients must be 1 to 512 and --behind 1 or more")
     env = tools.isolated_env(work)
     root = os.path.join(work, "root")
     served = os.path.join(root, "repo.git")
@@ -110,7 +110,8 @@ def run(repo, work, clients, behind, loose):
                          env).strip() != head:
                 raise Abort("a client did not get %s" % head)
         tools.run(["git", "-C", fleet[0], "fsck", "--no-progress"], env)
-        results[name] = {"server_cpu_per_client": cpu / clients,
+        results[name] = {"clients": clients,
+                         "server_cpu_per_client": cpu / clients,
                          "bytes_per_client": sent / clients,
                          "wall_seconds": wall}
         for path in fleet:
@@ -122,8 +123,9 @@ def run(repo, work, clients, behind, loose):
     return results, ratios
 
 
-def format_report(repo, clients, results, ratios):
-    lines = ["%d concurrent fetches of %s" % (clients, repo),
+def format_report(repo, results, ratios):
+    lines = ["%d concurrent fetches of %s" % (results["hook"]["clients"],
+                                              repo),
              "%-6s %22s %18s %10s" % ("", "server CPU/client (s)",
                                       "bytes/client", "wall (s)")]
     for name in ("none", "hook"):
@@ -136,36 +138,11 @@ def format_report(repo, clients, results, ratios):
 
 
 def main(argv=None):
-    parser = benchcli.command_line(sys.modules[__name__])
-    parser.add_argument("--repo", required=True, help="Git repository, "
-                        "bare or not, with at least --behind + 1 commits")
-    parser.add_argument("--clients", type=int, default=32,
-                        help="concurrent fetches (default 32)")
-    parser.add_argument("--behind", type=int, default=5,
-                        help="commits pushed after the clients' (default 5)")
-    parser.add_argument("--loose", action="store_true",
-                        help="leave the pushed objects loose")
-    parser.add_argument("--json", help="also write the figures here")
-    parser.add_argument("--workdir", help="where everything goes (default: "
-                        "a temporary directory, removed afterwards)")
-    args = parser.parse_args(argv)
-    if not 1 <= args.clients <= 512 or args.behind < 1:
-        raise Abort("--clients must be 1 to 512 and --behind 1 or more")
-    if subprocess.run(["git", "-C", args.repo, "rev-parse", "--git-dir"],
-                      capture_output=True).returncode:
-        raise Abort("%s is not a Git repository" % args.repo,
-                    hint="give a bare repository or a checkout's top")
-    work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-bench-")
-    try:
-        results, ratios = run(args.repo, work, args.clients, args.behind,
-                              args.loose)
-        print(format_report(args.repo, args.clients, results, ratios))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump({"repo": args.repo, "clients": args.clients,
-                           "loose": args.loose, "results": results,
-                           "ratios": ratios}, fh, indent=2)
-    finally:
-        if not args.workdir:
-            shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return benchcli.main(sys.modules[__name__], (
+        ("clients", {"type": int, "default": 32,
+                     "help": "concurrent fetches (default 32)"}),
+        ("behind", {"type": int, "default": 5,
+                    "help": "commits pushed after the clients' (default 5)"}),
+        ("loose", {"action": "store_true",
+                   "help": "leave the pushed objects loose"}),
+    ), argv, repository=benchcli.git_repository)
