@@ -12,12 +12,14 @@ from vcsperf.core import __version__
 
 FEATURE_MODULES = ("gitbridge.bundlegen", "gitbridge.checkout",
                    "gitbridge.commitid", "gitbridge.commitindex",
-                   "gitbridge.readytrees")
+                   "gitbridge.packcache", "gitbridge.readytrees")
 #: Subcommands that answer in milliseconds: only their module is imported,
 #: sparing them the others' imports (dulwich's take tens of milliseconds),
-#: and its ``quick_main(ARGS)`` reads their usual arguments without
-#: argparse; where it returns None, the parser reads them.
-QUICK = {"commitid-lookup": "gitbridge.commitindex"}
+#: and its ``quick_main(ARGS)``, where it has one, reads their usual
+#: arguments without argparse; where it returns None, the parser reads
+#: them.
+QUICK = {"commitid-lookup": "gitbridge.commitindex",
+         "pack-cache": "gitbridge.packcache"}
 
 
 def build_parser(modules=FEATURE_MODULES):
@@ -38,7 +40,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     quick = QUICK.get(argv[0]) if argv else None
     if quick:
-        status = importlib.import_module(quick).quick_main(argv[1:])
+        quick_main = getattr(importlib.import_module(quick), "quick_main",
+                             None)
+        status = quick_main(argv[1:]) if quick_main else None
         if status is not None:
             return status
     args = build_parser([quick] if quick else FEATURE_MODULES).parse_args(

@@ -188,6 +188,23 @@ def real_git_repo(real_hg_repo_cached):
         os.path.join(cache, "pip-releases-git-%s.git" % key), build)
 
 
+@pytest.fixture(scope="session")
+def real_git_before_push(real_git_repo, tmp_path_factory):
+    """A bare copy of the real Git history without its last three commits
+    (branch ``main``), made once: what a server held before they were
+    pushed.  Tests copy it."""
+    path = tmp_path_factory.mktemp("before-push") / "repo.git"
+    env = tools.isolated_env(str(path.parent))
+    base = tools.run(["git", "-C", real_git_repo, "rev-parse", "HEAD~3"],
+                     env).strip()
+    tools.run(["git", "init", "-q", "--bare", "-b", "main", str(path)], env)
+    tools.run(["git", "-C", str(path), "fetch", "-q", real_git_repo,
+               "%s:refs/heads/main" % base], env)
+    tools.run(["git", "-C", str(path), "config", "http.receivepack", "true"],
+              env)
+    return path
+
+
 @pytest.fixture
 def gitbridge(env):
     """Runs the installed ``gitbridge`` console script; returns the

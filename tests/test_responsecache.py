@@ -90,6 +90,27 @@ def test_a_large_entry_damaged_is_cut_before_its_end(tmp_path):
     assert len(b"".join(sent)) < len(data)
 
 
+def test_verify_finds_a_large_entry_damaged_before_any_of_it_is_sent(
+        tmp_path):
+    # what gitbridge pack-cache asks before it sends a pack: a Git pack
+    # cut short cannot be taken back
+    cache = cache_at(tmp_path)
+    data = os.urandom(responsecache.CHECK_WHOLE_UP_TO + MIB)
+    store(cache, key(1), data)
+    entry = cache.lookup(key(1))
+    assert entry.verify() and b"".join(entry.chunks()) == data
+    path = cache._entry_path(key(1))
+    for offset in (0, len(data) - 1):
+        with open(path, "r+b") as fh:
+            fh.seek(len(responsecache.HEAD_MAGIC) + offset)
+            fh.write(b"\xff" if data[offset] != 0xff else b"\0")
+        entry = cache.lookup(key(1))
+        assert not entry.verify()
+        entry.close()
+        os.unlink(path)
+        store(cache, key(1), data)
+
+
 def test_a_symlinked_entry_is_not_followed_nor_its_target_touched(tmp_path):
     cache = cache_at(tmp_path / "cache")
     outside = tmp_path / "outside"

@@ -14,7 +14,7 @@ from vcsperf.core.process import CommandError
 #: ``main(argv)``.
 NAMES = ("codec", "zstdstore", "zstdgroups", "wirezstd", "pastbytes",
          "commitid", "commitindex", "sharepool", "bundlegen", "timetotree",
-         "wirecache")
+         "wirecache", "packcache")
 
 
 def main(name, argv):

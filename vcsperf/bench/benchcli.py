@@ -49,13 +49,23 @@ def hg_repository(path):
     return path
 
 
-def main(module, options=(), argv=None):
+def git_repository(path):
+    """``path``, checked to hold a Git repository (bare or not) before a
+    benchmark spends anything on it; ``Abort`` when it does not."""
+    if not (os.path.isdir(os.path.join(path, "objects"))
+            or os.path.isdir(os.path.join(path, ".git"))):
+        raise Abort("%s is not a Git repository" % path,
+                    hint="give a bare repository or a checkout's top")
+    return path
+
+
+def main(module, options=(), argv=None, repository=hg_repository):
     """Run ``module.run(repo, workdir, **options)`` and print
     ``module.format_report``.
 
     ``options`` are ``(name, argparse keywords)`` pairs: each becomes a
     ``--name`` flag whose value is passed to ``run`` by keyword (dashes
-    as underscores).
+    as underscores).  ``repository`` checks the repository argument.
     """
     run, format_report = module.run, module.format_report
     parser = command_line(module)
@@ -67,7 +77,7 @@ def main(module, options=(), argv=None):
     for name, keywords in options:
         parser.add_argument("--" + name, **keywords)
     args = parser.parse_args(argv)
-    hg_repository(args.repo)
+    repository(args.repo)
     if args.workdir:
         try:
             os.makedirs(args.workdir, exist_ok=True)

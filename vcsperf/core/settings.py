@@ -30,3 +30,34 @@ def parse_bool(value: str, setting: str) -> bool:
         raise Abort("%s must be a boolean (%s), not %r"
                     % (setting, ACCEPTED_BOOLEANS, value))
     return parsed
+
+
+#: Size suffixes, as Mercurial's ``util.sizetoint`` reads them.
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20,
+               "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30}
+
+
+def parse_size(value: str, setting: str, low: int, high: int) -> int:
+    """``value`` of ``setting`` as a number of bytes (``4k``, ``16m``,
+    ``2g`` or a whole number), from ``low`` to ``high``; ``Abort``, naming
+    the setting and the range, otherwise."""
+    text = value.strip().lower()
+    digits = text.rstrip("kmgb")
+    unit = text[len(digits):]
+    number = None
+    if digits.isdigit() and digits.isascii() and unit in _SIZE_UNITS:
+        number = int(digits) * _SIZE_UNITS[unit]
+    if number is None or not low <= number <= high:
+        raise Abort("%s must be a size from %s to %s (bytes, or with a k, "
+                    "m or g suffix), not %r" % (setting, format_size(low),
+                                                format_size(high), value))
+    return number
+
+
+def format_size(number: int) -> str:
+    """``number`` of bytes as ``parse_size`` reads it, in the largest
+    unit that divides it."""
+    for unit, factor in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if number and number % factor == 0:
+            return "%d%s" % (number // factor, unit)
+    return "%d" % number

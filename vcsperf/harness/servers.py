@@ -6,7 +6,7 @@
 - ``GitServer``: Git over smart HTTP, the way a real server does: each
   request runs ``git http-backend`` (the CGI program Git ships for Apache
   and nginx); every request is appended to ``log`` so a caller can count
-  fetches;
+  fetches, and the bytes of its answers to ``bytes_sent``;
 - ``LocalServer``, ``QuietServer``, ``QuietHandler``: the in-process
   threaded server these (and the proxies of ``proxies``) are built on;
 - ``ChildServer``: the stopping of a server that runs as a child process
@@ -134,11 +134,14 @@ class GitServer(LocalServer):
     def __init__(self, root, log_path=None, stream=False):
         super().__init__(_Handler)
         self.root = os.fspath(root)
+        #: Bytes of the backend's answers sent so far (bodies only).
+        self.bytes_sent = 0
         self.log_path = log_path
         self.stream = stream
 
-    def record(self, method, path, status):
+    def record(self, method, path, status, sent=0):
         with self._lock:
+            self.bytes_sent += sent
             self.log.append((method, path, status))
             if self.log_path:
                 with open(self.log_path, "a") as fh:
@@ -252,7 +255,7 @@ class _Handler(QuietHandler):
         self.wfile.write(payload)
         sent_pack = b"packfile\n" in payload[:4096] or b"PACK" in payload[:4096]
         owner.record(self.command, path,
-                     status + (" pack" if sent_pack else ""))
+                     status + (" pack" if sent_pack else ""), len(payload))
 
     def _stream(self, args, body, env, path):
         """Run the CGI program ``args`` and send its answer chunked, as it
@@ -281,7 +284,9 @@ class _Handler(QuietHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             first = b""
+            sent = 0
             for data in iter(lambda: proc.stdout.read1(1 << 16), b""):
+                sent += len(data)
                 if len(first) < 4096:
                     first += data[:4096 - len(first)]
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -289,7 +294,7 @@ class _Handler(QuietHandler):
             feeder.join()
         sent_pack = b"packfile\n" in first or b"PACK" in first
         owner.record(self.command, path, status + (" pack" if sent_pack
-                                                   else ""))
+                                                   else ""), sent)
 
 
 def _feed(stdin, body):
