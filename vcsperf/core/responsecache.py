@@ -73,8 +73,11 @@ _LARGE_SUFFIX = ".large"
 #: Markers: responses too small to be worth storing, or too large to fit.
 MARKER_SUFFIXES = (_SMALL_SUFFIX, _LARGE_SUFFIX)
 
-#: Counters kept in ``stats.json``.
-COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved")
+#: Counters kept in ``stats.json``; those of a shared store
+#: (``sharedresponsecache``) stay 0 on local disk alone.
+COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved",
+            "store_hits", "store_misses", "store_errors", "store_bytes_read",
+            "store_bytes_written")
 
 
 class CacheUnusable(OSError):
@@ -102,6 +105,23 @@ class Entry:
             return False
         self._whole = data
         return True
+
+    def check_read(self) -> bool:
+        """Check the whole entry before anything of it is sent: a small
+        one read into memory (``check_whole``), a larger one read through
+        once more as it is sent."""
+        if self.size <= CHECK_WHOLE_UP_TO:
+            return self.check_whole()
+        self._fh.seek(len(HEAD_MAGIC))
+        hasher = hashlib.blake2b(digest_size=32)
+        left = self.size
+        while left:
+            data = self._fh.read(min(READ_SIZE, left))
+            if not data:
+                return False
+            left -= len(data)
+            hasher.update(data)
+        return hasher.digest() == self._digest
 
     def chunks(self) -> Iterator[bytes]:
         """The payload; a large entry is checked as it is read, and one
@@ -233,12 +253,12 @@ class Filling:
                 cache._mark(self.key, _SMALL_SUFFIX)
                 self.stored = False
             else:
-                committed = cache._commit(self.key, tmp_path)
-                self.stored = True
+                committed = self.stored = cache._commit(self.key, tmp_path)
             return entry.chunks()
         finally:
-            if not committed:
-                _unlink_quietly(tmp_path)
+            # A committed entry was moved away or copied: its temporary
+            # name (unique) is gone or no longer needed.
+            _unlink_quietly(tmp_path)
             self.release()
             if committed:
                 cache.evict()
@@ -358,6 +378,7 @@ class ResponseCache:
         except OSError:
             return None
         deadline = time.monotonic() + self.wait
+        waited = False
         try:
             while True:
                 try:
@@ -369,15 +390,24 @@ class ResponseCache:
                 if time.monotonic() >= deadline:
                     os.close(lock_fd)
                     return None
+                waited = True
                 time.sleep(POLL_SECONDS)
         except OSError:
             os.close(lock_fd)
             return None
-        # Locked: the previous writer finished (or died) meanwhile.
-        entry = self.lookup(key)
+        entry = self._found_locked(key, waited)
         if entry is not None or self._is_marked(key):
             os.close(lock_fd)
             return entry
+        return self._filling(key, lock_fd)
+
+    def _found_locked(self, key: str, waited: bool) -> Optional[Entry]:
+        """With the key's lock held: the entry a previous holder wrote
+        meanwhile (it may have, or died, whether or not this request
+        ``waited`` for the lock)."""
+        return self.lookup(key)
+
+    def _filling(self, key: str, lock_fd: int) -> Filling:
         return Filling(self, key, lock_fd)
 
     def _create_tmp(self, key: str) -> Tuple[str, int]:
@@ -388,6 +418,8 @@ class ResponseCache:
                              0o666)
 
     def _commit(self, key: str, tmp_path: str) -> bool:
+        """Store the complete entry written at ``tmp_path``; whether it
+        is stored."""
         self._dir("entries", key[:2])
         os.rename(tmp_path, self._entry_path(key))
         return True
