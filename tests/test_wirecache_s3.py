@@ -94,6 +94,16 @@ def test_heads_share_responses_and_replace_a_damaged_one(
     assert (a["misses"], a["store_misses"], a["store_errors"]) == (2, 1, 1)
     assert a["store_bytes_written"] == 2 * b["store_bytes_read"]
 
+    # The store down: head B computes the response, says so once.
+    objectserver.stop()
+    hg("clone", "-q", "-U", served_b.url, tmp_path / "store-down")
+    assert served_b.bodies("cmd=getbundle")[-1] == \
+        served_a.bodies("cmd=getbundle")[-1]
+    assert blackbox(head_b).count("failed, computing responses here") == 1
+    b = stats(hg, head_b)
+    assert (b["hits"], b["uncached"], b["store_errors"]) == (1, 1, 1)
+    assert b["store_error"]
+
 
 @pytest.mark.slow
 def test_a_push_to_one_head_is_not_served_by_the_other(

@@ -176,6 +176,11 @@ class SharedResponseCache(ResponseCache):
             return outcome["value"]
         if isinstance(err, StoreFailed):
             raise err
+        if type(err).__name__ == "FlexibleChecksumError":
+            # The bytes do not match the checksum the store holds: an
+            # entry damaged or cut on its way, replaced as one whose
+            # digest fails.
+            raise NotAnEntry("%s: %s" % (what, bundlestore.reason(err)))
         if isinstance(err, (ValueError, OSError)) and cancelled.is_set():
             raise StoreFailed("%s was given up" % what)
         status = bundlestore.http_status(err)
