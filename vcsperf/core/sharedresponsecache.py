@@ -155,10 +155,16 @@ class SharedResponseCache(ResponseCache):
         _Taken on a 412."""
         outcome: Dict[str, Any] = {}
         cancelled = threading.Event()
+        try:
+            # Made here, outside the bound: importing boto3 and making a
+            # client take no network, but seconds on a busy machine.
+            client = _client(self.destination, self.timeout)
+        except Exception as unusable:  # boto3 missing, an unknown profile
+            raise StoreFailed("%s: %s" % (what,
+                                          bundlestore.reason(unusable)))
 
         def run() -> None:
             try:
-                client = _client(self.destination, self.timeout)
                 outcome["value"] = request(client, cancelled)
             except BaseException as err:  # reported to the caller
                 outcome["error"] = err
