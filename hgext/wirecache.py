@@ -72,6 +72,10 @@ your vcsperf checkout, and credentials the way boto3 finds them, as
   # seconds each request to the store may take: 1 to 600
   store.timeout = 10
 
+``wirecache.store.profile`` names a profile of boto3's configuration
+files to take the credentials from, as a bundlegen destination's
+``profile`` does.
+
 The key is the same as on local disk, but for the repository's last
 transaction, which counts by the lengths it recorded rather than by the
 time it was written: a head serves only what its own repository would
@@ -88,7 +92,11 @@ and serves it, logs one line (``ui.log``, event ``wirecache``) and leaves
 the store alone for 30 seconds.  ``wirecache.max-size`` bounds the
 store's entries too: after each upload the writer lists the prefix and
 deletes the oldest written first.  Locks, markers of small responses and
-counters stay in ``wirecache.path``, per head.
+counters stay in ``wirecache.path``, per head.  Heads that share a store
+must apply the same changes: ``hg censor`` on one head changes what its
+responses hold without changing its changesets, and a later transaction
+identical on every head would give it the others' keys again (run it on
+every head, or give that head a store of its own).
 
 Pulls that the cache leaves alone: stream clones, responses the server
 sends uncompressed (errors, pull bundles), narrow pulls (core
@@ -539,6 +547,18 @@ def wirecache(ui, repo, **opts):
     fm.startitem()
     fm.write(b'path', _(b'cache: %s\n'), pycompat.fsencode(cache.root))
     fm.data(backend=pycompat.bytestr(cache.url) if shared else b'disk')
+    fm.write(b'hits misses uncached',
+             _(b'responses: %d hits, %d misses, %d uncached\n'),
+             int(counters['hits']), int(counters['misses']),
+             int(counters['uncached']))
+    fm.write(b'bytes_saved cpu_saved',
+             _(b'saved: %d bytes sent from the cache, %.3f CPU seconds\n'),
+             int(counters['bytes_saved']), counters['cpu_saved'])
+    fm.write(b'entries size max_size', _(b'entries: %d, %d of %d bytes\n'),
+             len([path for _, _, path in entries
+                  if not path.endswith(responsecache.MARKER_SUFFIXES)]),
+             sum(size for _, size, _ in entries),
+             cache.max_size)
     if shared:
         fm.plain(_(b'store: %s\n') % pycompat.bytestr(cache.url))
         fm.write(b'store_hits store_misses store_errors',
@@ -552,18 +572,6 @@ def wirecache(ui, repo, **opts):
         if cache.scan_error:
             fm.write(b'store_error', _(b'store not listed: %s\n'),
                      pycompat.bytestr(cache.scan_error))
-    fm.write(b'hits misses uncached',
-             _(b'responses: %d hits, %d misses, %d uncached\n'),
-             int(counters['hits']), int(counters['misses']),
-             int(counters['uncached']))
-    fm.write(b'bytes_saved cpu_saved',
-             _(b'saved: %d bytes sent from the cache, %.3f CPU seconds\n'),
-             int(counters['bytes_saved']), counters['cpu_saved'])
-    fm.write(b'entries size max_size', _(b'entries: %d, %d of %d bytes\n'),
-             len([path for _, _, path in entries
-                  if not path.endswith(responsecache.MARKER_SUFFIXES)]),
-             sum(size for _, size, _ in entries),
-             cache.max_size)
     fm.end()
 
 

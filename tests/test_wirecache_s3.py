@@ -135,3 +135,18 @@ def test_a_push_to_one_head_is_not_served_by_the_other(
                      "-T", "{node}\\n")
     b = stats(hg, head_b)
     assert (b["hits"], b["misses"], b["entries"]) == (2, 0, 2)
+
+
+@pytest.mark.parametrize("setting", [
+    "wirecache.store=ftp://bucket/prefix", "wirecache.store=s3://B/prefix",
+    "wirecache.store.timeout=0"])
+def test_a_bad_store_setting_stops_hg_serve_with_one_abort(hgrepo, hg,
+                                                           setting):
+    proc = hg.proc("serve", "-R", hgrepo, "--config",
+                   "extensions.wirecache=", "--config",
+                   "wirecache.store=s3://bucket/prefix", "--config", setting,
+                   "-p", "0")
+    assert proc.returncode == 255 and "Traceback" not in proc.stderr
+    [abort, hint] = proc.stderr.splitlines()
+    assert abort.startswith("abort: ") and "wirecache.store" in abort
+    assert hint.startswith("(")
