@@ -442,9 +442,10 @@ class SharedResponseCache(ResponseCache):
         try:
             entries = self._list(ENTRIES)[0]
             markers, now = self._list(WRITING)
-        except (StoreFailed, _Missing, _Taken) as err:
-            self._warn("store %s cannot be listed to evict: %s"
-                       % (self.url, err or "no such bucket"))
+        except StoreFailed as err:
+            self._failed(err)
+            return
+        except (_Missing, _Taken):
             return
         total = sum(size for _, size, _ in entries)
         doomed = []
@@ -460,8 +461,10 @@ class SharedResponseCache(ResponseCache):
                 self._call("DELETE", lambda client, _:
                            bundlestore.delete_objects(
                                self.destination, doomed, client=client))
-            except (StoreFailed, _Missing, _Taken) as err:
-                self._warn("store %s: eviction failed: %s" % (self.url, err))
+            except StoreFailed as err:
+                self._failed(err)
+            except (_Missing, _Taken):
+                pass  # deleted meanwhile by another head's eviction
 
 
 def _server_time(page: Dict[str, Any], default: float) -> float:
