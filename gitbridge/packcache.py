@@ -480,7 +480,7 @@ def serve(request, settings):
 
 
 def _sound(entry):
-    if entry is not None and not entry.verify():
+    if entry is not None and not entry.check_read():
         entry.close()
         responsecache.remove_if_ours(entry.path)
         return None

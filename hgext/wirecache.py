@@ -57,6 +57,47 @@ Server configuration::
   # seconds a request waits for another computing the same response
   wait = 120
 
+Several ``hg serve`` heads behind a load balancer, each serving its own
+copy of one repository, can share one cache on S3-compatible object
+storage (AWS S3, MinIO, versitygw...; needs boto3, the ``s3`` extra of
+your vcsperf checkout, and credentials the way boto3 finds them, as
+``hg bundlegen`` does)::
+
+  [wirecache]
+  # entries as objects under this bucket and prefix
+  store = s3://hg-wirecache/mozilla-central
+  # as a bundlegen destination's region, endpoint (not AWS) and profile
+  store.region = us-west-2
+  store.endpoint = https://s3.internal.example.com:7070
+  # seconds each request to the store may take: 1 to 600
+  store.timeout = 10
+
+``wirecache.store.profile`` names a profile of boto3's configuration
+files to take the credentials from, as a bundlegen destination's
+``profile`` does.
+
+The key is the same as on local disk, but for the repository's last
+transaction, which counts by the lengths it recorded rather than by the
+time it was written: a head serves only what its own repository would
+produce, and heads whose repositories hold the same changesets, phases,
+markers and bookmarks, after the same transactions, share their entries.
+An entry is downloaded whole and checked against its digest before any
+of it is sent; one that fails (truncated, changed, of another length) is
+computed again and replaced.  A head writing an entry first creates a
+``writing/KEY`` object with a conditional PUT; other heads wait for the
+entry up to ``wirecache.wait`` seconds, then compute it themselves.  A
+store that fails, answers with errors, stalls or trickles is given up
+after ``wirecache.store.timeout`` seconds: the head computes the response
+and serves it, logs one line (``ui.log``, event ``wirecache``) and leaves
+the store alone for 30 seconds.  ``wirecache.max-size`` bounds the
+store's entries too: after each upload the writer lists the prefix and
+deletes the oldest written first.  Locks, markers of small responses and
+counters stay in ``wirecache.path``, per head.  Heads that share a store
+must apply the same changes: ``hg censor`` on one head changes what its
+responses hold without changing its changesets, and a later transaction
+identical on every head would give it the others' keys again (run it on
+every head, or give that head a store of its own).
+
 Pulls that the cache leaves alone: stream clones, responses the server
 sends uncompressed (errors, pull bundles), narrow pulls (core
 ``narrow``'s ``[narrowacl]`` decides what a narrow response holds by the
@@ -76,6 +117,7 @@ logged through ``ui.log`` (event ``wirecache``, shown by the ``blackbox``
 extension).
 """
 
+import hashlib
 import os
 import time
 
@@ -96,7 +138,12 @@ from mercurial.i18n import _
 from mercurial.utils import stringutil
 
 from hgext3rd import _hgcompat, _hgconfig, wirezstd
-from vcsperf.core import responsecache
+from vcsperf.core import (
+    bundlestore,
+    errors,
+    responsecache,
+    sharedresponsecache,
+)
 
 testedwith = _hgcompat.TESTEDWITH
 minimumhgversion = _hgcompat.MINIMUM_HG
@@ -114,11 +161,17 @@ configitem(b'wirecache', b'max-size', default=b'2g')
 configitem(b'wirecache', b'min-size', default=b'4k')
 configitem(b'wirecache', b'level', default=17)
 configitem(b'wirecache', b'wait', default=120)
+configitem(b'wirecache', b'store', default=b'')
+configitem(b'wirecache', b'store.region', default=b'')
+configitem(b'wirecache', b'store.endpoint', default=b'')
+configitem(b'wirecache', b'store.profile', default=b'')
+configitem(b'wirecache', b'store.timeout', default=10)
 
 _MAX_SIZE = (1 << 20, 1024 << 30)
 _MIN_SIZE = (0, 64 << 20)
 _LEVELS = (1, 22)
 _WAIT = (0, 3600)
+_STORE_TIMEOUT = (1, 600)
 
 #: Engines whose stored responses are compressed at ``wirecache.level``.
 _ZSTD_ENGINES = (b'zstd', wirezstd.ENGINE)
@@ -126,18 +179,47 @@ _ZSTD_ENGINES = (b'zstd', wirezstd.ENGINE)
 _PULL_HOOKS = (b'outgoing', b'preoutgoing')
 
 
+def _store(ui):
+    """The shared store of ``wirecache.store`` (with the settings of a
+    bundlegen destination), or None for local disk alone."""
+    url = ui.config(b'wirecache', b'store')
+    if not url:
+        return None
+    settings = {'url': pycompat.sysstr(url)}
+    for name in ('region', 'endpoint', 'profile'):
+        value = ui.config(b'wirecache', b'store.' + pycompat.sysbytes(name))
+        if value:
+            settings[name] = pycompat.sysstr(value)
+    try:
+        return bundlestore.Destination('wirecache.store', settings)
+    except errors.Abort as err:
+        raise error.Abort(pycompat.bytestr(str(err)),
+                          hint=err.hint and pycompat.bytestr(err.hint))
+
+
 def _cache(repo):
     ui = repo.ui
     path = util.expandpath(ui.config(b'wirecache', b'path'))
     if not os.path.isabs(path):
         path = repo.vfs.join(path)
-    return responsecache.ResponseCache(
-        pycompat.fsdecode(path),
+    settings = dict(
         max_size=_hgconfig.config_bytes(ui, b'wirecache', b'max-size',
                                         *_MAX_SIZE),
         min_size=_hgconfig.config_bytes(ui, b'wirecache', b'min-size',
                                         *_MIN_SIZE),
         wait=_hgconfig.config_int(ui, b'wirecache', b'wait', *_WAIT))
+    store = _store(ui)
+    if store is None:
+        return responsecache.ResponseCache(pycompat.fsdecode(path),
+                                           **settings)
+
+    def warn(line):
+        ui.log(b'wirecache', b'%s\n', pycompat.bytestr(line))
+    return sharedresponsecache.SharedResponseCache(
+        pycompat.fsdecode(path), destination=store,
+        timeout=_hgconfig.config_int(ui, b'wirecache', b'store.timeout',
+                                     *_STORE_TIMEOUT),
+        warn=warn, **settings)
 
 
 def _level(ui):
@@ -166,10 +248,33 @@ def _stat_part(path):
     return b'%d:%d:%d' % (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def state_parts(repo):
+#: (inode, size, mtime) of an ``undo`` file -> its digest.
+_undo_digests = {}
+
+
+def _content_part(path):
+    # The store's last transaction, by what it wrote: the same on servers
+    # of one repository that applied the same transactions (their files
+    # had the same lengths), unlike the file's inode and time.
+    try:
+        with open(path, 'rb') as fh:
+            st = os.fstat(fh.fileno())
+            known = (st.st_ino, st.st_size, st.st_mtime_ns)
+            digest = _undo_digests.get(known)
+            if digest is None:
+                digest = hashlib.sha256(fh.read()).digest()
+                _undo_digests.clear()
+                _undo_digests[known] = digest
+    except OSError:
+        return b'-'
+    return digest
+
+
+def state_parts(repo, shared=False):
     """What the repository (as ``repo``'s view shows it) holds that a
     pull response depends on, read from the objects the response is
-    computed from."""
+    computed from.  ``shared``: for a cache several servers share, each
+    with its own copy of the repository."""
     unfi = repo.unfiltered()
     cl = unfi.changelog
     tiprev = len(cl) - 1
@@ -187,7 +292,8 @@ def state_parts(repo):
     if count:
         parts.append(repr(markers._all[-1]).encode())
     parts.append(repr(sorted(unfi._bookmarks.items())).encode())
-    parts.append(_stat_part(unfi.svfs.join(b'undo')))
+    undo = unfi.svfs.join(b'undo')
+    parts.append(_content_part(undo) if shared else _stat_part(undo))
     return parts
 
 
@@ -326,8 +432,9 @@ def _getbundle(orig, repo, proto, others):
     start_cpu = time.thread_time()
     cache = _cache(repo)
     encoding = _Encoding(repo, proto)
+    shared = isinstance(cache, sharedresponsecache.SharedResponseCache)
     key = responsecache.make_key(
-        state_parts(repo) + config_parts(ui) + request_parts(proto, others)
+        state_parts(repo, shared) + config_parts(ui) + request_parts(proto, others)
         + encoding.parts)
     fingerprint_cpu = time.thread_time() - start_cpu
     entry = cache.lookup(key)
@@ -424,13 +531,22 @@ def wirecache(ui, repo, **opts):
     them took the first time.  Entries are the responses the cache
     directory holds now; their size includes the markers of responses too
     small or too large to store.
+
+    With ``wirecache.store``, entries are those of the shared store (a
+    listing of it, bounded by ``wirecache.store.timeout``), and a line
+    ``store:`` gives what this server's requests to it found: entries
+    downloaded (store hits) or not there (store misses), failed requests
+    and entries that failed their check (errors), bytes downloaded and
+    uploaded.
     """
     cache = _cache(repo)
     counters = cache.counters()
     entries = cache.scan()
+    shared = isinstance(cache, sharedresponsecache.SharedResponseCache)
     fm = ui.formatter(b'wirecache', pycompat.byteskwargs(opts))
     fm.startitem()
     fm.write(b'path', _(b'cache: %s\n'), pycompat.fsencode(cache.root))
+    fm.data(backend=pycompat.bytestr(cache.url) if shared else b'disk')
     fm.write(b'hits misses uncached',
              _(b'responses: %d hits, %d misses, %d uncached\n'),
              int(counters['hits']), int(counters['misses']),
@@ -443,6 +559,19 @@ def wirecache(ui, repo, **opts):
                   if not path.endswith(responsecache.MARKER_SUFFIXES)]),
              sum(size for _, size, _ in entries),
              cache.max_size)
+    if shared:
+        fm.plain(_(b'store: %s\n') % pycompat.bytestr(cache.url))
+        fm.write(b'store_hits store_misses store_errors',
+                 _(b'store requests: %d hits, %d misses, %d errors\n'),
+                 *(int(counters[name]) for name in (
+                     'store_hits', 'store_misses', 'store_errors')))
+        fm.write(b'store_bytes_read store_bytes_written',
+                 _(b'store bytes: %d downloaded, %d uploaded\n'),
+                 int(counters['store_bytes_read']),
+                 int(counters['store_bytes_written']))
+        if cache.scan_error:
+            fm.write(b'store_error', _(b'store not listed: %s\n'),
+                     pycompat.bytestr(cache.scan_error))
     fm.end()
 
 

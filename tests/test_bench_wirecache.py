@@ -1,16 +1,18 @@
 """``vcsperf bench wirecache`` at a tiny scale: the first releases of the
 real-content history, a few clients, run as a user runs it; and its
 correctness check against a real wirecache server that sends a wrong
-response (two stored entries swapped under each other's key)."""
+response (two stored entries written under each other's key)."""
 
 import glob
 import json
 import os
 import re
+import time
 
 import pytest
 
 from vcsperf.bench import wirecache
+from vcsperf.core import responsecache
 from vcsperf.core.errors import Abort
 from vcsperf.harness import tools
 
@@ -69,22 +71,36 @@ def test_the_bench_measures_both_servers_and_checks_every_answer(
 
 
 def test_a_wrong_response_from_the_cache_fails_the_bench(source, tmp_path):
-    """Two stored responses swapped under each other's key (each entry is
-    whole and checks out: only its name is wrong) are served by the real
-    server; the bench's check finds the client that got one."""
+    """Two stored responses swapped under each other's key by renaming
+    are misses (an entry's digest is keyed by its key) and the answers
+    stay right; the same two written by the cache's own writer under each
+    other's key (a key mix-up in the server) are served by the real
+    server, and the bench's check finds the client that got one."""
     work = tmp_path / "work"
     work.mkdir()
     with wirecache.Fleet(str(source), str(work), 2, 2) as fleet:
         fleet.push()
         pulls = [fleet.capture(depth) for depth in (1, 2)]
         fleet.round("wirecache", "the first round", pulls, 1)
-        entries = sorted(glob.glob(os.path.join(
-            fleet.served, ".hg", "cache", "wirecache", "entries", "*", "*")))
+        root = os.path.join(fleet.served, ".hg", "cache", "wirecache")
+        entries = sorted(glob.glob(os.path.join(root, "entries", "*", "*")))
         assert len(entries) == 2
         first, second = entries
         os.rename(first, first + ".swap")
         os.rename(second, first)
         os.rename(first + ".swap", second)
+        misses = fleet.counters()["misses"]
+        fleet.round("wirecache", "a round after the renames", pulls, 1)
+        assert fleet.counters()["misses"] == misses + 2
+        cache = responsecache.ResponseCache(root, 1 << 30, 0, 5.0)
+        keys = [os.path.basename(path) for path in entries]
+        payloads = [b"".join(cache.lookup(key).chunks()) for key in keys]
+        for path in entries:
+            os.unlink(path)
+        for key, payload in zip(keys, reversed(payloads)):
+            filling = cache.acquire(key)
+            assert isinstance(filling, responsecache.Filling)
+            list(filling.fill([payload], time.process_time))
         with pytest.raises(Abort) as caught:
             fleet.round("wirecache", "the second round", pulls[:1], 1)
         assert str(caught.value).startswith(

@@ -74,6 +74,26 @@ def test_a_damaged_entry_is_never_served(tmp_path, damage):
     assert store(cache, key(1), data).stored
 
 
+@pytest.mark.parametrize("size", [100000,
+                                  responsecache.CHECK_WHOLE_UP_TO + 1000])
+def test_an_entry_under_another_keys_name_is_never_served(tmp_path, size):
+    # Whole and sound, but written for another key: renamed, copied from
+    # another cache or listed under the wrong name by a shared store.
+    cache = cache_at(tmp_path)
+    first, second = os.urandom(size), os.urandom(size)
+    store(cache, key(1), first)
+    store(cache, key(2), second)
+    one, two = cache._entry_path(key(1)), cache._entry_path(key(2))
+    os.rename(one, one + ".swap")
+    os.rename(two, one)
+    os.rename(one + ".swap", two)
+    for n in (1, 2):
+        entry = cache.lookup(key(n))
+        assert entry is None or not entry.check_read()
+        if entry is not None:
+            entry.close()
+
+
 def test_a_large_entry_damaged_is_cut_before_its_end(tmp_path):
     cache = cache_at(tmp_path)
     data = os.urandom(responsecache.CHECK_WHOLE_UP_TO + 3 * MIB)
@@ -90,7 +110,7 @@ def test_a_large_entry_damaged_is_cut_before_its_end(tmp_path):
     assert len(b"".join(sent)) < len(data)
 
 
-def test_verify_finds_a_large_entry_damaged_before_any_of_it_is_sent(
+def test_check_read_finds_a_large_entry_damaged_before_any_of_it_is_sent(
         tmp_path):
     # what gitbridge pack-cache asks before it sends a pack: a Git pack
     # cut short cannot be taken back
@@ -98,14 +118,14 @@ def test_verify_finds_a_large_entry_damaged_before_any_of_it_is_sent(
     data = os.urandom(responsecache.CHECK_WHOLE_UP_TO + MIB)
     store(cache, key(1), data)
     entry = cache.lookup(key(1))
-    assert entry.verify() and b"".join(entry.chunks()) == data
+    assert entry.check_read() and b"".join(entry.chunks()) == data
     path = cache._entry_path(key(1))
     for offset in (0, len(data) - 1):
         with open(path, "r+b") as fh:
             fh.seek(len(responsecache.HEAD_MAGIC) + offset)
             fh.write(b"\xff" if data[offset] != 0xff else b"\0")
         entry = cache.lookup(key(1))
-        assert not entry.verify()
+        assert not entry.check_read()
         entry.close()
         os.unlink(path)
         store(cache, key(1), data)

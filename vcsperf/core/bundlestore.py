@@ -151,7 +151,12 @@ class Destination:
     def public_url(self, name: str) -> str:
         return "%s/%s" % (self.base_url, urllib.parse.quote(name))
 
-    def client(self) -> Client:
+    def client(self, connect_timeout: float = CONNECT_TIMEOUT,
+               read_timeout: float = READ_TIMEOUT,
+               attempts: int = ATTEMPTS) -> Client:
+        """A boto3 S3 client for this destination: each connect and each
+        read bounded by the timeouts (seconds), each request tried
+        ``attempts`` times."""
         try:
             import boto3
             from botocore.config import Config
@@ -162,14 +167,14 @@ class Destination:
             session = boto3.session.Session(profile_name=self.profile)
             return session.client(
                 "s3", region_name=self.region, endpoint_url=self.endpoint,
-                config=Config(retries={"max_attempts": ATTEMPTS,
+                config=Config(retries={"max_attempts": attempts,
                                        "mode": "standard"},
-                              connect_timeout=CONNECT_TIMEOUT,
-                              read_timeout=READ_TIMEOUT,
+                              connect_timeout=connect_timeout,
+                              read_timeout=read_timeout,
                               s3={"addressing_style": "path"}
                               if self.endpoint else {}))
         except Exception as err:  # botocore: an unknown profile, a bad URL
-            raise Abort("destination %s: %s" % (self.name, _reason(err)))
+            raise Abort("destination %s: %s" % (self.name, reason(err)))
 
 
 def check_base_url(url: str, setting: str = "bundlegen.base-url") -> str:
@@ -294,13 +299,13 @@ def check(destinations: Iterable[Destination]) -> dict[str, Client]:
         except Exception as err:
             raise Abort("destination %s (s3://%s) cannot be used: %s"
                         % (destination.name, destination.bucket,
-                           _reason(err)),
+                           reason(err)),
                         hint=_hint(err))
         clients[destination.name] = client
     return clients
 
 
-def _reason(err: BaseException) -> str:
+def reason(err: BaseException) -> str:
     """One line saying why a request failed."""
     return " ".join(str(err).split()) or type(err).__name__
 
@@ -311,9 +316,9 @@ def _hint(err: BaseException) -> str:
         return ("give credentials the way boto3 finds them: "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws, an "
                 "instance role, or the destination's profile")
-    if _status(err) in (403, 401):
+    if http_status(err) in (403, 401):
         return "check the credentials and the bucket's policy"
-    if _status(err) == 404:
+    if http_status(err) == 404:
         return "create the bucket, or fix the destination's url"
     return "check the destination's endpoint and region, and the network"
 
@@ -338,10 +343,10 @@ def missing(destination: Destination, bundles: Iterable[Bundle],
         try:
             head = client.head_object(Bucket=destination.bucket, Key=key)
         except Exception as err:
-            if _status(err) != 404:
+            if http_status(err) != 404:
                 raise Abort("cannot check s3://%s/%s on %s: %s"
                             % (destination.bucket, key, destination.name,
-                               _reason(err)), hint=_hint(err))
+                               reason(err)), hint=_hint(err))
             lacking.append(bundle["file"])
             continue
         if not _stored(head, bundle["size"], bundle["sha256"]):
@@ -365,10 +370,10 @@ def upload(destination: Destination, path: str, name: str,
         if _stored(head, size, sha256):
             return 0
     except Exception as err:  # botocore's ClientError: 404 on a new key
-        if _status(err) != 404:
+        if http_status(err) != 404:
             raise Abort("cannot reach %s (s3://%s/%s): %s"
                         % (destination.name, destination.bucket, key,
-                           _reason(err)), hint=_hint(err))
+                           reason(err)), hint=_hint(err))
     extra = {"Bucket": destination.bucket, "Key": key,
              "ContentType": content_type,
              "CacheControl": destination.cache_control,
@@ -381,7 +386,7 @@ def upload(destination: Destination, path: str, name: str,
                 _upload_parts(client, fh, extra, chunk)
     except Exception as err:
         raise Abort("upload of %s to %s failed: %s"
-                    % (name, destination.name, _reason(err)),
+                    % (name, destination.name, reason(err)),
                     hint=_hint(err))
     return size
 
@@ -473,7 +478,7 @@ def put_bytes(destination: Destination, name: str, data: bytes,
             CacheControl=cache_control or "public, max-age=60")
     except Exception as err:
         raise Abort("upload of %s to %s failed: %s"
-                    % (name, destination.name, _reason(err)))
+                    % (name, destination.name, reason(err)))
 
 
 def delete_objects(destination: Destination, names: Iterable[str],
@@ -495,7 +500,7 @@ def delete_objects(destination: Destination, names: Iterable[str],
                 Delete={"Objects": [{"Key": destination.key(name)}
                                     for name in batch], "Quiet": True})
         except Exception as err:
-            refused.update(dict.fromkeys(batch, _reason(err)))
+            refused.update(dict.fromkeys(batch, reason(err)))
             continue
         by_key = {destination.key(name): name for name in batch}
         for error in result.get("Errors", ()):
@@ -517,7 +522,7 @@ def delete(destination: Destination, names: Iterable[str],
                     % (name, destination.name, refused[name]))
 
 
-def _status(err: BaseException) -> int | None:
+def http_status(err: BaseException) -> int | None:
     response = getattr(err, "response", None) or {}
     return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
 

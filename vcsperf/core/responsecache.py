@@ -53,11 +53,15 @@ if TYPE_CHECKING:
         Union,
     )
 
-#: First bytes of every entry.
-HEAD_MAGIC = b"VCSPRC1\n"
+#: First bytes of every entry (2: the digest is keyed by the entry's key;
+#: entries of version 1 are not entries, so they are made again).
+HEAD_MAGIC = b"VCSPRC2\n"
 #: Last bytes of every entry, after the trailer's fields.
-TAIL_MAGIC = b"\nVCSPRC1"
-#: Trailer: payload length, CPU seconds it took to produce, BLAKE2b-256.
+TAIL_MAGIC = b"\nVCSPRC2"
+#: Trailer: payload length, CPU seconds it took to produce, BLAKE2b-256
+#: keyed by the entry's key, so that an entry is sound only under the key
+#: it was written for (one renamed, copied between caches or listed under
+#: another key by a shared store is a miss, never another key's answer).
 _TRAILER = struct.Struct(">Qd32s")
 TRAILER_SIZE = _TRAILER.size + len(TAIL_MAGIC)
 #: Entries up to this size are read and checked whole before they are sent.
@@ -81,8 +85,11 @@ _LARGE_SUFFIX = ".large"
 #: Markers: responses too small to be worth storing, or too large to fit.
 MARKER_SUFFIXES = (_SMALL_SUFFIX, _LARGE_SUFFIX)
 
-#: Counters kept in ``stats.json``.
-COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved")
+#: Counters kept in ``stats.json``; those of a shared store
+#: (``sharedresponsecache``) stay 0 on local disk alone.
+COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved",
+            "store_hits", "store_misses", "store_errors", "store_bytes_read",
+            "store_bytes_written")
 
 
 class CacheUnusable(OSError):
@@ -93,9 +100,10 @@ class Entry:
     """A complete entry, open for reading: ``size`` payload bytes that took
     ``cpu`` seconds to produce."""
 
-    def __init__(self, path: str, fh: BinaryIO, size: int, cpu: float,
-                 digest: bytes) -> None:
+    def __init__(self, path: str, key: str, fh: BinaryIO, size: int,
+                 cpu: float, digest: bytes) -> None:
         self.path = path
+        self.key = key
         self.size = size
         self.cpu = cpu
         self._fh = fh
@@ -106,20 +114,22 @@ class Entry:
         """Read and check a small entry before anything of it is sent."""
         self._fh.seek(len(HEAD_MAGIC))
         data = self._fh.read(self.size)
-        if len(data) != self.size or _digest(data) != self._digest:
+        if len(data) != self.size or _digest(self.key, data) != self._digest:
             return False
         self._whole = data
         return True
 
-    def verify(self) -> bool:
-        """Read the whole entry and check its digest, keeping none of it:
-        for a caller that must know an entry is sound before it sends
-        any of it (a Git pack cut short cannot be taken back), at the
-        cost of reading it twice."""
+    def check_read(self) -> bool:
+        """Check the whole entry before anything of it is sent (a Git pack
+        or a shared store's download cut short cannot be taken back): a
+        small one read into memory (``check_whole``), a larger one read
+        through once more as it is sent."""
         if self._whole is not None:
             return True
+        if self.size <= CHECK_WHOLE_UP_TO:
+            return self.check_whole()
         self._fh.seek(len(HEAD_MAGIC))
-        hasher = hashlib.blake2b(digest_size=32)
+        hasher = _hasher(self.key)
         left = self.size
         while left:
             data = self._fh.read(min(READ_SIZE, left))
@@ -138,7 +148,7 @@ class Entry:
                 yield self._whole
                 return
             self._fh.seek(len(HEAD_MAGIC))
-            hasher = hashlib.blake2b(digest_size=32)
+            hasher = _hasher(self.key)
             left = self.size
             pending = b""
             while left:
@@ -171,8 +181,14 @@ class CorruptEntry(Exception):
         self.path = path
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
+def _hasher(key: str) -> "hashlib.blake2b":
+    return hashlib.blake2b(digest_size=32, key=bytes.fromhex(key))
+
+
+def _digest(key: str, data: bytes) -> bytes:
+    hasher = _hasher(key)
+    hasher.update(data)
+    return hasher.digest()
 
 
 def make_key(parts: List[bytes]) -> str:
@@ -228,7 +244,7 @@ class Filling:
         rest = iter(chunks)
         overflow: Optional[bytes] = None
         try:
-            hasher = hashlib.blake2b(digest_size=32)
+            hasher = _hasher(self.key)
             with os.fdopen(fd, "wb") as out:
                 out.write(HEAD_MAGIC)
                 start = clock()
@@ -248,7 +264,8 @@ class Filling:
             # Opened before the rename: eviction may remove the entry
             # while it is being sent.
             reader = open(tmp_path, "rb")
-            entry = Entry(tmp_path, reader, self.size, self.cpu, digest)
+            entry = Entry(tmp_path, self.key, reader, self.size, self.cpu,
+                          digest)
             if overflow is not None:
                 cache._mark(self.key, _LARGE_SUFFIX)
                 self.stored = False
@@ -259,12 +276,12 @@ class Filling:
                 cache._mark(self.key, _SMALL_SUFFIX)
                 self.stored = False
             else:
-                committed = cache._commit(self.key, tmp_path)
-                self.stored = True
+                committed = self.stored = cache._commit(self.key, tmp_path)
             return entry.chunks()
         finally:
-            if not committed:
-                _unlink_quietly(tmp_path)
+            # A committed entry was moved away or copied: its temporary
+            # name (unique) is gone or no longer needed.
+            _unlink_quietly(tmp_path)
             self.release()
             if committed:
                 cache.evict()
@@ -328,7 +345,7 @@ class ResponseCache:
         except OSError:
             return None
         fh = os.fdopen(fd, "rb")
-        entry = self._check(path, fh)
+        entry = self._check(path, key, fh)
         if entry is None:
             fh.close()
             remove_if_ours(path)
@@ -344,7 +361,7 @@ class ResponseCache:
         return entry
 
     @staticmethod
-    def _check(path: str, fh: BinaryIO) -> Optional[Entry]:
+    def _check(path: str, key: str, fh: BinaryIO) -> Optional[Entry]:
         try:
             st = os.fstat(fh.fileno())
             if st.st_size < len(HEAD_MAGIC) + TRAILER_SIZE:
@@ -360,7 +377,7 @@ class ResponseCache:
         size, cpu, digest = _TRAILER.unpack(trailer[:_TRAILER.size])
         if len(HEAD_MAGIC) + size + TRAILER_SIZE != st.st_size:
             return None
-        return Entry(path, fh, size, cpu, digest)
+        return Entry(path, key, fh, size, cpu, digest)
 
     def _is_marked(self, key: str) -> bool:
         path = self._entry_path(key)
@@ -384,6 +401,7 @@ class ResponseCache:
         except OSError:
             return None
         deadline = time.monotonic() + self.wait
+        waited = False
         try:
             while True:
                 try:
@@ -395,15 +413,24 @@ class ResponseCache:
                 if time.monotonic() >= deadline:
                     os.close(lock_fd)
                     return None
+                waited = True
                 time.sleep(POLL_SECONDS)
         except OSError:
             os.close(lock_fd)
             return None
-        # Locked: the previous writer finished (or died) meanwhile.
-        entry = self.lookup(key)
+        entry = self._found_locked(key, waited)
         if entry is not None or self._is_marked(key):
             os.close(lock_fd)
             return entry
+        return self._filling(key, lock_fd)
+
+    def _found_locked(self, key: str, waited: bool) -> Optional[Entry]:
+        """With the key's lock held: the entry a previous holder wrote
+        meanwhile (it may have, or died, whether or not this request
+        ``waited`` for the lock)."""
+        return self.lookup(key)
+
+    def _filling(self, key: str, lock_fd: int) -> Filling:
         return Filling(self, key, lock_fd)
 
     def _create_tmp(self, key: str) -> Tuple[str, int]:
@@ -414,6 +441,8 @@ class ResponseCache:
                              0o666)
 
     def _commit(self, key: str, tmp_path: str) -> bool:
+        """Store the complete entry written at ``tmp_path``; whether it
+        is stored."""
         self._dir("entries", key[:2])
         os.rename(tmp_path, self._entry_path(key))
         return True
