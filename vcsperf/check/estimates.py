@@ -6,7 +6,7 @@ they are per, here.  The report compares both with what the run took."""
 import os
 import tempfile
 
-from vcsperf.check import sample, tree
+from vcsperf.check import checkcmds, sample, tree
 from vcsperf.check.commitid import rewritten
 from vcsperf.check.importer import QUICK_FILES
 from vcsperf.core import pooling
@@ -27,7 +27,10 @@ TIME_UNITS = {
     "store MB": "MB of the original store",
     "changesets": "changeset of the slice (writing it)",
     "kchangesets": "thousand changesets the features work on",
-    "kfiles": "thousand files at the tip",
+    "kfiles": "thousand files of the tree the features check out (the "
+              "tip's, or the slice's)",
+    "tip kfiles": "thousand files at the tip of the repository",
+    "store kfiles": "thousand files in the repository's store",
     "Python kfiles": "thousand Python files compiled",
     "rewritten": "changeset the commit IDs feature rewrites",
 }
@@ -101,10 +104,56 @@ def _tip(source, env):
     return int(tip)
 
 
-def survey(source, git, quick):
+def tip_node(source):
+    """The node of the tip of ``source``."""
+    return tools.hg(["log", "-R", source, "-r", "tip", "-T", "{node}"],
+                    tools.isolated_env(tempfile.gettempdir()))
+
+
+def _tree_sizes(source, env, listed=None):
+    """``(files, checkout_bytes, checkout_disk_bytes, python_files)`` of
+    the tip of ``source``, or of its files named in ``listed`` (names)."""
+    include = ()
+    if listed is not None:
+        with tempfile.NamedTemporaryFile(prefix="vcsperf-check-",
+                                         suffix=".files") as fh:
+            fh.write(tree.exact_patterns(listed))
+            fh.flush()
+            files = tree.files(tools.hg, source, "tip", env,
+                               include=["listfile0:" + fh.name])
+    else:
+        files = tree.files(tools.hg, source, "tip", env, include)
+    sizes = [f.size for f in files]
+    return (len(files), sum(sizes), _checkout_disk_bytes(
+        [f.path for f in files], sizes, os.statvfs(source).f_frsize),
+        sum(f.path.endswith(".py") for f in files))
+
+
+def _slice_survey(source, env, tip_names, size):
+    """The slice ``--quick`` writes of the newest ``size`` changesets, as
+    the survey sees it: ``hg check-narrow``'s choice of files, made from
+    the same names (``tip_names``, the tip's, and the ones the slice's
+    changesets touch), and the sizes of the tip's files of it; no
+    filelog is read but these."""
+    touched = set(tools.hg(["log", "-R", source, "-r", "last(::tip, %d)"
+                            % size, "-T", "{files % '{file}\\0'}"],
+                           env).split("\0")) - {""}
+    narrow = checkcmds.narrow_files(touched, tip_names)
+    files, checkout, disk, python = _tree_sizes(source, env, narrow)
+    return {"changesets": size, "files_touched": len(touched),
+            "narrowed": narrow is not None, "files": files,
+            "checkout_bytes": checkout, "checkout_disk_bytes": disk,
+            "python_files": python}
+
+
+def survey(source, git, quick, slice_size=None):
     """What the run works on: the repository ``source`` (and ``git``, when
     given) checked, and its sizes and counts, which the report starts
-    with."""
+    with.  With ``quick`` on a history longer than its slice or a tree
+    larger than ``checkcmds.NARROW_ABOVE``, what the slice holds
+    (``slice``); the sizes of the tip's whole tree, which take reading
+    every filelog, are then those of the slice's (``checkout_bytes`` and
+    ``checkout_disk_bytes`` are None)."""
     if not os.path.isdir(os.path.join(source, ".hg")):
         raise Abort("%s is not a Mercurial repository" % source,
                     hint="give --repo the directory that holds .hg")
@@ -114,9 +163,12 @@ def survey(source, git, quick):
                     hint="give --git a clone or a bare repository")
     env = tools.isolated_env(tempfile.gettempdir())
     tip = _tip(source, env)
-    files = tree.files(tools.hg, source, "tip", env)
-    sizes = [f.size for f in files]
-    return {
+    # The tip's names only (a plain listing: ten times as fast as a
+    # templated one, which takes minutes at 400,000 files); a name may
+    # hold a form feed, which splitlines() would cut it at.
+    names = [name for name in tools.hg(["manifest", "-R", source, "-r",
+                                        "tip"], env).split("\n") if name]
+    info = {
         "repository": source,
         # hidden ones too, until the copy counts the visible ones
         # (counting them here would write the original's caches)
@@ -125,19 +177,31 @@ def survey(source, git, quick):
         # What they take on disk: whole blocks, and directories.
         "store_disk_bytes": pooling.disk_usage(
             os.path.join(source, ".hg", "store")),
+        "store_files": sum(len(files) for _, _, files in os.walk(
+            os.path.join(source, ".hg", "store"))),
         "directories_bytes": _directories_bytes(
             os.path.join(source, ".hg")),
-        "checkout_bytes": sum(sizes),
-        "checkout_disk_bytes": _checkout_disk_bytes(
-            [f.path for f in files], sizes, os.statvfs(source).f_frsize),
-        "files_at_tip": len(sizes),
-        "python_files_at_tip": sum(f.path.endswith(".py") for f in files),
+        "files_at_tip": len(names),
+        "python_files_at_tip": sum(name.endswith(".py") for name in names),
         "engine": _engine(source),
         "hg_version": tools.hg(["version", "-T", "{ver}"], env),
         "tip": tools.hg(["log", "-R", source, "-r", "tip", "-T",
                          "{node}"], env),
         "quick": quick,
     }
+    if sliced(info, quick, slice_size):
+        info["slice"] = _slice_survey(
+            source, env, names, slice_changesets(info, slice_size))
+        if not info["slice"]["narrowed"]:
+            info["checkout_bytes"] = info["slice"]["checkout_bytes"]
+            info["checkout_disk_bytes"] = info["slice"][
+                "checkout_disk_bytes"]
+        else:
+            info["checkout_bytes"] = info["checkout_disk_bytes"] = None
+    else:
+        _, info["checkout_bytes"], info["checkout_disk_bytes"], _ = \
+            _tree_sizes(source, env)
+    return info
 
 
 def slice_changesets(info, slice_size):
@@ -147,20 +211,37 @@ def slice_changesets(info, slice_size):
 
 
 def sliced(info, quick, slice_size):
-    """Whether the features work on a slice of the history (with
-    ``--quick``, unless the history is no longer than the slice)."""
-    return quick and slice_changesets(info, slice_size) < info["changesets"]
+    """Whether the features work on a slice of the history: with
+    ``--quick``, unless the history is no longer than the slice and the
+    tip has at most ``checkcmds.NARROW_ABOVE`` files."""
+    return quick and (
+        slice_changesets(info, slice_size) < info["changesets"]
+        or info["files_at_tip"] > checkcmds.NARROW_ABOVE)
+
+
+def _tree(info, quick, slice_size):
+    """``(files, checkout disk bytes, Python files)`` of the tree the
+    features check out: the tip's, or the slice's."""
+    if sliced(info, quick, slice_size) and "slice" in info:
+        part = info["slice"]
+        return part["files"], part["checkout_disk_bytes"], \
+            part["python_files"]
+    return info["files_at_tip"], info["checkout_disk_bytes"], \
+        info.get("python_files_at_tip", 0)
 
 
 def _work_bytes(info, quick, slice_size):
     """Bytes of the store the features work on: the copy's, or the
-    slice's (its share of the history, and its first changeset's whole
-    tree, compressed)."""
+    slice's (its share of the history, of the files it keeps, and its
+    first changeset's tree, compressed)."""
     store = info["store_disk_bytes"]
     if not sliced(info, quick, slice_size):
         return store
     share = slice_changesets(info, slice_size) / info["changesets"]
-    return int(store * share) + info["checkout_disk_bytes"] // 2
+    files, tree, _ = _tree(info, quick, slice_size)
+    if info["files_at_tip"]:
+        share *= min(1, files / info["files_at_tip"])
+    return int(store * share) + tree // 2
 
 
 def disk(features, info, quick, slice_size, checkouts, same_fs, git):
@@ -171,7 +252,7 @@ def disk(features, info, quick, slice_size, checkouts, same_fs, git):
     revisions the checkouts features check out; ``git``, the Git
     repository or None."""
     work = _work_bytes(info, quick, slice_size)
-    tree = info["checkout_disk_bytes"]
+    tree = _tree(info, quick, slice_size)[1]
     amounts = {"work": work, "pulled": work + work // 4, "tree": tree,
                "checkouts": (checkouts + 1) * tree,
                "git": pooling.disk_usage(git) if git else 0}
@@ -208,11 +289,13 @@ def seconds(features, info, quick, slice_size):
     """``{part: seconds}`` the run should take on this machine: the copy
     and each of ``features``, their rates times the size of what they
     work on."""
+    files, _, python = _tree(info, quick, slice_size)
     amounts = {"MB": _work_bytes(info, quick, slice_size) / 1e6,
-               "kfiles": info["files_at_tip"] / 1000,
+               "kfiles": files / 1000,
+               "tip kfiles": info["files_at_tip"] / 1000,
+               "store kfiles": info.get("store_files", 0) / 1000,
                "Python kfiles": min(
-                   info.get("python_files_at_tip", 0),
-                   QUICK_FILES if quick else float("inf")) / 1000,
+                   python, QUICK_FILES if quick else float("inf")) / 1000,
                "changesets": slice_changesets(info, slice_size)
                if sliced(info, quick, slice_size) else 0,
                "kchangesets": min(slice_changesets(info, slice_size)

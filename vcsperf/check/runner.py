@@ -305,8 +305,7 @@ class Check:
         state = self._run_dir.load(self._options())
         if state is None:
             return None
-        if estimates.survey(self.source, self.git, self.quick)["tip"] \
-                != state["info"]["tip"]:
+        if estimates.tip_node(self.source) != state["info"]["tip"]:
             raise Abort("%s has new changesets since the run in %s "
                         "started" % (self.source, self.resume),
                         hint="remove %s to start again"
@@ -319,7 +318,8 @@ class Check:
     def _new_state(self):
         """The state of a new run, with the free disk checked."""
         before = copying.fingerprint(self.source)
-        info = estimates.survey(self.source, self.git, self.quick)
+        info = estimates.survey(self.source, self.git, self.quick,
+                                self.slice_size)
         try:
             os.makedirs(self.scratch_root, exist_ok=True)
         except OSError as err:
@@ -347,6 +347,7 @@ class Check:
                                     self.slice_size)
         return {
             "options": self._options(), "fingerprint": before, "info": info,
+            "sliced": estimates.sliced(info, self.quick, self.slice_size),
             "started": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"),
             "free": free, "estimate": {"disk": disk, "disk_needed": need,
@@ -507,18 +508,22 @@ class Check:
                 "facts": {}}
         with self._doing_feature(copy, self.steps):
             self.copy = self.base = self.path("copy")
+            size = estimates.slice_changesets(self.info, self.slice_size)
+            sliced = self.state.get("sliced")
+            if sliced is None:  # the state of an older release
+                sliced = self.quick and size < self.info["changesets"]
             if "copy" not in prepared:
                 shutil.rmtree(self.copy, ignore_errors=True)
-                with self.step("hardlinked copy of the repository"):
-                    self._copy_source()
+                with self.step("hardlinked copy of the repository" + (
+                        ", the slice's files" if sliced else "")):
+                    self._copy_source(size if sliced else None)
                 prepared.append("copy")
                 self._save_state()
             # Hidden changesets are neither pulled nor cloned: the
             # features count the visible ones.
             self.info["changesets"] = self._visible_changesets(self.copy)
             self.base_changesets = self.info["changesets"]
-            size = estimates.slice_changesets(self.info, self.slice_size)
-            if self.quick and size < self.info["changesets"]:
+            if sliced:
                 self.base = self.path("slice")
                 if "slice" not in prepared:
                     shutil.rmtree(self.base, ignore_errors=True)
@@ -555,18 +560,26 @@ class Check:
         if raised and not self._stopping:
             raise raised[0]
 
-    def _copy_source(self):
+    def _copy_source(self, slice_size):
         """The copy, without a lock on the original; a repository that
         keeps being written while it is copied is cloned by pull instead,
-        which reads it without a lock too, only slower."""
+        which reads it without a lock too, only slower.  With
+        ``slice_size``, the changesets of the slice the features work on,
+        only the filelogs of the slice's files are linked."""
+        filelogs = None
+        if slice_size is not None:
+            def filelogs(copy):
+                return sample.narrow_filelogs(self, slice_size, copy)
         for _ in range(copying.COPY_ATTEMPTS):
-            if copying.copy_repository(self.source, self.copy):
+            if copying.copy_repository(self.source, self.copy, filelogs):
                 return
             time.sleep(1)
         self.console.say("(%s was written to while it was copied; cloning "
                          "it by pull)" % self.source)
         self.hg(["clone", "-q", "-U", "--pull", self.source, self.copy],
                 self.hg_env())
+        if filelogs:
+            filelogs(self.copy)
 
     def _run_feature(self, feature):
         result = {"name": feature.name, "status": "passed", "error": None,
