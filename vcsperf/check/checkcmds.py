@@ -15,7 +15,9 @@ on (never into the user's repository):
   the names in the store of their filelogs (as ``data/NAME.i`` is
   encoded there); prints nothing and writes no LIST when the slice holds
   every file.  It reads only the changelog and the manifests: a copy of
-  the store that has no filelog yet answers it.
+  the store that has no filelog yet answers it.  Its bounds are the
+  config items ``checkcmds.above``, ``touched-files``, ``rest-files``
+  and ``python-files`` (``narrow_files``; the check never sets them).
 
 ``hg check-slice [--files LIST] REVS DEST``
   writes changesets REVS of this repository into a new repository DEST,
@@ -43,6 +45,8 @@ from mercurial import context, error, hg, registrar, scmutil
 
 cmdtable = {}
 command = registrar.command(cmdtable)
+configtable = {}
+configitem = registrar.configitem(configtable)
 
 #: A slice keeps the whole tree while it has at most this many files (the
 #: tip's and the ones its changesets touch) ...
@@ -56,6 +60,14 @@ REST_FILES = 1000
 REST_PYTHON_FILES = 200
 
 
+#: ``narrow_files``'s bounds as ``check-narrow`` reads them: the config
+#: items ``checkcmds.NAME`` (a test's smaller tree crosses them too).
+_BOUNDS = {"above": NARROW_ABOVE, "touched-files": TOUCHED_FILES,
+           "rest-files": REST_FILES, "python-files": REST_PYTHON_FILES}
+for _name, _default in _BOUNDS.items():
+    configitem(b'checkcmds', _name.encode(), default=_default)
+
+
 def _spread(names, count):
     """``count`` of the sorted ``names``, evenly spaced (all of them if
     there are no more): the same ones on every run."""
@@ -64,7 +76,8 @@ def _spread(names, count):
     return [names[index * len(names) // count] for index in range(count)]
 
 
-def narrow_files(touched, tip):
+def narrow_files(touched, tip, above=NARROW_ABOVE, touched_files=TOUCHED_FILES,
+                 rest_files=REST_FILES, python_files=REST_PYTHON_FILES):
     """The files a slice holds, sorted: None (all of them) when the files
     its changesets touch (``touched``) and the files of its newest one
     (``tip``) are at most ``NARROW_ABOVE``; else a bounded sample of
@@ -75,7 +88,7 @@ def narrow_files(touched, tip):
     ``REST_PYTHON_FILES`` of the Python files among them.  Names are
     bytes or str (sorted as their bytes are)."""
     touched = set(touched)
-    if len(touched.union(tip)) <= NARROW_ABOVE:
+    if len(touched.union(tip)) <= above:
         return None
 
     def key(name):
@@ -83,9 +96,9 @@ def narrow_files(touched, tip):
     rest = sorted(set(tip) - touched, key=key)
     python = [name for name in rest if key(name).endswith(b'.py')]
     return sorted(set(itertools.chain(
-        _spread(sorted(touched, key=key), TOUCHED_FILES),
-        _spread(rest, REST_FILES),
-        _spread(python, REST_PYTHON_FILES))), key=key)
+        _spread(sorted(touched, key=key), touched_files),
+        _spread(rest, rest_files),
+        _spread(python, python_files))), key=key)
 
 
 def _name(entry):
@@ -165,7 +178,9 @@ def check_narrow(ui, repo, revs, listfile):
     touched = set()
     for rev in revs:
         touched.update(repo[rev].files())
-    files = narrow_files(touched, repo[revs.max()].manifest())
+    files = narrow_files(touched, repo[revs.max()].manifest(), **{
+        name.replace('-', '_'): ui.configint(b'checkcmds', name.encode())
+        for name in _BOUNDS})
     if files is None:
         return
     with open(listfile, 'wb') as fh:
