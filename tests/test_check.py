@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -308,20 +309,27 @@ def test_only_writes_to_the_original_count(real_hg_repo, tmp_path,
 
 
 def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
-    """A lock or a journal in the store: a transaction is under way, so
-    the copy is refused (the run then clones by pull); a share is copied
-    from the store it shares."""
+    """A journal in the store: a transaction is under way, so the copy is
+    refused (the run then clones by pull); a lock alone (another hg
+    cloning it holds one for minutes at scale) is no write, and the copy
+    is made; a share is copied from the store it shares."""
     (hgrepo / "a").write_text("a\n")
     hg("commit", "-q", "-A", "-m", "a", cwd=hgrepo)
     hg("--config", "extensions.share=", "share", "-q", "-U", hgrepo,
        tmp_path / "share")
     store = hgrepo / ".hg" / "store"
-    for name in ("lock", "journal"):
-        os.symlink("elsewhere:1", store / name)
-        assert not copying.copy_repository(str(tmp_path / "share"),
-                                          str(tmp_path / "copy"))
-        assert not (tmp_path / "copy").exists()
-        os.unlink(store / name)
+    os.symlink("elsewhere:1", store / "journal")
+    assert not copying.copy_repository(str(tmp_path / "share"),
+                                      str(tmp_path / "copy"))
+    assert not (tmp_path / "copy").exists()
+    os.unlink(store / "journal")
+    os.symlink("elsewhere:1", store / "lock")
+    assert copying.copy_repository(str(tmp_path / "share"),
+                                  str(tmp_path / "copy"))
+    assert not (tmp_path / "copy" / ".hg" / "store" / "lock").exists()
+    os.unlink(store / "lock")
+    hg("verify", "-q", cwd=tmp_path / "copy")
+    shutil.rmtree(tmp_path / "copy")
     assert copying.copy_repository(str(tmp_path / "share"),
                                   str(tmp_path / "copy"))
     hg("verify", "-q", cwd=tmp_path / "copy")
@@ -442,6 +450,13 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     assert report["passed"] and not resume.exists()
     assert report["estimate"]["seconds"] > 0
     assert report["estimate"]["actual_vs_estimate"] > 0
+    # issue 30: the survey and the fingerprints are steps of the copy,
+    # the survey's once though the run was resumed
+    copy_steps = [s["step"] for s in report["steps"]
+                  if s["feature"] == "copy"]
+    assert copy_steps.count(runner.SURVEY_STEP) == 1
+    assert copy_steps[-1] == runner.FINGERPRINT_STEP
+    assert report["minutes_per_100k_files"] > 0
 
 
 def test_a_timed_step_has_the_machine_alone():

@@ -16,6 +16,8 @@ from vcsperf.harness import measure, tools
 #: Room kept free beyond the estimate, for what the filesystem itself
 #: needs and for surprises.
 DISK_MARGIN = 256 * 2**20
+#: What a small file's revlog takes on disk at least: one block.
+REVLOG_BLOCK = 4096
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2**20
@@ -46,18 +48,28 @@ DISK_UNITS = {
                  "revision's, and a plain clone's beside them)",
     "git": "byte of the Git repository (--git)",
 }
-#: Seconds the copy of the repository takes, per TIME_UNITS: hardlinking
-#: it, writing the slice, listing the tip.
-COPY_SECONDS_PER = {"run": 0.5, "store MB": 0.002, "changesets": 0.036,
-                    "kfiles": 0.5}
+#: Seconds the copy of the repository takes, per TIME_UNITS: walking and
+#: hardlinking its store, reading the tip's manifest (to choose the
+#: slice's files, and the slice's first changeset), writing the slice's
+#: changesets and its first tree.  The survey and the fingerprint of the
+#: original's files are measured, not estimated (``runner``).
+COPY_SECONDS_PER = {"run": 0.5, "store kfiles": 0.015, "tip kfiles": 0.02,
+                    "changesets": 0.036, "kfiles": 0.5}
 
 
-def _directories_bytes(top):
-    """Bytes the directories under ``top`` (itself included) take: what a
-    hardlinked copy of the tree costs."""
-    return sum(os.lstat(os.path.join(root, name)).st_blocks * 512
-               for root, dirs, _ in os.walk(top) for name in dirs) + \
-        os.lstat(top).st_blocks * 512
+def _directories(top):
+    """``(bytes, files)``: the bytes the directories under ``top`` (itself
+    included) take, what a hardlinked copy of the tree costs; and the
+    files in its store."""
+    size = os.lstat(top).st_blocks * 512
+    files = 0
+    store = os.path.join(top, "store")
+    for root, dirs, names in os.walk(top):
+        size += sum(os.lstat(os.path.join(root, name)).st_blocks * 512
+                    for name in dirs)
+        if root == store or root.startswith(store + os.sep):
+            files += len(names)
+    return size, files
 
 
 def _checkout_disk_bytes(paths, sizes, block):
@@ -168,6 +180,7 @@ def survey(source, git, quick, slice_size=None):
     # hold a form feed, which splitlines() would cut it at.
     names = [name for name in tools.hg(["manifest", "-R", source, "-r",
                                         "tip"], env).split("\n") if name]
+    directories, store_files = _directories(os.path.join(source, ".hg"))
     info = {
         "repository": source,
         # hidden ones too, until the copy counts the visible ones
@@ -177,10 +190,8 @@ def survey(source, git, quick, slice_size=None):
         # What they take on disk: whole blocks, and directories.
         "store_disk_bytes": pooling.disk_usage(
             os.path.join(source, ".hg", "store")),
-        "store_files": sum(len(files) for _, _, files in os.walk(
-            os.path.join(source, ".hg", "store"))),
-        "directories_bytes": _directories_bytes(
-            os.path.join(source, ".hg")),
+        "store_files": store_files,
+        "directories_bytes": directories,
         "files_at_tip": len(names),
         "python_files_at_tip": sum(name.endswith(".py") for name in names),
         "engine": _engine(source),
@@ -241,7 +252,8 @@ def _work_bytes(info, quick, slice_size):
     files, tree, _ = _tree(info, quick, slice_size)
     if info["files_at_tip"]:
         share *= min(1, files / info["files_at_tip"])
-    return int(store * share) + tree // 2
+    # and a block at least for each file's revlog
+    return int(store * share) + tree // 2 + files * REVLOG_BLOCK
 
 
 def disk(features, info, quick, slice_size, checkouts, same_fs, git):
@@ -256,8 +268,13 @@ def disk(features, info, quick, slice_size, checkouts, same_fs, git):
     amounts = {"work": work, "pulled": work + work // 4, "tree": tree,
                "checkouts": (checkouts + 1) * tree,
                "git": pooling.disk_usage(git) if git else 0}
+    directories = info["directories_bytes"]
+    if sliced(info, quick, slice_size) and info["files_at_tip"]:
+        # the copy has the directories of the slice's filelogs only
+        directories = int(directories * min(
+            1, _tree(info, quick, slice_size)[0] / info["files_at_tip"]))
     parts = {"copy": SMALL_FILES + (
-        info["directories_bytes"] if same_fs else info["store_disk_bytes"])
+        directories if same_fs else info["store_disk_bytes"])
         + (amounts["pulled"] if sliced(info, quick, slice_size) else 0)}
     for feature in features:
         parts[feature.name] = int(sum(

@@ -117,6 +117,12 @@ from vcsperf.core import pooling
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.harness import tools
 
+#: The steps of the run outside its features, in its ``copy`` part: what
+#: it learns of the repository before it estimates anything (its files'
+#: fingerprint, the survey), and the fingerprint taken again at the end.
+SURVEY_STEP = "survey the repository, fingerprint its files"
+FINGERPRINT_STEP = "fingerprint the original's files again"
+
 
 class _Doing:
     """What a thread of the run does: the feature (the dict the report
@@ -317,9 +323,12 @@ class Check:
 
     def _new_state(self):
         """The state of a new run, with the free disk checked."""
+        start = time.perf_counter()
         before = copying.fingerprint(self.source)
+        fingerprint_seconds = time.perf_counter() - start
         info = estimates.survey(self.source, self.git, self.quick,
                                 self.slice_size)
+        survey_seconds = time.perf_counter() - start
         try:
             os.makedirs(self.scratch_root, exist_ok=True)
         except OSError as err:
@@ -345,6 +354,11 @@ class Check:
                 "hardlinks)")
         seconds = estimates.seconds(self._features(), info, self.quick,
                                     self.slice_size)
+        # What the run has taken before its estimate, and the original's
+        # files read again at its end, as long as they took now: at
+        # 400,000 files, a minute or two that no rate of a feature has.
+        seconds["copy"] = round(seconds["copy"] + survey_seconds
+                                + fingerprint_seconds, 1)
         return {
             "options": self._options(), "fingerprint": before, "info": info,
             "sliced": estimates.sliced(info, self.quick, self.slice_size),
@@ -352,7 +366,11 @@ class Check:
             .isoformat(timespec="seconds"),
             "free": free, "estimate": {"disk": disk, "disk_needed": need,
                                        "seconds": seconds},
-            "prepared": [], "features": [], "steps": [], "disk": None,
+            "prepared": [], "features": [], "steps": [
+                {"feature": "copy", "step": SURVEY_STEP,
+                 "seconds": round(survey_seconds, 3),
+                 "largest_process_bytes_so_far": peak_child_rss()}],
+            "disk": None,
             "memory": None, "seconds": 0.0}
 
     def _save_state(self):
@@ -427,8 +445,13 @@ class Check:
             signal.signal(signal.SIGTERM, previous)
             if not self.keep and (completed or not self.resume):
                 self._remove_scratch()
+        start = time.perf_counter()
         changed, caches = copying.original_changes(
             before, copying.fingerprint(self.source))
+        self.steps.append({"feature": "copy", "step": FINGERPRINT_STEP,
+                           "seconds": round(time.perf_counter() - start, 3),
+                           "largest_process_bytes_so_far": peak_child_rss()})
+        self._sort_steps()
         return report.build(self, changed, caches, self._seconds())
 
     def _make_scratch(self):
@@ -496,7 +519,11 @@ class Check:
                     self._side_by_side(feature, todo.pop(feature.beside))
                 else:
                     self._run_feature(feature)
-        # in the order of an uninterrupted run, whichever ended first
+        self._sort_steps()
+
+    def _sort_steps(self):
+        """The steps in the order of an uninterrupted run, whichever
+        ended first."""
         order = ["copy"] + [feature.name for feature in self._features()]
         self.steps.sort(key=lambda s: order.index(s["feature"]))
 
