@@ -11,7 +11,7 @@ from vcsperf.check.commitid import rewritten
 from vcsperf.check.importer import QUICK_FILES
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
-from vcsperf.harness import measure, tools
+from vcsperf.harness import tools
 
 #: Room kept free beyond the estimate, for what the filesystem itself
 #: needs and for surprises.
@@ -20,7 +20,7 @@ DISK_MARGIN = 256 * 2**20
 REVLOG_BLOCK = 4096
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
-SMALL_FILES = 2**20
+SMALL_FILES = 2 * 2**20
 #: What a time rate is seconds per (``Feature.seconds_per``).
 TIME_UNITS = {
     "run": "the part itself, a fixed time",
@@ -57,19 +57,35 @@ COPY_SECONDS_PER = {"run": 0.5, "store kfiles": 0.015, "tip kfiles": 0.02,
                     "changesets": 0.036, "kfiles": 0.5}
 
 
-def _directories(top):
-    """``(bytes, files)``: the bytes the directories under ``top`` (itself
-    included) take, what a hardlinked copy of the tree costs; and the
-    files in its store."""
-    size = os.lstat(top).st_blocks * 512
-    files = 0
+def _walk_hg(top):
+    """One walk of ``top``, a ``.hg`` (at 400,000 files each walk takes
+    a minute on a busy machine): ``{"directories_bytes"}``, what its
+    directories (itself included) take, what a hardlinked copy of it
+    costs; and of its store, ``"store_bytes"`` (the files' sizes),
+    ``"store_disk_bytes"`` (their blocks, each inode once) and
+    ``"store_files"``."""
+    found = {"directories_bytes": os.lstat(top).st_blocks * 512,
+             "store_bytes": 0, "store_disk_bytes": 0, "store_files": 0}
     store = os.path.join(top, "store")
+    seen = set()
     for root, dirs, names in os.walk(top):
-        size += sum(os.lstat(os.path.join(root, name)).st_blocks * 512
-                    for name in dirs)
+        found["directories_bytes"] += sum(
+            os.lstat(os.path.join(root, name)).st_blocks * 512
+            for name in dirs)
         if root == store or root.startswith(store + os.sep):
-            files += len(names)
-    return size, files
+            if root == store:
+                found["store_disk_bytes"] += os.lstat(root).st_blocks * 512
+            for name in dirs:
+                found["store_disk_bytes"] += os.lstat(
+                    os.path.join(root, name)).st_blocks * 512
+            for name in names:
+                st = os.lstat(os.path.join(root, name))
+                found["store_files"] += 1
+                found["store_bytes"] += st.st_size
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    found["store_disk_bytes"] += st.st_blocks * 512
+    return found
 
 
 def _checkout_disk_bytes(paths, sizes, block):
@@ -180,18 +196,14 @@ def survey(source, git, quick, slice_size=None):
     # hold a form feed, which splitlines() would cut it at.
     names = [name for name in tools.hg(["manifest", "-R", source, "-r",
                                         "tip"], env).split("\n") if name]
-    directories, store_files = _directories(os.path.join(source, ".hg"))
     info = {
         "repository": source,
         # hidden ones too, until the copy counts the visible ones
         # (counting them here would write the original's caches)
         "changesets": tip + 1,
-        "store_bytes": measure.store_bytes(source)["total"],
-        # What they take on disk: whole blocks, and directories.
-        "store_disk_bytes": pooling.disk_usage(
-            os.path.join(source, ".hg", "store")),
-        "store_files": store_files,
-        "directories_bytes": directories,
+        # the store's sizes, and what they take on disk: whole blocks,
+        # and directories
+        **_walk_hg(os.path.join(source, ".hg")),
         "files_at_tip": len(names),
         "python_files_at_tip": sum(name.endswith(".py") for name in names),
         "engine": _engine(source),
@@ -272,7 +284,8 @@ def disk(features, info, quick, slice_size, checkouts, same_fs, git):
     if sliced(info, quick, slice_size) and info["files_at_tip"]:
         # the copy has the directories of the slice's filelogs only
         directories = int(directories * min(
-            1, _tree(info, quick, slice_size)[0] / info["files_at_tip"]))
+            # a sample spread over the tree: a directory for fewer files
+            1, 2 * _tree(info, quick, slice_size)[0] / info["files_at_tip"]))
     parts = {"copy": SMALL_FILES + (
         directories if same_fs else info["store_disk_bytes"])
         + (amounts["pulled"] if sliced(info, quick, slice_size) else 0)}
