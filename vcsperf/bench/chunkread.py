@@ -21,22 +21,24 @@ command = registrar.command(cmdtable)
 @command(b'bench-chunkread', [(b'', b'repeat', 5, b'runs per class')],
          b'hg bench-chunkread [--repeat N]')
 def bench_chunkread(ui, repo, repeat=5):
-    by_class = {}
-    for name, rl in hgchunks.revlogs(repo.unfiltered()):
-        by_class.setdefault(name, []).append(rl)
+    # Each run opens the revlogs again and drops each once read: held all
+    # at once, with their chunk caches, the 463,000 revlogs of a
+    # Firefox-scale store took 23 GB before the kernel killed the run.
     figures = {}
-    for name, revlogs in by_class.items():
-        best = float("inf")
-        chunks = size = 0
-        for _ in range(repeat):
-            chunks = size = 0
+    for _ in range(repeat):
+        run = {}
+        for name, rl in hgchunks.revlogs(repo.unfiltered()):
+            figure = run.setdefault(name, {"chunks": 0, "bytes": 0,
+                                           "seconds": 0.0})
+            rl.clearcaches()
             start = time.perf_counter()
-            for rl in revlogs:
-                rl.clearcaches()
-                with rl.reading():
-                    decoded = rl._inner._chunks(list(range(len(rl))))
-                chunks += len(decoded)
-                size += sum(len(c) for c in decoded)
-            best = min(best, time.perf_counter() - start)
-        figures[name] = {"chunks": chunks, "bytes": size, "seconds": best}
+            with rl.reading():
+                decoded = rl._inner._chunks(list(range(len(rl))))
+            figure["seconds"] += time.perf_counter() - start
+            figure["chunks"] += len(decoded)
+            figure["bytes"] += sum(len(c) for c in decoded)
+        for name, figure in run.items():
+            best = figures.get(name)
+            if best is None or figure["seconds"] < best["seconds"]:
+                figures[name] = figure
     ui.write(json.dumps(figures).encode("ascii") + b"\n")
