@@ -72,7 +72,10 @@ verify
   either); otherwise DEST is deleted and checked out again.  After the
   single walk above, only the files the update was to write, restore or
   remove are looked at again (the walk found every other one clean,
-  seconds before); a new or sparse checkout is looked at whole.  ``--verbose``
+  seconds before).  A new full checkout, which the update wrote whole,
+  is checked against its dirstate, not walked: the parent's files, each
+  tracked and clean as far as the update recorded; a sparse one is
+  walked whole.  ``--verbose``
   says so, and prints how many files purge removed and the bytes the
   store and the checkout use on disk (``sharepool.disk-report`` prints
   that line always).
@@ -469,6 +472,8 @@ class _Run(pooledcheckout.PooledCheckout):
         self.root = self.repo = None
         #: The status taken before the update (``_StatusBefore``), if any.
         self.before = None
+        #: Whether the update wrote the whole tree into a new checkout.
+        self.written_whole = False
         #: Every HTTP(S) connection Mercurial opened during the run (the
         #: peers', the clone's, a clone bundle's), for the deadline.
         self.connections = _hgnet.Connections()
@@ -765,7 +770,7 @@ class _Run(pooledcheckout.PooledCheckout):
 
     def check_working_state(self, created):
         repo = self.repo
-        self.before = None
+        self.before, self.written_whole = None, False
         if not created:
             self.check_dirstate_readable(repo)
         parent = repo.dirstate.p1()
@@ -879,7 +884,10 @@ class _Run(pooledcheckout.PooledCheckout):
         self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
                            else 'populated-wdir')
         before = self.before
-        if before is None and not created and not _sparse_checkout(repo):
+        sparse = _sparse_checkout(repo)
+        self.written_whole = (created and repo.dirstate.p1() == nullid
+                              and not sparse)
+        if before is None and not created and not sparse:
             with repo.wlock():
                 self.before = before = _StatusBefore(repo, purging=False)
         try:
@@ -891,7 +899,8 @@ class _Run(pooledcheckout.PooledCheckout):
             # where the exception is raised: once more, in this process.
             self.ui.warn(_(b'(an update worker failed; updating again '
                            b'without workers)\n'))
-            self.before = None  # verify the whole tree afterwards
+            # verify the whole tree afterwards
+            self.before, self.written_whole = None, False
             with repo.ui.configoverride({(b'worker', b'enabled'): False},
                                         b'sharepool'):
                 updated = commands.update(self.ui, repo, rev=node,
@@ -905,8 +914,13 @@ class _Run(pooledcheckout.PooledCheckout):
         ``_StatusBefore``), that status found every other file clean (and,
         with --purge, purge removed every unknown and ignored one): only
         the files the update was to write or remove are looked at again,
-        not the whole tree."""
+        not the whole tree.  A new checkout that the update wrote whole (a
+        write that failed raised) is not walked either: its dirstate must
+        hold the revision's files, each as clean as Mercurial can tell
+        without looking."""
         repo = repofactory.repository(self.ui, self.request.dest)
+        if self.written_whole:
+            return hex(repo.dirstate.p1()), _written_whole_dirt(repo)
         purged = self.request.purge
         before = self.before
         match = None
@@ -1008,6 +1022,21 @@ def _tracks_exactly(dirstate, manifest):
                 return False
             tracked += 1
     return tracked == len(manifest)
+
+
+def _written_whole_dirt(repo):
+    """What differs between the dirstate of a checkout the update wrote
+    whole and its parent's files, or None."""
+    dirstate = repo.dirstate
+    manifest = repo[dirstate.p1()].manifest()
+    entries = clean = 0
+    for name, entry in dirstate.items():
+        entries += 1
+        clean += entry.maybe_clean and name in manifest
+    if entries == clean == len(manifest):
+        return None
+    return b"%d dirstate entries not clean files of the parent, %d of its " \
+        b"files not clean" % (entries - clean, len(manifest) - clean)
 
 
 def _sparse_checkout(repo):

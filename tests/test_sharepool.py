@@ -367,7 +367,8 @@ def uisetup(ui):
 
 def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
                                              tmp_path):
-    """Reusing a checkout with --purge takes one status of the whole tree:
+    """A new checkout walks only the empty directory, and reusing one with
+    --purge takes one status of the whole tree:
     purge removes the unknown and ignored files it lists (and the
     directories they leave empty), the update starts from it instead of
     walking again, and the verification looks again only at the files the
@@ -375,12 +376,16 @@ def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
     update hook changed afterwards is found, and DEST checked out anew."""
     source, served = own_source, own_served
     dest = tmp_path / "co"
-    checkout(hg, served.url, dest, "-r", source.nodes[0])
     (tmp_path / "hgignore").write_text("syntax: glob\n*.pyc\n")
     (tmp_path / "walks.py").write_text(WALK_COUNTER)
     counted = ["--config", "ui.ignore=%s" % (tmp_path / "hgignore"),
                "--config", "extensions.walks=%s" % (tmp_path / "walks.py"),
                "--config", "walkcount.file=%s" % (tmp_path / "walks")]
+    # a new checkout: the update's status of the empty directory, and no
+    # other (the tree the update wrote is checked against its dirstate)
+    checkout(hg, served.url, dest, "-r", source.nodes[0], *counted)
+    assert (tmp_path / "walks").read_text() == "1\n"
+    (tmp_path / "walks").unlink()
     for name in ("build/obj/a.o", "src/cache.pyc"):
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         (dest / name).write_text("build output\n")
