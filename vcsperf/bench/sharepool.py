@@ -168,6 +168,8 @@ def _one_store_plus(pool, checkouts):
 
 #: The sides of the upstream comparison, in the order of the first round.
 SIDES = ("upstream", "ours")
+#: What the upstream comparison times (``--paths``).
+PATHS = ("cold", "reuse-purge")
 
 
 def timed_run(args, env):
@@ -219,7 +221,18 @@ JUNK_IGNORE = "syntax: glob\nobj-bench-junk/d0*\n"
 
 
 def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
-                      paths=("cold", "reuse-purge")):
+                      paths=PATHS):
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown or not paths:
+        raise Abort("unknown path %s" % ",".join(unknown) if unknown
+                    else "no path to run", hint="--paths takes %s"
+                    % ",".join(PATHS))
+    d = lambda *names: os.path.join(work, "hg", *names)  # noqa: E731
+    if "cold" not in paths and not all(
+            os.path.isdir(d("co-" + side)) for side in SIDES):
+        raise Abort("reuse-purge alone needs the checkouts of an earlier "
+                    "run in %s" % d(), hint="run with --paths "
+                    "cold,reuse-purge and --workdir first")
     hg = tools.executable("hg")
     home = os.path.join(work, "hg-home")
     os.makedirs(home, exist_ok=True)
@@ -235,16 +248,10 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
         envs[side] = tools.isolated_env(home, hgrc)
         # both extensions print their steps' seconds then
         envs[side]["TASKCLUSTER_INSTANCE_TYPE"] = "vcsperf-bench"
+    os.makedirs(d(), exist_ok=True)
     served = os.path.join(work, "hg-served")
     if not os.path.isdir(served):
         hardlinked_copy(repo, served)
-    d = lambda *names: os.path.join(work, "hg", *names)  # noqa: E731
-    os.makedirs(d(), exist_ok=True)
-    if "cold" not in paths and not all(
-            os.path.isdir(d("co-" + side)) for side in SIDES):
-        raise Abort("reuse-purge alone needs the checkouts of an earlier "
-                    "run in %s" % d(), hint="run with --paths "
-                    "cold,reuse-purge and --workdir first")
     with HgServer(envs["ours"], served) as server:
         tip, old = tools.run([hg, "log", "-R", served, "-r", "tip + tip~%d"
                               % behind, "-T", "{node}\n"],
