@@ -54,7 +54,8 @@ pull
   store is deleted if that fails); then the run starts over.
 purge
   With ``--purge``, and only when DEST already existed: untracked and
-  ignored files are removed, outside a sparse profile too.
+  ignored files are removed, outside a sparse profile too, and the
+  directories they leave empty.
 update
   ``hg update --clean`` to the full node.  A DEST whose dirstate Mercurial
   cannot parse is deleted first; dirstate entries that disagree with the
@@ -62,11 +63,19 @@ update
   from its manifest, before purge.  With ``--sparseprofile PATH``
   (needs the ``sparse`` extension) the sparse config becomes that profile
   alone; a profile missing at the revision aborts.  ``-U`` skips purge,
-  update and verify.
+  update and verify.  In an existing full checkout the working
+  directory is walked once: the status purge takes (or, without
+  ``--purge``, one of tracked files) is the one the update starts from.
 verify
   The working directory's parent must be the requested node and ``hg
   status`` must be clean (with ``--purge``, no unknown or ignored files
-  either); otherwise DEST is deleted and checked out again.  ``--verbose``
+  either); otherwise DEST is deleted and checked out again.  After the
+  single walk above, only the files the update was to write, restore or
+  remove are looked at again (the walk found every other one clean,
+  seconds before).  A new full checkout, which the update wrote whole,
+  is checked against its dirstate, not walked: the parent's files, each
+  tracked and clean as far as the update recorded; a sparse one is
+  walked whole.  ``--verbose``
   says so, and prints how many files purge removed and the bytes the
   store and the checkout use on disk (``sharepool.disk-report`` prints
   that line always).
@@ -197,7 +206,7 @@ from mercurial import (
     util,
 )
 from mercurial.i18n import _
-from mercurial.node import hex, nullid
+from mercurial.node import bin, hex, nullid
 from mercurial.utils import stringutil, urlutil
 
 from hgext3rd import _hgcompat, _hgnet
@@ -461,6 +470,10 @@ class _Run(pooledcheckout.PooledCheckout):
         self.ui = ui
         self.remote = self.remote_url = None
         self.root = self.repo = None
+        #: The status taken before the update (``_StatusBefore``), if any.
+        self.before = None
+        #: Whether the update wrote the whole tree into a new checkout.
+        self.written_whole = False
         #: Every HTTP(S) connection Mercurial opened during the run (the
         #: peers', the clone's, a clone bundle's), for the deadline.
         self.connections = _hgnet.Connections()
@@ -757,6 +770,7 @@ class _Run(pooledcheckout.PooledCheckout):
 
     def check_working_state(self, created):
         repo = self.repo
+        self.before, self.written_whole = None, False
         if not created:
             self.check_dirstate_readable(repo)
         parent = repo.dirstate.p1()
@@ -796,6 +810,8 @@ class _Run(pooledcheckout.PooledCheckout):
             sparse = dirstate._sparsematcher
             if sparse is not None and not sparse.always():
                 files = manifest.walk(sparse)
+            elif _tracks_exactly(dirstate, manifest):
+                return
             files, entries = set(files), set(dirstate)
             untracked = files - entries
             stray = {name for name in entries - files
@@ -811,10 +827,27 @@ class _Run(pooledcheckout.PooledCheckout):
 
     def purge(self):
         repo = self.repo
-        with repo.wlock(), _outside_sparse_too(repo):
-            return len(mergemod.purge(
-                repo, scmutil.matchall(repo), unknown=True, ignored=True,
-                removeemptydirs=True, abortonerror=True))
+        if self.request.sparseprofile or _sparse_checkout(repo):
+            # the sparse refresh between purge and update changes what
+            # the update must compare: it takes its own status
+            with repo.wlock(), _outside_sparse_too(repo):
+                return len(mergemod.purge(
+                    repo, scmutil.matchall(repo), unknown=True,
+                    ignored=True, removeemptydirs=True, abortonerror=True))
+        with repo.wlock():
+            self.before = before = _StatusBefore(repo, purging=True)
+            for name in sorted(before.unknown + before.ignored):
+                self.ui.note(_(b'removing file %s\n') % name)
+                _remove(repo.wvfs.unlink, name)
+            # the deepest first: a directory emptied by removing the one
+            # in it goes too
+            removed = len(before.unknown) + len(before.ignored)
+            for name in sorted(before.emptied(repo), reverse=True):
+                if not repo.wvfs.listdir(name):
+                    self.ui.note(_(b'removing directory %s\n') % name)
+                    _remove(repo.wvfs.rmdir, name)
+                    removed += 1
+        return removed
 
     def set_sparse_profile(self, node):
         from mercurial import sparse
@@ -850,13 +883,24 @@ class _Run(pooledcheckout.PooledCheckout):
         repo = self.repo
         self.behaviors.add('empty-wdir' if repo.dirstate.p1() == nullid
                            else 'populated-wdir')
+        before = self.before
+        sparse = _sparse_checkout(repo)
+        self.written_whole = (created and repo.dirstate.p1() == nullid
+                              and not sparse)
+        if before is None and not created and not sparse:
+            with repo.wlock():
+                self.before = before = _StatusBefore(repo, purging=False)
         try:
-            updated = commands.update(self.ui, repo, rev=node, clean=True)
+            with _updating_from(repo, before, node):
+                updated = commands.update(self.ui, repo, rev=node,
+                                          clean=True)
         except error.WorkerError:
             # Why a worker died (damage in the store, say) is learnt only
             # where the exception is raised: once more, in this process.
             self.ui.warn(_(b'(an update worker failed; updating again '
                            b'without workers)\n'))
+            # verify the whole tree afterwards
+            self.before, self.written_whole = None, False
             with repo.ui.configoverride({(b'worker', b'enabled'): False},
                                         b'sharepool'):
                 updated = commands.update(self.ui, repo, rev=node,
@@ -865,15 +909,145 @@ class _Run(pooledcheckout.PooledCheckout):
             raise error.Abort(_(b'error updating'))
 
     def working_state(self):
+        """The parent and what differs from it, read afresh from disk.
+        When the update started from the status taken before it (see
+        ``_StatusBefore``), that status found every other file clean (and,
+        with --purge, purge removed every unknown and ignored one): only
+        the files the update was to write or remove are looked at again,
+        not the whole tree.  A new checkout that the update wrote whole (a
+        write that failed raised) is not walked either: its dirstate must
+        hold the revision's files, each as clean as Mercurial can tell
+        without looking."""
         repo = repofactory.repository(self.ui, self.request.dest)
+        if self.written_whole:
+            return hex(repo.dirstate.p1()), _written_whole_dirt(repo)
         purged = self.request.purge
+        before = self.before
+        match = None
+        if before is not None and before.changed is not None:
+            match = scmutil.matchfiles(repo, sorted(before.changed))
         with repo.wlock():
-            st = repo.status(unknown=purged, ignored=purged)
+            st = repo.status(match=match, unknown=purged, ignored=purged)
         counts = [b'%d %s' % (len(files), kind) for files, kind in (
             (st.modified, b'modified'), (st.added, b'added'),
             (st.removed, b'removed'), (st.deleted, b'missing'),
             (st.unknown, b'unknown'), (st.ignored, b'ignored')) if files]
         return hex(repo.dirstate.p1()), b', '.join(counts) or None
+
+
+class _StatusBefore:
+    """The working directory's status against its parent, taken once
+    before the update and handed to it (``_updating_from``): Mercurial's
+    update otherwise walks the whole tree again for a status of its own.
+    ``purging``: with unknown and ignored files, and ``directories``, those
+    the walk went through, for purge to remove the ones it empties (purge
+    removes only unknown and ignored files, which the update's status does
+    not hold).  ``changed``: what the update was to write or remove, once
+    handed to it: the files that differ between the parent and the
+    revision, and those the status found dirty."""
+
+    def __init__(self, repo, purging):
+        self.parents = repo.dirstate.parents()
+        self.wctx = repo[None]
+        match = scmutil.matchall(repo)
+        self.directories = []
+        if purging:
+            match.traversedir = self.directories.append
+        status = repo[b'.'].status(self.wctx, match=match,
+                                   listunknown=purging, listignored=purging)
+        # Mercurial's Rust status lists the directories purge may empty
+        # instead of walking them through the matcher
+        self.directories.extend(getattr(status, 'empty_dirs', None) or ())
+        self.unknown, self.ignored = status.unknown, status.ignored
+        self.dirty = (status.modified + status.added + status.removed
+                      + status.deleted)
+        self.deleted = status.deleted
+        self.changed = None
+
+    def emptied(self, repo):
+        """The directories the walk went through that may be empty once
+        the unknown and ignored files are gone: hg purge lists every one
+        of them to learn (tens of thousands in a Firefox tree), but one
+        that holds a tracked file still holds it, unless that file is
+        missing (``deleted``)."""
+        dirstate = repo.dirstate
+        missing = set()
+        for name in self.deleted:
+            while b'/' in name:
+                name = name.rsplit(b'/', 1)[0]
+                missing.add(name)
+        return [name for name in self.directories
+                if name in missing or not dirstate.hasdir(name)]
+
+    def hand_over(self, repo, ctx, node):
+        """The working context to update ``ctx`` from, or None when the
+        status no longer describes the working directory."""
+        if (ctx.repo().unfiltered() is not repo.unfiltered()
+                or ctx.node() != bin(node)
+                or repo.dirstate.parents() != self.parents
+                or self.parents[1] != nullid):
+            return None
+        changed = set(self.dirty)
+        changed.update(repo[self.parents[0]].manifest().diff(
+            ctx.manifest()))
+        self.changed = changed
+        return self.wctx
+
+
+@contextlib.contextmanager
+def _updating_from(repo, before, node):
+    """Let the clean update to ``node`` start from ``before``'s working
+    context (a ``_StatusBefore``, or None: it takes its own)."""
+    if before is None:
+        yield
+        return
+
+    def clean_update(orig, ctx, wc=None):
+        if wc is None:
+            wc = before.hand_over(repo, ctx, node)
+        return orig(ctx, wc=wc)
+
+    with extensions.wrappedfunction(mergemod, 'clean_update', clean_update):
+        yield
+
+
+def _tracks_exactly(dirstate, manifest):
+    """Whether the entries of ``dirstate`` that its parent tracks are
+    exactly the files of the parent's ``manifest``: in one pass, without
+    the two sets of 400,000 names a Firefox tree would take."""
+    tracked = 0
+    for name, entry in dirstate.items():
+        if entry.p1_tracked:
+            if name not in manifest:
+                return False
+            tracked += 1
+    return tracked == len(manifest)
+
+
+def _written_whole_dirt(repo):
+    """What differs between the dirstate of a checkout the update wrote
+    whole and its parent's files, or None."""
+    dirstate = repo.dirstate
+    manifest = repo[dirstate.p1()].manifest()
+    entries = clean = 0
+    for name, entry in dirstate.items():
+        entries += 1
+        clean += entry.maybe_clean and name in manifest
+    if entries == clean == len(manifest):
+        return None
+    return b"%d dirstate entries not clean files of the parent, %d of its " \
+        b"files not clean" % (entries - clean, len(manifest) - clean)
+
+
+def _sparse_checkout(repo):
+    return repo.vfs.exists(b'sparse')
+
+
+def _remove(remove, name):
+    try:
+        remove(name)
+    except OSError:
+        raise error.Abort(_(b'%s cannot be removed') % name)
 
 
 class _outside_sparse_too:

@@ -126,3 +126,37 @@ def test_wirecache_bench_options_out_of_range_are_one_abort_line(
         lines = proc.stderr.splitlines()
         assert lines[0] == error and len(lines) <= 2, lines
         assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_sharepool_bench_beside_another_robustcheckout(hg, env, tmp_path):
+    """``vcsperf bench sharepool --upstream``: cold and reuse --purge of a
+    small repository beside another robustcheckout (ours again here:
+    Mozilla's is not in this repository), every row and both sides' steps
+    in the table; reuse-purge alone without an earlier run's checkouts, or
+    a path it does not know, is one abort line."""
+    from hgext3rd import robustcheckout
+
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    for n in range(3):
+        (repo / ("f%d" % n)).write_text("%d\n" % n)
+        hg("commit", "-q", "-A", "-m", "c%d" % n, cwd=repo)
+    vcsperf = tools.executable("vcsperf")
+    base = [vcsperf, "bench", "sharepool", "--hg", str(repo), "--upstream",
+            robustcheckout.__file__, "--behind", "1", "--junk", "20"]
+    out = tools.run(base + ["--rounds", "1"], env, cwd=str(tmp_path))
+    assert "(3 changesets, 1 behind, 20 junk files)" in out
+    for row in ("| cold (empty pool) |", "| reuse --purge, round 1 |",
+                "| reuse --purge, median |", "| purge | reuse round 1 |",
+                "| update | reuse round 1 |", "| clone | cold |"):
+        assert row in out, out
+    for args, message in (
+            (["--paths", "reuse-purge", "--workdir", str(tmp_path / "w")],
+             "abort: reuse-purge alone needs the checkouts of an earlier "
+             "run in %s" % (tmp_path / "w" / "hg")),
+            (["--paths", "warm"], "abort: unknown path warm")):
+        proc = tools.completed(base + args, env, cwd=str(tmp_path))
+        assert (proc.returncode, proc.stdout) == (255, "")
+        assert proc.stderr.splitlines()[0] == message
+    assert not (tmp_path / "w").exists()

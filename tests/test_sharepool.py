@@ -345,6 +345,76 @@ def test_dirstate_entry_renamed_by_a_flipped_byte_is_rebuilt(
     assert "disagrees" not in again.stderr
 
 
+#: An extension that counts the statuses of the whole working directory
+#: the command takes, into the file ``walkcount.file``.
+WALK_COUNTER = """
+import atexit
+from mercurial import dirstate, extensions
+
+walks = []
+
+def status(orig, self, match, *args, **kwargs):
+    if match.always():
+        walks.append(match)
+    return orig(self, match, *args, **kwargs)
+
+def uisetup(ui):
+    extensions.wrapfunction(dirstate.dirstate, 'status', status)
+    path = ui.config(b'walkcount', b'file')
+    atexit.register(lambda: open(path, 'a').write('%d\\n' % len(walks)))
+"""
+
+
+def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
+                                             tmp_path):
+    """A new checkout walks only the empty directory, and reusing one with
+    --purge takes one status of the whole tree:
+    purge removes the unknown and ignored files it lists (and the
+    directories they leave empty), the update starts from it instead of
+    walking again, and the verification looks again only at the files the
+    update wrote, restored or removed -- which it still checks: a file an
+    update hook changed afterwards is found, and DEST checked out anew."""
+    source, served = own_source, own_served
+    dest = tmp_path / "co"
+    (tmp_path / "hgignore").write_text("syntax: glob\n*.pyc\n")
+    (tmp_path / "walks.py").write_text(WALK_COUNTER)
+    counted = ["--config", "ui.ignore=%s" % (tmp_path / "hgignore"),
+               "--config", "extensions.walks=%s" % (tmp_path / "walks.py"),
+               "--config", "walkcount.file=%s" % (tmp_path / "walks")]
+    # a new checkout: the update's status of the empty directory, and no
+    # other (the tree the update wrote is checked against its dirstate)
+    checkout(hg, served.url, dest, "-r", source.nodes[0], *counted)
+    assert (tmp_path / "walks").read_text() == "1\n"
+    (tmp_path / "walks").unlink()
+    for name in ("build/obj/a.o", "src/cache.pyc"):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_text("build output\n")
+    (dest / "src/module0.py").write_text("edited\n")  # same in nodes[2]
+    (dest / "docs/readme.txt").unlink()
+    proc = checkout(hg, served.url, dest, "-r", source.nodes[2], "--purge",
+                    "--verbose", *counted)
+    # 2 files, then build/obj, build and docs (emptied by the deleted
+    # file), as hg purge counts them
+    assert "(purged 5 files)" in proc.stdout
+    assert (tmp_path / "walks").read_text() == "1\n"
+    assert "(verified: working directory is %s and clean)" % (
+        source.nodes[2][:12]) in proc.stdout
+    assert sorted(os.listdir(dest)) == [".hg", "docs", "profiles", "src"]
+    assert (dest / "src/module0.py").read_text() == "x = 0\n"
+    assert parent(hg, dest) == source.nodes[2]
+    assert hg("status", "-mardui", *counted[:2], cwd=dest) == ""
+
+    once = "test -e %s || { touch %s; echo changed > src/module1.py; }" % (
+        tmp_path / "hooked", tmp_path / "hooked")
+    proc = checkout(hg, served.url, dest, "-r", source.nodes[1], "--purge",
+                    "--config", "hooks.update=%s" % once)
+    assert ("(working directory not clean after update: 1 modified; "
+            "deleting destination)") in proc.stderr
+    assert parent(hg, dest) == source.nodes[1]
+    assert hg("status", "-mardui", cwd=dest) == ""
+    assert (dest / "src/module1.py").read_text() == "x = 1\n"
+
+
 def test_backoff_grows_and_is_jittered():
     attempts = pooling.NetworkAttempts(5, rng=random.Random(1))
     for failures in range(1, 5):

@@ -14,11 +14,32 @@ gitbridge chose the git binary for both.
 
 The repositories are cloned (hardlinked) into the work directory first and
 served from there; the originals are only read.
+
+``--upstream DIR`` (version-control-tools' ``hgext/robustcheckout``) puts
+Mozilla's extension beside ours instead, each with a pool of its own,
+against one ``hg serve`` of ``--hg`` (hardlinked, so a Firefox-sized
+repository is served without a copy):
+
+    vcsperf bench sharepool --hg REPO --upstream VCT/hgext/robustcheckout \
+        [--behind 50] [--rounds 3] [--junk 2000]
+
+cold: into an empty pool, at the revision ``--behind`` changesets before
+the tip (a stream clone when the server allows it, then the whole tree);
+reuse-purge: that checkout, with ``--junk`` unknown and ignored files
+added, moved to the tip with ``--purge``; ``--rounds`` times, the two
+sides in alternating order, each moved back untimed before a round.
+``--paths`` picks them; reuse-purge alone reuses the checkouts that an
+earlier run left in ``--workdir`` (a cold checkout of a Firefox-sized
+tree takes many minutes on a loaded machine).  Each
+row gives the wall time and the user+system CPU seconds (the steadier
+figure on a loaded machine), and the steps both extensions report in
+their ``PERFHERDER_DATA`` line.
 """
 
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -27,6 +48,7 @@ import time
 
 from vcsperf.bench import benchcli
 from vcsperf.core import pooling
+from vcsperf.core.errors import Abort
 from vcsperf.harness import history, tools
 from vcsperf.harness.servers import GitServer, HgServer
 
@@ -140,6 +162,177 @@ def _one_store_plus(pool, checkouts):
             if entry.name not in (".hg", ".git"):
                 working += pooling.disk_usage(entry.path)
     return pooling.disk_usage(*stores) + working
+
+
+# Mercurial: ours against Mozilla's robustcheckout ----------------------------
+
+#: The sides of the upstream comparison, in the order of the first round.
+SIDES = ("upstream", "ours")
+#: What the upstream comparison times (``--paths``).
+PATHS = ("cold", "reuse-purge")
+
+
+def timed_run(args, env):
+    """Wall and CPU (user + system) seconds of the command ``args``, and
+    the steps of its ``PERFHERDER_DATA`` line (name: seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    out = tools.run(args, env)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime
+           + after.ru_stime - before.ru_stime)
+    steps = {}
+    for line in out.splitlines():
+        if line.startswith("PERFHERDER_DATA: "):
+            steps = {suite["name"]: suite["value"] for suite in json.loads(
+                line.split(" ", 1)[1])["suites"]}
+    return {"wall": wall, "cpu": cpu, "steps": steps}
+
+
+def hardlinked_copy(repo, dest):
+    """``repo``'s .hg with every file hardlinked (Mercurial breaks a link
+    before it writes to a file) but its caches, copied: serving it writes
+    nothing into ``repo``."""
+    os.makedirs(dest)
+    hgdir = os.path.join(repo, ".hg")
+    tools.run(["cp", "-al", hgdir, os.path.join(dest, ".hg")], None)
+    for cache in ("cache", "wcache"):
+        linked = os.path.join(dest, ".hg", cache)
+        if os.path.isdir(linked):
+            shutil.rmtree(linked)
+            shutil.copytree(os.path.join(hgdir, cache), linked)
+
+
+def add_junk(checkout, count):
+    """``count`` files a build would leave in ``checkout``, in 50
+    directories: those of d00 to d09 are ignored (``JUNK_IGNORE``), the
+    others unknown."""
+    junk = os.path.join(checkout, "obj-bench-junk")
+    for n in range(count):
+        path = os.path.join(junk, "d%02d" % (n % 50), "f%05d.o" % n)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"%d\n" % n)
+
+
+#: The ignore file both sides read (``ui.ignore``).
+JUNK_IGNORE = "syntax: glob\nobj-bench-junk/d0*\n"
+
+
+def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
+                      paths=PATHS):
+    unknown = sorted(set(paths) - set(PATHS))
+    if unknown or not paths:
+        raise Abort("unknown path %s" % ",".join(unknown) if unknown
+                    else "no path to run", hint="--paths takes %s"
+                    % ",".join(PATHS))
+    d = lambda *names: os.path.join(work, "hg", *names)  # noqa: E731
+    if "cold" not in paths and not all(
+            os.path.isdir(d("co-" + side)) for side in SIDES):
+        raise Abort("reuse-purge alone needs the checkouts of an earlier "
+                    "run in %s" % d(), hint="run with --paths "
+                    "cold,reuse-purge and --workdir first")
+    hg = tools.executable("hg")
+    home = os.path.join(work, "hg-home")
+    os.makedirs(home, exist_ok=True)
+    with open(os.path.join(home, "hgignore"), "w") as fh:
+        fh.write(JUNK_IGNORE)
+    envs = {}
+    for side, line in (("upstream", "robustcheckout = %s" % upstream),
+                       ("ours", "robustcheckout =")):
+        hgrc = os.path.join(home, "hgrc-" + side)
+        with open(hgrc, "w") as fh:
+            fh.write("[extensions]\n%s\n[ui]\nignore = %s\n"
+                     % (line, os.path.join(home, "hgignore")))
+        envs[side] = tools.isolated_env(home, hgrc)
+        # both extensions print their steps' seconds then
+        envs[side]["TASKCLUSTER_INSTANCE_TYPE"] = "vcsperf-bench"
+    os.makedirs(d(), exist_ok=True)
+    served = os.path.join(work, "hg-served")
+    if not os.path.isdir(served):
+        hardlinked_copy(repo, served)
+    with HgServer(envs["ours"], served) as server:
+        tip, old = tools.run([hg, "log", "-R", served, "-r", "tip + tip~%d"
+                              % behind, "-T", "{node}\n"],
+                             envs["ours"]).split()
+
+        def checkout(side, node, purge=False):
+            args = [hg, "robustcheckout", "--sharebase", d("pool-" + side),
+                    "-r", node, server.url, d("co-" + side)]
+            return timed_run(args + ["--purge"] * purge, envs[side])
+
+        cold = {side: checkout(side, old) for side in SIDES
+                if "cold" in paths}
+        reuse = {side: [] for side in SIDES}
+        for number in range(rounds if "reuse-purge" in paths else 0):
+            order = SIDES if number % 2 == 0 else SIDES[::-1]
+            if number or "cold" not in paths:
+                for side in order:
+                    checkout(side, old, purge=True)
+            for side in order:
+                add_junk(d("co-" + side), junk)
+                reuse[side].append(checkout(side, tip, purge=True))
+        parents = {side: tools.run([hg, "log", "-R", d("co-" + side), "-r",
+                                    ".", "-T", "{node}"], envs[side])
+                   for side in SIDES}
+    if "reuse-purge" in paths and set(parents.values()) != {tip}:
+        raise RuntimeError("checkouts ended at %s, not %s" % (parents, tip))
+    return {"changesets": int(tools.run(
+        [hg, "log", "-R", served, "-r", "tip", "-T", "{rev}"],
+        envs["ours"])) + 1, "behind": behind, "junk": junk,
+        "cold": cold, "reuse_purge": reuse}
+
+
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return (values[middle] if len(values) % 2
+            else (values[middle - 1] + values[middle]) / 2)
+
+
+def format_upstream_report(result):
+    lines = ["## hg robustcheckout: ours against Mozilla's (%d changesets, "
+             "%d behind, %d junk files)" % (result["changesets"],
+                                             result["behind"],
+                                             result["junk"]), "",
+             "| path | upstream wall | ours wall | ours / upstream | "
+             "upstream CPU | ours CPU | ours / upstream |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    cold, reuse = result["cold"], result["reuse_purge"]
+    rows = [("cold (empty pool)", cold["upstream"], cold["ours"])
+            ] if cold else []
+    for number, (up, ours) in enumerate(zip(reuse["upstream"],
+                                            reuse["ours"])):
+        rows.append(("reuse --purge, round %d" % (number + 1), up, ours))
+    if reuse["ours"]:
+        rows.append(("reuse --purge, median", {
+            key: median([run[key] for run in reuse["upstream"]])
+            for key in ("wall", "cpu")}, {
+            key: median([run[key] for run in reuse["ours"]])
+            for key in ("wall", "cpu")}))
+    for name, up, ours in rows:
+        lines.append("| %s | %.2f s | %.2f s | %.2f | %.2f s | %.2f s | "
+                     "%.2f |" % (name, up["wall"], ours["wall"],
+                                 ours["wall"] / up["wall"], up["cpu"],
+                                 ours["cpu"], ours["cpu"] / up["cpu"]))
+    lines += ["", "| step (PERFHERDER_DATA, s) | path | upstream | ours |",
+              "| --- | --- | --- | --- |"]
+    runs = [("cold", cold["upstream"], cold["ours"])] if cold else []
+    runs += [("reuse round %d" % (number + 1), up, ours)
+             for number, (up, ours) in enumerate(zip(reuse["upstream"],
+                                                     reuse["ours"]))]
+    for path, up, ours in runs:
+        for step in ("clone", "pull", "purge", "update", "overall"):
+            if step in up["steps"] or step in ours["steps"]:
+                lines.append("| %s | %s | %s | %s |" % (
+                    step, path, _seconds(up["steps"].get(step)),
+                    _seconds(ours["steps"].get(step))))
+    return "\n".join(lines)
+
+
+def _seconds(value):
+    return "-" if value is None else "%.2f" % value
 
 
 # Git -------------------------------------------------------------------------
@@ -308,6 +501,18 @@ def main(argv=None):
     parser.add_argument("--hg", help="Mercurial repository to serve")
     parser.add_argument("--git", help="bare Git repository to serve")
     parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--upstream", help="Mozilla's robustcheckout "
+                        "(version-control-tools' hgext/robustcheckout): "
+                        "time it beside ours on --hg instead")
+    parser.add_argument("--behind", type=int, default=50,
+                        help="changesets the reused checkout is behind")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--paths", default="cold,reuse-purge",
+                        help="with --upstream: cold, reuse-purge or both "
+                        "(reuse-purge alone reuses --workdir's checkouts)")
+    parser.add_argument("--junk", type=int, default=2000,
+                        help="unknown and ignored files purge removes each "
+                        "round")
     parser.add_argument("--dulwich", action="store_true",
                         help="also time dulwich's clone and checkout")
     parser.add_argument("--json", help="also write the figures here")
@@ -316,6 +521,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="vcsperf-sharepool-")
     try:
+        if args.upstream:
+            result = bench_hg_upstream(
+                benchcli.hg_repository(args.hg), work,
+                os.path.abspath(args.upstream), args.behind, args.rounds,
+                args.junk, args.paths.split(","))
+            print(format_upstream_report(result))
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump({"hg_upstream": result}, fh, indent=2)
+            return
         hg_result = bench_hg(args.hg, work, args.jobs) if args.hg else None
         git_result = (bench_git(args.git, work, args.jobs, args.dulwich)
                       if args.git else None)
