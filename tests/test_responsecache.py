@@ -4,6 +4,7 @@ its back, its directory deleted or made a file, a writer killed mid-entry,
 thousands of distinct keys under a small bound, and one writer per key
 among threads."""
 
+import json
 import os
 import subprocess
 import sys
@@ -281,13 +282,74 @@ def test_one_writer_per_key_among_concurrent_requests(tmp_path):
     assert results == [b"the response"] * 8
 
 
-def test_counters_survive_a_garbage_stats_file(tmp_path):
+def test_counters_survive_a_garbage_stats_file(tmp_path, monkeypatch):
+    # Two counts to a record log: the second folds it into stats.json.
+    monkeypatch.setattr(responsecache, "STATS_LOG_LIMIT",
+                        2 * responsecache._COUNT.size)
     cache = cache_at(tmp_path)
-    cache.count(hits=2, bytes_saved=100)
+    cache.count(hits=1, bytes_saved=100)
+    cache.count(hits=1)
+    assert json.loads((tmp_path / "stats.json").read_bytes())["hits"] == 2
+    assert (tmp_path / "stats.log").stat().st_size == 0
     (tmp_path / "stats.json").write_bytes(b"\xff{not json")
     assert cache.counters()["hits"] == 0
     cache.count(hits=1)
     assert cache.counters()["hits"] == 1
+
+
+def test_counts_are_appended_and_folded_exactly_whatever_stats_log_holds(
+        tmp_path, monkeypatch):
+    """Each count is one record appended to ``stats.log`` (a rewrite of
+    stats.json per response cost more CPU than the rest of a cached
+    response's own work); the log is folded into stats.json at its bound.
+    Counts from several processes at once are all kept, across folds; a
+    record that is not one (a partial one, garbage, a negative or
+    infinite value) counts nothing and is folded away; a symbolic link,
+    a FIFO or a hard link planted as stats.log is neither written nor
+    read (nor waited on)."""
+    root = tmp_path / "cache"
+    cache = cache_at(root)
+    cache.count(misses=1)
+    # Processes counting at once, the log folded every 8 records.
+    script = (
+        "import sys\n"
+        "from vcsperf.core import responsecache\n"
+        "responsecache.STATS_LOG_LIMIT = 8 * responsecache._COUNT.size\n"
+        "cache = responsecache.ResponseCache(sys.argv[1], 1 << 20, 0, 1)\n"
+        "for _ in range(100):\n"
+        "    cache.count(hits=1, bytes_saved=3, cpu_saved=0.5)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(root)])
+             for _ in range(4)]
+    assert [proc.wait(timeout=60) for proc in procs] == [0] * 4
+    counted = cache.counters()
+    assert (counted["hits"], counted["bytes_saved"], counted["cpu_saved"],
+            counted["misses"]) == (400, 1200, 200.0, 1)
+    assert json.loads((root / "stats.json").read_bytes())["hits"] >= 392
+    assert (root / "stats.log").stat().st_size < 8 * responsecache._COUNT.size
+    # Records that are not counts: skipped, then folded away.
+    good = responsecache._COUNT.pack(b"VCSC", 1, *[0.0] * 9)
+    bad = [responsecache._COUNT.pack(b"VCSC", -5, *[0.0] * 9),
+           responsecache._COUNT.pack(b"VCSC", float("inf"), *[0.0] * 9),
+           responsecache._COUNT.pack(b"XXXX", 7, *[0.0] * 9)]
+    folded = json.loads((root / "stats.json").read_bytes())["hits"]
+    (root / "stats.log").write_bytes(good + b"".join(bad))
+    assert cache.counters()["hits"] == folded + 1
+    with open(root / "stats.log", "ab") as fh:
+        fh.write(b"\x00" * 5)  # a partial record: folded before a count
+    cache.count(hits=1)
+    assert (root / "stats.log").stat().st_size == responsecache._COUNT.size
+    assert cache.counters()["hits"] == folded + 2
+    # Planted in stats.log's place (its last count gone with it): never
+    # written through, read or waited on.
+    victim = tmp_path / "victim"
+    victim.write_bytes(good * 3)
+    for plant in (lambda path: os.symlink(victim, path),
+                  lambda path: os.link(victim, path), os.mkfifo):
+        (root / "stats.log").unlink()
+        plant(root / "stats.log")
+        cache.count(hits=1)
+        assert cache.counters()["hits"] == folded + 1
+        assert victim.read_bytes() == good * 3
 
 
 def test_wirecache_counters_never_write_through_a_planted_symlink(tmp_path):

@@ -85,11 +85,19 @@ _LARGE_SUFFIX = ".large"
 #: Markers: responses too small to be worth storing, or too large to fit.
 MARKER_SUFFIXES = (_SMALL_SUFFIX, _LARGE_SUFFIX)
 
-#: Counters kept in ``stats.json``; those of a shared store
-#: (``sharedresponsecache``) stay 0 on local disk alone.
+#: Counters kept in ``stats.json`` and ``stats.log``; those of a shared
+#: store (``sharedresponsecache``) stay 0 on local disk alone.
 COUNTERS = ("hits", "misses", "uncached", "bytes_saved", "cpu_saved",
             "store_hits", "store_misses", "store_errors", "store_bytes_read",
             "store_bytes_written")
+#: One count in ``stats.log``: a magic, then each of ``COUNTERS``.
+_COUNT_MAGIC = b"VCSC"
+_COUNT = struct.Struct(">4s%dd" % len(COUNTERS))
+#: ``stats.log`` is folded into ``stats.json`` once it is this long (about
+#: 700 counts; what is past 16 times this is not counted): each count is one append, not a rewrite of ``stats.json``
+#: (a rename over a file on ext4 cost 0.2 ms of CPU and 1.6 ms of wall
+#: time under the lock that orders every response's count).
+STATS_LOG_LIMIT = 64 * 1024
 
 
 class CacheUnusable(OSError):
@@ -608,51 +616,131 @@ class ResponseCache:
     # Counters -----------------------------------------------------------
 
     def count(self, **add: float) -> None:
-        """Add to the counters of ``stats.json`` (under its lock, replaced
-        by write-then-rename).  A failure to count never fails a request."""
+        """Add to the counters: one record appended to ``stats.log``,
+        under a shared lock; a log grown to ``STATS_LOG_LIMIT`` is folded
+        into ``stats.json`` under the exclusive lock.  A failure to count
+        never fails a request."""
+        record = _COUNT.pack(_COUNT_MAGIC,
+                             *(float(add.get(name, 0)) for name in COUNTERS))
         try:
-            fd = os.open(os.path.join(self._dir(), "stats.lock"),
-                         os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+            lock_fd = os.open(os.path.join(self._dir(), "stats.lock"),
+                              os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            counters = self.counters()
-            for name, value in add.items():
-                counters[name] = counters.get(name, 0) + value
-            # O_EXCL under an unguessable name: a link planted there is
-            # never followed, nor its target written.
-            tmp = os.path.join(self.root, "stats.json.%d.%s.tmp"
-                               % (os.getpid(), os.urandom(8).hex()))
-            tmp_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                             | os.O_NOFOLLOW, 0o666)
+            fcntl.flock(lock_fd, fcntl.LOCK_SH)
+            log_fd = _open_stats_log(os.path.join(self.root, "stats.log"))
+            if log_fd is None:
+                return
             try:
-                with os.fdopen(tmp_fd, "w") as fh:
-                    json.dump(counters, fh)
-                os.rename(tmp, os.path.join(self.root, "stats.json"))
-            except OSError:
-                _unlink_quietly(tmp)
-                raise
+                if os.fstat(log_fd).st_size % _COUNT.size:
+                    # Not whole records (not ours): folded away first, so
+                    # that this record is read where records are.
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                    self._fold()
+                os.write(log_fd, record)
+                size = os.fstat(log_fd).st_size
+            finally:
+                os.close(log_fd)
+            if size >= STATS_LOG_LIMIT:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                self._fold()
         except OSError:
             pass
         finally:
-            os.close(fd)
+            os.close(lock_fd)
+
+    def _fold(self) -> None:
+        """With the exclusive lock: ``stats.log`` added to ``stats.json``
+        (replaced by write-then-rename), then emptied."""
+        counters = self._read_counters()
+        # O_EXCL under an unguessable name: a link planted there is never
+        # followed, nor its target written.
+        tmp = os.path.join(self.root, "stats.json.%d.%s.tmp"
+                           % (os.getpid(), os.urandom(8).hex()))
+        tmp_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | os.O_NOFOLLOW, 0o666)
+        try:
+            with os.fdopen(tmp_fd, "w") as fh:
+                json.dump(counters, fh)
+            os.rename(tmp, os.path.join(self.root, "stats.json"))
+        except OSError:
+            _unlink_quietly(tmp)
+            raise
+        log_fd = _open_stats_log(os.path.join(self.root, "stats.log"))
+        if log_fd is not None:
+            try:
+                os.ftruncate(log_fd, 0)
+            finally:
+                os.close(log_fd)
 
     def counters(self) -> Dict[str, float]:
         """The counters; a missing or unreadable ``stats.json`` counts as
-        zeros (it holds figures, nothing a response depends on)."""
+        zeros, and so does a record of ``stats.log`` that is not one (they
+        hold figures, nothing a response depends on)."""
+        try:
+            lock_fd = os.open(os.path.join(self.root, "stats.lock"),
+                              os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return self._read_counters()
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_SH)
+            return self._read_counters()
+        except OSError:
+            return self._read_counters()
+        finally:
+            os.close(lock_fd)
+
+    def _read_counters(self) -> Dict[str, float]:
         counters: Dict[str, float] = {name: 0 for name in COUNTERS}
         try:
             with open(os.path.join(self.root, "stats.json"), "rb") as fh:
                 saved = json.loads(fh.read(65536))
         except (OSError, ValueError):
-            return counters
+            saved = None
         if isinstance(saved, dict):
             for name in COUNTERS:
                 value = saved.get(name)
                 if isinstance(value, (int, float)) and value >= 0:
                     counters[name] = value
+        log_fd = _open_stats_log(os.path.join(self.root, "stats.log"),
+                                 os.O_RDONLY)
+        if log_fd is None:
+            return counters
+        try:
+            with os.fdopen(log_fd, "rb") as fh:
+                # Counts appended while a fold waited for the lock are
+                # past the limit; a planted file's size is not.
+                data = fh.read(16 * STATS_LOG_LIMIT)
+        except OSError:
+            return counters
+        for at in range(0, len(data) - _COUNT.size + 1, _COUNT.size):
+            magic, *values = _COUNT.unpack_from(data, at)
+            if magic != _COUNT_MAGIC or not all(
+                    0 <= value < float("inf") for value in values):
+                continue
+            for name, value in zip(COUNTERS, values):
+                counters[name] += value
         return counters
+
+
+def _open_stats_log(path: str, flags: int = os.O_WRONLY | os.O_APPEND
+                    | os.O_CREAT) -> Optional[int]:
+    """A descriptor of ``stats.log``, or None when what is there is not a
+    file of the cache's own: a symbolic link, a FIFO or device, or a hard
+    link to a file elsewhere (never written through nor read)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _then(written: Iterator[bytes], overflow: bytes,
