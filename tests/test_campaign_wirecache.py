@@ -162,7 +162,9 @@ def _damages(repo, outside):
             lock.mkdir()
 
     def stats_garbage():
+        # Both counter files: what they held is lost, counting goes on.
         (cache / "stats.json").write_bytes(b"\x00{garbage")
+        (cache / "stats.log").write_bytes(b"\x00{garbage")
 
     return [delete_all, truncate, garbage, symlink_outside, entries_a_file,
             locks_dirs, stats_garbage]
