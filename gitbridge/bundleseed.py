@@ -45,6 +45,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -377,21 +378,29 @@ class _NoOtherSchemes(urllib.request.HTTPRedirectHandler):
 
 class _Download:
     """HTTP GETs within ``Limits``; ``interrupt`` (from the deadline's
-    watchdog) shuts the current one's socket."""
+    watchdog) shuts the current connection's socket, also while the
+    status line and headers are read, and makes every later connection
+    (a redirect's) fail at once."""
 
     def __init__(self, limits):
         self.limits = limits
-        self.opener = urllib.request.build_opener(_NoOtherSchemes())
+        self.opener = urllib.request.build_opener(
+            _NoOtherSchemes(), _Handler(self), _SecureHandler(self))
         self.response = None
+        self.sock = None
+        self.stopped = False
 
     def interrupt(self):
-        response = self.response
-        if response is None:
-            return
-        try:
-            response.fp.raw._sock.shutdown(socket.SHUT_RDWR)
-        except (AttributeError, OSError):
-            pass
+        self.stopped = True
+        sock = self.sock
+        if sock is not None:
+            pooling.shut_down(sock)
+
+    def connected(self, sock):
+        """``sock`` is the current connection's (``_Connection``)."""
+        self.sock = sock
+        if self.stopped:  # the deadline passed while it connected
+            pooling.shut_down(sock)
 
     def chunks(self, url, most):
         """The body of ``url``, in pieces, up to ``most`` bytes."""
@@ -433,9 +442,76 @@ class _Download:
         finally:
             self.response.close()
             self.response = None
+            self.sock = None
 
     def head(self, url, most):
         return b"".join(self.chunks(url, most))
+
+
+class _Connection:
+    """What the connections of a ``_Download`` add to http.client's: a
+    stopped download opens none, the socket is handed to the download for
+    its ``interrupt``, and the status line and headers, which a host can
+    trickle a byte at a time without tripping the per-read timeout, must
+    come within ``sharepool.bundle-timeout`` in all."""
+
+    download = None
+
+    def connect(self):
+        if self.download.stopped:
+            raise OSError("stopped")
+        super().connect()
+        self.download.connected(self.sock)
+
+    def getresponse(self):
+        sock, limit, late = self.sock, self.download.limits.timeout, []
+
+        def too_late():
+            late.append(True)
+            pooling.shut_down(sock)
+        timer = threading.Timer(limit, too_late)
+        timer.daemon = True
+        timer.start()
+        try:
+            response = super().getresponse()
+        except (OSError, http.client.HTTPException):
+            if late:
+                raise self._too_late(limit)
+            raise
+        finally:
+            timer.cancel()
+        if late:
+            response.close()
+            raise self._too_late(limit)
+        return response
+
+    def _too_late(self, limit):
+        return Failed("%s: timed out: no response headers within %gs"
+                      % (self.host, limit))
+
+
+def _connection_class(download, base):
+    return type(base.__name__, (_Connection, base), {"download": download})
+
+
+class _Handler(urllib.request.HTTPHandler):
+    def __init__(self, download):
+        super().__init__()
+        self.connection = _connection_class(download,
+                                            http.client.HTTPConnection)
+
+    def http_open(self, req):
+        return self.do_open(self.connection, req)
+
+
+class _SecureHandler(urllib.request.HTTPSHandler):
+    def __init__(self, download):
+        super().__init__()
+        self.connection = _connection_class(download,
+                                            http.client.HTTPSConnection)
+
+    def https_open(self, req):
+        return self.do_open(self.connection, req, context=self._context)
 
 
 def _reason(err):

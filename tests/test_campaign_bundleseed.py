@@ -6,7 +6,9 @@ of another history.  Every case ends in the origin's tree, with at most
 one line about the bundles, within its bounds."""
 
 import os
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -234,3 +236,59 @@ def test_every_misbehaving_bundle_host_falls_back_to_the_origin(
         ("a ref to nothing", "/dangling", [], "which it does not hold"),
     ])
 
+
+
+@pytest.fixture
+def header_trickler():
+    """A host on 127.0.0.1 that sends a status line, then one header byte
+    every 0.2 s for as long as the client reads; yields its URL."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    done = threading.Event()
+
+    def trickle(conn):
+        with conn:
+            conn.recv(4096)
+            try:
+                conn.sendall(b"HTTP/1.0 200 OK\r\n")
+                while not done.wait(0.2):
+                    conn.sendall(b"X")
+            except OSError:
+                pass
+
+    def accept():
+        while True:
+            try:
+                conn, _address = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,),
+                             daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d/list" % server.getsockname()[1]
+    finally:
+        done.set()
+        server.close()
+
+
+def test_a_host_that_trickles_its_headers_is_given_up(
+        git, tmp_path, header_trickler):
+    """Headers a byte at a time never trip the per-read timeout: they
+    must come within ``bundle-timeout`` in all, and ``bundle-deadline``
+    reaches a connection still reading them."""
+    for limits, says in [
+            (bundleseed.Limits(timeout=1, deadline=60),
+             "no response headers within 1s"),
+            (bundleseed.Limits(timeout=60, deadline=1.5),
+             "past sharepool.bundle-deadline (1.5s)")]:
+        store = tmp_path / ("store%g" % limits.deadline)
+        git("init", "-q", "--bare", store)
+        started = time.monotonic()
+        seeded = bundleseed.seed(str(store), header_trickler, limits)
+        seconds = time.monotonic() - started
+        assert seeded.failure is not None and says in seeded.failure, \
+            seeded.failure
+        assert seconds < 4, seconds
+        assert seeded.bundles == 0
