@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import campaign
 from checkout_drivers import git_commit, git_served, release_files  # noqa: F401
 from gitbridge import bundleseed
+from vcsperf.harness import tools
 from vcsperf.harness.proxies import Fault, FlakyProxy
 from vcsperf.harness.servers import FileServer
 
@@ -292,3 +293,51 @@ def test_a_host_that_trickles_its_headers_is_given_up(
             seeded.failure
         assert seconds < 4, seconds
         assert seeded.bundles == 0
+
+
+def test_a_clone_killed_midway_is_removed_by_the_next(
+        git, gitbridge, git_served, env, tmp_path,  # noqa: F811
+        header_trickler):
+    """A checkout killed while it clones a URL new to the pool (here
+    while its bundle host trickles) leaves ``.url-<key>.cloning-<pid>``;
+    the next checkout of that URL, under the URL's lock, removes it, and
+    only it: a partial whose process lives, a symlink of that name and
+    other names stay, and nothing outside the pool is touched."""
+    pool, victim = tmp_path / "pool", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("not the pool's\n")
+    killed = subprocess.Popen(
+        [tools.executable("gitbridge"), "checkout", "--sharebase", pool,
+         "--bundle-uri", header_trickler, "-r", git_served.commits[-1],
+         git_served.repo_url, tmp_path / "dest0"], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        partials = list(pool.glob(".url-*.cloning-%d" % killed.pid)) \
+            if pool.is_dir() else []
+        if partials:
+            break
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    assert len(partials) == 1 and partials[0].is_dir()
+    prefix = partials[0].name[:-len(str(killed.pid))]
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    live = pool / (prefix + str(os.getpid()))
+    live.mkdir()
+    (pool / (prefix + str(exited.pid))).symlink_to(victim)
+    others = [pool / (prefix + "x%d" % exited.pid),
+              pool / (prefix + "%d.kept" % exited.pid)]
+    for other in others:
+        other.mkdir()
+    proc = gitbridge("checkout", "--sharebase", pool, "-r",
+                     git_served.commits[-1], git_served.repo_url,
+                     tmp_path / "dest1")
+    assert "(removing %s, left by an interrupted clone)" % partials[0] \
+        in proc.stderr
+    assert not os.path.lexists(partials[0])
+    assert live.is_dir() and all(other.is_dir() for other in others)
+    assert os.path.islink(pool / (prefix + str(exited.pid)))
+    assert os.listdir(victim) == ["keep"]
+    assert git("-C", tmp_path / "dest1", "rev-parse", "HEAD").strip() == \
+        git_served.commits[-1]
