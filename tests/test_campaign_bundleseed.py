@@ -341,3 +341,47 @@ def test_a_clone_killed_midway_is_removed_by_the_next(
     assert os.listdir(victim) == ["keep"]
     assert git("-C", tmp_path / "dest1", "rev-parse", "HEAD").strip() == \
         git_served.commits[-1]
+
+
+def test_bundles_that_name_too_many_refs_are_given_up(
+        git, tmp_path, monkeypatch):
+    """Each ref a bundle names is written, shown to the origin and
+    deleted: a header of over ``MAX_REFS`` refs (10,000) is refused as it
+    is read, and so is one that takes the bundles of a list past it."""
+    work = tmp_path / "work"
+    git("init", "-q", "-b", "main", work)
+    (work / "f").write_text("one\n")
+    git("-C", work, "add", "f")
+    git("-C", work, "commit", "-q", "-m", "one")
+    commit = git("-C", work, "rev-parse", "HEAD").strip().encode()
+    git("-C", work, "bundle", "create", "-q", tmp_path / "one.bundle",
+        "main")
+    pack = (tmp_path / "one.bundle").read_bytes().partition(b"\n\n")[2]
+    served = tmp_path / "served"
+    served.mkdir()
+
+    def bundle(name, refs):
+        (served / name).write_bytes(b"# v2 git bundle\n" + b"".join(
+            b"%s refs/heads/r%d\n" % (commit, n) for n in range(refs))
+            + b"\n" + pack)
+    bundle("many.bundle", bundleseed.MAX_REFS + 1)
+    bundle("two.bundle", 2)
+    limits = bundleseed.Limits(timeout=5, deadline=30)
+    with FileServer(served) as host:
+        (served / "list").write_text(_list([(host.url + "two.bundle", 1),
+                                            (host.url + "two.bundle", 2)]))
+        git("init", "-q", "--bare", tmp_path / "store")
+        seeded = bundleseed.seed(str(tmp_path / "store"),
+                                 host.url + "many.bundle", limits)
+        assert "names over 10000 refs" in seeded.failure, seeded.failure
+        assert seeded.bundles == 0
+        assert git("-C", tmp_path / "store", "for-each-ref") == ""
+        monkeypatch.setattr(bundleseed, "MAX_REFS", 3)
+        git("init", "-q", "--bare", tmp_path / "store2")
+        seeded = bundleseed.seed(str(tmp_path / "store2"), host.url + "list",
+                                 limits)
+        assert "names over 1 refs (3 in all" in seeded.failure, \
+            seeded.failure
+        assert seeded.bundles == 1 and seeded.refs == 2
+        assert len(git("-C", tmp_path / "store2", "for-each-ref",
+                       bundleseed.REFS).splitlines()) == 2
