@@ -25,16 +25,17 @@ the list's own format read by Git's config parser:
   fetch has succeeded.  The store's
   ``gitbridge.bundletoken`` records the highest creation token applied.
 
-Every wait is bounded: a read waits at most ``sharepool.bundle-timeout``
-seconds (30), a host sending less than ``sharepool.bundle-low-speed``
-bytes a second (65536) over that long is given up, and all of the
-seeding at most ``sharepool.bundle-deadline`` seconds (1800).  A list
-holds at most 1 MiB and 64 bundles.  Whatever goes wrong (a host that is
-down, stalls, trickles or answers an error, a list that is not one or
-names nothing usable, a bundle that is cut short, corrupt, of another
-history, or lacks its prerequisites) ends the seeding with one line, and
-the origin sends the rest: what was applied before stays, it is verified
-history.  The seeding never decides the tree: the commit checked out is
+Every wait is bounded: a read, and an answer's status line and headers
+in all, wait at most ``sharepool.bundle-timeout`` seconds (30), a host
+sending less than ``sharepool.bundle-low-speed`` bytes a second (65536)
+over that long is given up, and all of the seeding at most
+``sharepool.bundle-deadline`` seconds (1800).  A list holds at most
+1 MiB and 64 bundles, whose headers name at most 10,000 refs in all.
+Whatever goes wrong (a host that is down, stalls, trickles or answers
+an error, a list that is not one or names nothing usable, a bundle that
+is cut short, corrupt, of another history, or lacks its prerequisites)
+ends the seeding with one line, and the origin sends the rest: what was
+applied before stays, it is verified history.  The seeding never decides the tree: the commit checked out is
 the one the origin names.
 """
 
@@ -45,6 +46,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -70,6 +72,11 @@ _SHA = re.compile(r"^[0-9a-f]{40}$")
 #: The longest line a bundle's header may have, and the most bytes.
 MAX_HEADER_LINE = 1 << 16
 MAX_HEADER = 64 << 20
+#: The most refs the bundles of one seeding may name in all: each is a
+#: ref to write, to show the origin and to delete, and a header of
+#: 200,000 (17 MB) took minutes past the deadline.  ``bundlegen``'s
+#: bundles name the branches and tags.
+MAX_REFS = 10000
 _C_LOCALE = dict(os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0")
 
 
@@ -94,6 +101,7 @@ class Seeded:
     def __init__(self):
         self.bundles = 0
         self.bytes = 0
+        self.refs = 0
         self.token = None
         self.failure = None
 
@@ -110,7 +118,10 @@ def seed(store, list_url, limits, env=None):
             for uri, token in bundles_of(download, list_url):
                 if deadline.expired:
                     raise Failed("past sharepool.bundle-deadline")
-                seeded.bytes += _apply(store, download, uri, deadline, env)
+                got, refs = _apply(store, download, uri, deadline, env,
+                                   MAX_REFS - seeded.refs)
+                seeded.bytes += got
+                seeded.refs += refs
                 seeded.bundles += 1
                 if token is not None:
                     seeded.token = max(token, seeded.token or 0)
@@ -213,7 +224,7 @@ def _absolute(list_url, uri):
     return url
 
 
-def _apply(store, download, uri, deadline, env):
+def _apply(store, download, uri, deadline, env, most_refs):
     """Download the bundle ``uri`` into the store, its pack streamed into
     ``git index-pack`` as it comes, and point ``refs/bundles/`` at its
     refs; the bytes downloaded.  ``--check-self-contained-and-connected``
@@ -223,14 +234,15 @@ def _apply(store, download, uri, deadline, env):
     every object again afterwards (a minute at Firefox's size)."""
     chunks = download.chunks(uri, 1 << 62)
     try:
-        return _index(store, _Stream(chunks), uri, deadline, env)
+        return _index(store, _Stream(chunks), uri, deadline, env,
+                      most_refs)
     finally:
         chunks.close()
 
 
-def _index(store, stream, uri, deadline, env):
-    prerequisites, refs = _header(stream, uri)
-    missing = _missing(store, prerequisites, env)
+def _index(store, stream, uri, deadline, env, most_refs):
+    prerequisites, refs = _header(stream, uri, most_refs)
+    missing = _missing(store, prerequisites, deadline)
     if missing:
         raise Failed("%s: the store lacks its prerequisite commit %s"
                      % (_short(uri), missing[0]))
@@ -265,7 +277,7 @@ def _index(store, stream, uri, deadline, env):
     if status not in (0, 1) or not out.startswith(("pack\t", "keep\t")):
         raise Failed("%s: %s" % (_short(uri), (said.splitlines() or [
             "git index-pack exited with status %d" % status])[0][:300]))
-    missing = _missing(store, [sha for sha, _name in refs], env)
+    missing = _missing(store, [sha for sha, _name in refs], deadline)
     if missing:
         raise Failed("%s: its ref names %s, which it does not hold"
                      % (_short(uri), missing[0]))
@@ -273,16 +285,16 @@ def _index(store, stream, uri, deadline, env):
                       for sha, name in refs if name.startswith("refs/"))
     try:
         run(["git", "update-ref", "--stdin"], _C_LOCALE, cwd=store,
-            input=updates)
+            input=updates, deadline=deadline)
     except CommandError as failure:
         raise Failed("%s: %s" % (_short(uri), (
             failure.stderr.strip().splitlines() or ["?"])[0][:300]))
-    return stream.got
+    return stream.got, len(refs)
 
 
-def _header(stream, uri):
-    """The prerequisites (shas) and refs (``(sha, name)``) of the bundle
-    header at the start of ``stream``."""
+def _header(stream, uri, most_refs):
+    """The prerequisites (shas) and refs (``(sha, name)``, at most
+    ``most_refs``) of the bundle header at the start of ``stream``."""
     signature = stream.line()
     if signature + b"\n" not in BUNDLE_SIGNATURES:
         raise Failed("%s is not a bundle" % _short(uri))
@@ -310,14 +322,23 @@ def _header(stream, uri):
             prerequisites.append(sha)
         else:
             refs.append((sha, name))
+            if len(refs) > most_refs:
+                raise Failed("%s: its header names over %d refs (%d in all "
+                             "the bundles of a list)" % (
+                                 _short(uri), most_refs, MAX_REFS))
 
 
-def _missing(store, shas, env):
+def _missing(store, shas, deadline):
     """The shas of ``shas`` that the store does not hold."""
     if not shas:
         return []
-    out = run(["git", "cat-file", "--batch-check=%(objectname)"],
-              _C_LOCALE, cwd=store, input="".join(s + "\n" for s in shas))
+    try:
+        out = run(["git", "cat-file", "--batch-check=%(objectname)"],
+                  _C_LOCALE, cwd=store,
+                  input="".join(s + "\n" for s in shas), deadline=deadline)
+    except CommandError as failure:  # killed at the deadline
+        raise Failed("git cat-file: %s" % (
+            failure.stderr.strip().splitlines() or ["?"])[0][:300])
     return [line.split()[0] for line in out.splitlines()
             if line.endswith(" missing")]
 
@@ -377,21 +398,29 @@ class _NoOtherSchemes(urllib.request.HTTPRedirectHandler):
 
 class _Download:
     """HTTP GETs within ``Limits``; ``interrupt`` (from the deadline's
-    watchdog) shuts the current one's socket."""
+    watchdog) shuts the current connection's socket, also while the
+    status line and headers are read, and makes every later connection
+    (a redirect's) fail at once."""
 
     def __init__(self, limits):
         self.limits = limits
-        self.opener = urllib.request.build_opener(_NoOtherSchemes())
+        self.opener = urllib.request.build_opener(
+            _NoOtherSchemes(), _Handler(self), _SecureHandler(self))
         self.response = None
+        self.sock = None
+        self.stopped = False
 
     def interrupt(self):
-        response = self.response
-        if response is None:
-            return
-        try:
-            response.fp.raw._sock.shutdown(socket.SHUT_RDWR)
-        except (AttributeError, OSError):
-            pass
+        self.stopped = True
+        sock = self.sock
+        if sock is not None:
+            pooling.shut_down(sock)
+
+    def connected(self, sock):
+        """``sock`` is the current connection's (``_Connection``)."""
+        self.sock = sock
+        if self.stopped:  # the deadline passed while it connected
+            pooling.shut_down(sock)
 
     def chunks(self, url, most):
         """The body of ``url``, in pieces, up to ``most`` bytes."""
@@ -433,9 +462,76 @@ class _Download:
         finally:
             self.response.close()
             self.response = None
+            self.sock = None
 
     def head(self, url, most):
         return b"".join(self.chunks(url, most))
+
+
+class _Connection:
+    """What the connections of a ``_Download`` add to http.client's: a
+    stopped download opens none, the socket is handed to the download for
+    its ``interrupt``, and the status line and headers, which a host can
+    trickle a byte at a time without tripping the per-read timeout, must
+    come within ``sharepool.bundle-timeout`` in all."""
+
+    download = None
+
+    def connect(self):
+        if self.download.stopped:
+            raise OSError("stopped")
+        super().connect()
+        self.download.connected(self.sock)
+
+    def getresponse(self):
+        sock, limit, late = self.sock, self.download.limits.timeout, []
+
+        def too_late():
+            late.append(True)
+            pooling.shut_down(sock)
+        timer = threading.Timer(limit, too_late)
+        timer.daemon = True
+        timer.start()
+        try:
+            response = super().getresponse()
+        except (OSError, http.client.HTTPException):
+            if late:
+                raise self._too_late(limit)
+            raise
+        finally:
+            timer.cancel()
+        if late:
+            response.close()
+            raise self._too_late(limit)
+        return response
+
+    def _too_late(self, limit):
+        return Failed("%s: timed out: no response headers within %gs"
+                      % (self.host, limit))
+
+
+def _connection_class(download, base):
+    return type(base.__name__, (_Connection, base), {"download": download})
+
+
+class _Handler(urllib.request.HTTPHandler):
+    def __init__(self, download):
+        super().__init__()
+        self.connection = _connection_class(download,
+                                            http.client.HTTPConnection)
+
+    def http_open(self, req):
+        return self.do_open(self.connection, req)
+
+
+class _SecureHandler(urllib.request.HTTPSHandler):
+    def __init__(self, download):
+        super().__init__()
+        self.connection = _connection_class(download,
+                                            http.client.HTTPSConnection)
+
+    def https_open(self, req):
+        return self.do_open(self.connection, req, context=self._context)
 
 
 def _reason(err):

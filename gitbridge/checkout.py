@@ -476,8 +476,14 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
 
     def clone_unknown(self, refs):
         """Clone a URL the pool does not know yet: its root names the
-        store."""
+        store.  Under the URL's lock: what a killed clone of it left goes
+        first."""
         sharebase = self.request.sharebase
+        for leftover in pooling.abandoned_clones(sharebase,
+                                                 "url-" + self.url_key):
+            self.warn("(removing %s, left by an interrupted clone)",
+                      leftover)
+            pooling.discard(leftover)
         partial = os.path.join(sharebase, ".url-%s.cloning-%d"
                                % (self.url_key, os.getpid()))
         self.fetch_new(partial)

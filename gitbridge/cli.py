@@ -6,6 +6,9 @@ Each feature module contributes its subcommands through
 """
 
 import importlib
+import os
+import select
+import signal
 import sys
 
 from vcsperf.core import __version__
@@ -37,6 +40,30 @@ def build_parser(modules=FEATURE_MODULES):
 
 
 def main(argv=None):
+    """The exit status; a reader of stdout that has gone (``| head``)
+    ends the command quietly, as SIGPIPE ends git's, status 141."""
+    try:
+        status = _dispatch(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        # what Python still holds for stdout would fail again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return status
+
+
+def _stdout_reader_gone():
+    """Whether stdout is a pipe whose reading end is closed (a broken
+    pipe of another, a subprocess's stdin, is a bug to show)."""
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(events & select.POLLERR
+               for _fd, events in poller.poll(0))
+
+
+def _dispatch(argv):
     argv = sys.argv[1:] if argv is None else list(argv)
     quick = QUICK.get(argv[0]) if argv else None
     if quick:

@@ -6,7 +6,9 @@ of another history.  Every case ends in the origin's tree, with at most
 one line about the bundles, within its bounds."""
 
 import os
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -15,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import campaign
 from checkout_drivers import git_commit, git_served, release_files  # noqa: F401
 from gitbridge import bundleseed
+from vcsperf.harness import tools
 from vcsperf.harness.proxies import Fault, FlakyProxy
 from vcsperf.harness.servers import FileServer
 
@@ -234,3 +237,151 @@ def test_every_misbehaving_bundle_host_falls_back_to_the_origin(
         ("a ref to nothing", "/dangling", [], "which it does not hold"),
     ])
 
+
+
+@pytest.fixture
+def header_trickler():
+    """A host on 127.0.0.1 that sends a status line, then one header byte
+    every 0.2 s for as long as the client reads; yields its URL."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    done = threading.Event()
+
+    def trickle(conn):
+        with conn:
+            conn.recv(4096)
+            try:
+                conn.sendall(b"HTTP/1.0 200 OK\r\n")
+                while not done.wait(0.2):
+                    conn.sendall(b"X")
+            except OSError:
+                pass
+
+    def accept():
+        while True:
+            try:
+                conn, _address = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,),
+                             daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield "http://127.0.0.1:%d/list" % server.getsockname()[1]
+    finally:
+        done.set()
+        server.close()
+
+
+def test_a_host_that_trickles_its_headers_is_given_up(
+        git, tmp_path, header_trickler):
+    """Headers a byte at a time never trip the per-read timeout: they
+    must come within ``bundle-timeout`` in all, and ``bundle-deadline``
+    reaches a connection still reading them."""
+    for limits, says in [
+            (bundleseed.Limits(timeout=1, deadline=60),
+             "no response headers within 1s"),
+            (bundleseed.Limits(timeout=60, deadline=1.5),
+             "past sharepool.bundle-deadline (1.5s)")]:
+        store = tmp_path / ("store%g" % limits.deadline)
+        git("init", "-q", "--bare", store)
+        started = time.monotonic()
+        seeded = bundleseed.seed(str(store), header_trickler, limits)
+        seconds = time.monotonic() - started
+        assert seeded.failure is not None and says in seeded.failure, \
+            seeded.failure
+        assert seconds < 4, seconds
+        assert seeded.bundles == 0
+
+
+def test_a_clone_killed_midway_is_removed_by_the_next(
+        git, gitbridge, git_served, env, tmp_path,  # noqa: F811
+        header_trickler):
+    """A checkout killed while it clones a URL new to the pool (here
+    while its bundle host trickles) leaves ``.url-<key>.cloning-<pid>``;
+    the next checkout of that URL, under the URL's lock, removes it, and
+    only it: a partial whose process lives, a symlink of that name and
+    other names stay, and nothing outside the pool is touched."""
+    pool, victim = tmp_path / "pool", tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("not the pool's\n")
+    killed = subprocess.Popen(
+        [tools.executable("gitbridge"), "checkout", "--sharebase", pool,
+         "--bundle-uri", header_trickler, "-r", git_served.commits[-1],
+         git_served.repo_url, tmp_path / "dest0"], env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        partials = list(pool.glob(".url-*.cloning-%d" % killed.pid)) \
+            if pool.is_dir() else []
+        if partials:
+            break
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    assert len(partials) == 1 and partials[0].is_dir()
+    prefix = partials[0].name[:-len(str(killed.pid))]
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    live = pool / (prefix + str(os.getpid()))
+    live.mkdir()
+    (pool / (prefix + str(exited.pid))).symlink_to(victim)
+    others = [pool / (prefix + "x%d" % exited.pid),
+              pool / (prefix + "%d.kept" % exited.pid)]
+    for other in others:
+        other.mkdir()
+    proc = gitbridge("checkout", "--sharebase", pool, "-r",
+                     git_served.commits[-1], git_served.repo_url,
+                     tmp_path / "dest1")
+    assert "(removing %s, left by an interrupted clone)" % partials[0] \
+        in proc.stderr
+    assert not os.path.lexists(partials[0])
+    assert live.is_dir() and all(other.is_dir() for other in others)
+    assert os.path.islink(pool / (prefix + str(exited.pid)))
+    assert os.listdir(victim) == ["keep"]
+    assert git("-C", tmp_path / "dest1", "rev-parse", "HEAD").strip() == \
+        git_served.commits[-1]
+
+
+def test_bundles_that_name_too_many_refs_are_given_up(
+        git, tmp_path, monkeypatch):
+    """Each ref a bundle names is written, shown to the origin and
+    deleted: a header of over ``MAX_REFS`` refs (10,000) is refused as it
+    is read, and so is one that takes the bundles of a list past it."""
+    work = tmp_path / "work"
+    git("init", "-q", "-b", "main", work)
+    (work / "f").write_text("one\n")
+    git("-C", work, "add", "f")
+    git("-C", work, "commit", "-q", "-m", "one")
+    commit = git("-C", work, "rev-parse", "HEAD").strip().encode()
+    git("-C", work, "bundle", "create", "-q", tmp_path / "one.bundle",
+        "main")
+    pack = (tmp_path / "one.bundle").read_bytes().partition(b"\n\n")[2]
+    served = tmp_path / "served"
+    served.mkdir()
+
+    def bundle(name, refs):
+        (served / name).write_bytes(b"# v2 git bundle\n" + b"".join(
+            b"%s refs/heads/r%d\n" % (commit, n) for n in range(refs))
+            + b"\n" + pack)
+    bundle("many.bundle", bundleseed.MAX_REFS + 1)
+    bundle("two.bundle", 2)
+    limits = bundleseed.Limits(timeout=5, deadline=30)
+    with FileServer(served) as host:
+        (served / "list").write_text(_list([(host.url + "two.bundle", 1),
+                                            (host.url + "two.bundle", 2)]))
+        git("init", "-q", "--bare", tmp_path / "store")
+        seeded = bundleseed.seed(str(tmp_path / "store"),
+                                 host.url + "many.bundle", limits)
+        assert "names over 10000 refs" in seeded.failure, seeded.failure
+        assert seeded.bundles == 0
+        assert git("-C", tmp_path / "store", "for-each-ref") == ""
+        monkeypatch.setattr(bundleseed, "MAX_REFS", 3)
+        git("init", "-q", "--bare", tmp_path / "store2")
+        seeded = bundleseed.seed(str(tmp_path / "store2"), host.url + "list",
+                                 limits)
+        assert "names over 1 refs (3 in all" in seeded.failure, \
+            seeded.failure
+        assert seeded.bundles == 1 and seeded.refs == 2
+        assert len(git("-C", tmp_path / "store2", "for-each-ref",
+                       bundleseed.REFS).splitlines()) == 2

@@ -271,3 +271,25 @@ def test_a_stalled_or_killed_writer_holds_no_one_up(served, env, tmp_path):
     after = hook(served, env, options=["--wait", "1"])
     assert after.returncode == 0 and len(entries(served)) == 1
     assert after.stdout[:12] == waiting.stdout[:12]
+
+
+def test_stats_into_a_pipe_its_reader_closed_end_quietly(env, tmp_path):
+    """``--stats | head -1``: a reader that has gone ends the command as
+    SIGPIPE ends git's (141), without a traceback; stdout that cannot be
+    written for another reason still fails loudly."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [tools.executable("gitbridge"), "pack-cache", "--dir",
+             str(tmp_path / "cache"), "--stats"], env=env, stdout=write_end,
+            stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, b"")
+    with open("/dev/full", "wb") as device_full:
+        full = subprocess.run(
+            [tools.executable("gitbridge"), "pack-cache", "--dir",
+             str(tmp_path / "cache"), "--stats"], env=env,
+            stdout=device_full, stderr=subprocess.PIPE)
+    assert full.returncode != 0 and b"No space left" in full.stderr

@@ -13,6 +13,7 @@ import random
 import re
 import shutil
 import socket
+import stat
 import threading
 import time
 from typing import Any, Callable, Iterable, TypeVar
@@ -334,13 +335,7 @@ def owner_is_gone(identity: str) -> bool:
     owner = parse_owner(identity)
     if owner is None or owner[0] != owner_identity().rpartition(":")[0]:
         return False
-    try:
-        os.kill(owner[1], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not _pid_lives(owner[1])
 
 
 def owner_is_foreign(identity: str) -> bool:
@@ -657,3 +652,42 @@ def discarded_leftovers(parent: str | bytes,
         return []
     return [os.path.join(parent, entry) for entry in names
             if entry.startswith(prefix)]
+
+
+def abandoned_clones(parent: str | bytes, name: str | bytes) -> list[str]:
+    """The partial clones ``.<name>.cloning-<pid>`` in ``parent`` (real
+    directories, never symlinks) whose process is gone from this host (and
+    pid namespace): a checkout killed while cloning leaves one, and the
+    next holder of the lock that guards ``name`` removes it.  A partial
+    whose pid lives (another cloner's, or a reused pid) stays."""
+    parent, name = os.fsdecode(parent), os.fsdecode(name)
+    pattern = re.compile(r"\.%s\.cloning-([0-9]{1,10})" % re.escape(name))
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    gone = []
+    for entry in names:
+        match = pattern.fullmatch(entry)
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        path = os.path.join(parent, entry)
+        try:
+            is_directory = stat.S_ISDIR(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            continue
+        if is_directory and 0 < pid < 2 ** 31 and pid != os.getpid() \
+                and not _pid_lives(pid):
+            gone.append(path)
+    return gone
+
+
+def _pid_lives(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
