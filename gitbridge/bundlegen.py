@@ -184,6 +184,11 @@ def _count(text):
 
 
 def main(args):
+    # Paths on the command line are the caller's, relative to where it
+    # runs; git config's ``bundlegen.output`` stays the repository's.
+    for name in ("output", "metrics_dir"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(getattr(args, name)))
     try:
         if args.check_fresh:
             return check_fresh(args.repo, args.output, args.base_url,

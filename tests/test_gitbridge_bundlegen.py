@@ -334,6 +334,25 @@ def test_an_output_that_cannot_be_a_directory_is_refused(
     assert output.read_text() == "a file\n"
 
 
+def test_relative_paths_on_the_command_line_are_the_callers(
+        origin, gitbridge, tmp_path):
+    """``--output`` and ``--metrics-dir`` given relative were taken
+    relative to ``--repo``: the bundles were written inside the served
+    repository.  They are relative to where the command runs, as any
+    command line path."""
+    bare, _work = origin
+    here = tmp_path / "cron"
+    (here / "metrics").mkdir(parents=True)
+    (bare / "metrics").mkdir()
+    gitbridge("bundlegen", "--repo", bare, "--output", "bundles",
+              "--metrics-dir", "metrics", "--base-url",
+              "https://cdn.example.com/b", cwd=here)
+    assert (here / "bundles" / "bundle-list").is_file()
+    assert os.listdir(here / "metrics")
+    assert not (bare / "bundles").exists()
+    assert not os.listdir(bare / "metrics")
+
+
 def test_booleans_take_mercurials_words(origin, git, gitbridge, tmp_path):
     """Issue 28: a destination's ``cdn = on`` was refused, and
     ``bundlegen.advertise = always``; they are Mercurial's words for
