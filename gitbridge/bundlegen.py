@@ -355,6 +355,9 @@ def _plan(repo, settings, latest, force):
     if tips == latest["tips"]:
         return (("full", "forced") if force else
                 (None, "the bundles of these tips are published already"))
+    if _new_commits(repo, latest["tips"], tips):
+        # the published bundles hand out history no ref holds any more
+        return "full", "history was rewound past the last bundle"
     moved = _new_commits(repo, tips, latest["tips"])
     reason = bundlestore.freshness(moved, 0, settings.min_commits, 0)
     if reason is None and not force:
@@ -496,7 +499,15 @@ def check_fresh(repo, output, base_url, max_age, max_behind, total):
     if not all(_has_object(repo, sha) for sha in latest["tips"].values()):
         return _stale("the published tips are no longer all in the "
                       "repository")
-    behind = _new_commits(repo, _tips(repo), latest["tips"])
+    tips = _tips(repo)
+    # a branch rewound or deleted leaves its commits in the object store
+    # until gc: the bundles would still hand out history no ref holds
+    dropped = _new_commits(repo, latest["tips"], tips)
+    if dropped:
+        return _stale("%d published commits are on no branch or tag of "
+                      "the repository any more (rewound or deleted)"
+                      % dropped)
+    behind = _new_commits(repo, tips, latest["tips"])
     reason = freshness.staleness(latest["generated"], behind, max_age,
                                  max_behind)
     if reason:

@@ -261,6 +261,19 @@ def test_git_metrics_and_check_fresh(origin, git, gitbridge, objectserver,
         1, "stale: %sgit-bundles/%s answers HTTP 404\n" % (objectserver.url,
                                                            key))
 
+    # the branch rewound by a force push: the published tips are still in
+    # the object store, on no branch; a run writes a full bundle again
+    gitbridge("bundlegen", "--repo", bare)
+    git("-C", bare, "update-ref", "refs/heads/main", head)
+    proc = gitbridge("bundlegen", "--repo", bare, "--check-fresh",
+                     check=False)
+    assert (proc.returncode, proc.stdout) == (
+        1, "stale: 2 published commits are on no branch or tag of the "
+        "repository any more (rewound or deleted)\n")
+    assert "full" in gitbridge("bundlegen", "--repo", bare).stdout
+    assert gitbridge("bundlegen", "--repo", bare,
+                     "--check-fresh").returncode == 0
+
 
 LOCKED_RUNS = """
 import sys
