@@ -114,11 +114,11 @@ def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
 
 
 @pytest.mark.slow
-def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
+def test_stream_bundle_serves_stream_clones(early_hg_repo, hg, hgserve,
                                                     fileserver, tmp_path):
-    _generate(hg, real_hg_repo, fileserver, "--config",
+    _generate(hg, early_hg_repo, fileserver, "--config",
               "bundlegen.formats=stream, gzip")
-    server = hgserve(real_hg_repo, *OFFER)
+    server = hgserve(early_hg_repo, *OFFER)
     out = hg("clone", "-U", "--stream", server.url, tmp_path / "clone")
     assert re.search(r"\d+ files to transfer", out)
     assert re.search(r"\.stream\.[0-9a-f]{16}\.hg$", fileserver.log[0][0])
@@ -127,17 +127,17 @@ def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("failure", ["404", "truncated"])
-def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
+def test_broken_bundle_falls_back_to_a_normal_clone(failure, early_hg_repo, hg,
                                                     hgserve, fileserver,
                                                     tmp_path):
-    _generate(hg, real_hg_repo, fileserver, "--config",
+    _generate(hg, early_hg_repo, fileserver, "--config",
               "bundlegen.formats=gzip")
     [name] = [n for n in os.listdir(fileserver.root) if n.endswith(".hg")]
     if failure == "404":
         fileserver.missing.add(name)
     else:
         fileserver.truncate[name] = 100000
-    server = hgserve(real_hg_repo, *OFFER)
+    server = hgserve(early_hg_repo, *OFFER)
     dest = tmp_path / "clone"
     # A truncated download needs this extension on the client too.
     proc = hg.proc("clone", "-U", *FALLBACK, *EXT, server.url, dest)
@@ -146,7 +146,7 @@ def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
     assert "falling back to normal clone" in output
     assert fileserver.log[0][0] == "/" + name
     hg("verify", "-q", "-R", dest)
-    assert _tip(hg, dest) == _tip(hg, real_hg_repo)
+    assert _tip(hg, dest) == _tip(hg, early_hg_repo)
     # Without the fallback setting the client stops with a clear error.
     proc = hg.proc("clone", "-U", server.url, tmp_path / "strict")
     assert proc.returncode != 0 and "abort:" in proc.stderr
