@@ -131,7 +131,9 @@ class GitServer(LocalServer):
     sent as ``git http-backend`` writes it (chunked), as a real server
     does, rather than once it has ended: a client then sees the first
     bytes of a big pack while the rest is made, as its low-speed limit
-    (``GIT_HTTP_LOW_SPEED_TIME``) expects."""
+    (``GIT_HTTP_LOW_SPEED_TIME``) expects.  A backend that ends before
+    its headers (killed, or out of memory as it starts) is answered 502
+    and said on stderr, as a web server does."""
 
     def __init__(self, root, log_path=None, stream=False):
         super().__init__(_Handler)
