@@ -79,6 +79,20 @@ def hgrepo(hg, tmp_path):
 
 
 @pytest.fixture
+def non_utf8_hgrepo(hg, tmp_path):
+    """A Mercurial repository of one changeset (file ``a``) at a path
+    that is not UTF-8 (``d\\xe9p\\xf4t``, Latin-1 bytes), as a str that
+    carries them as surrogates."""
+    path = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)),
+                                    b"d\xe9p\xf4t"))
+    hg("init", path)
+    with open(os.path.join(path, "a"), "w") as fh:
+        fh.write("a\n")
+    hg("-R", path, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    return path
+
+
+@pytest.fixture
 def gitrepo(git, tmp_path):
     """An empty Git repository made by the real git."""
     path = tmp_path / "gitrepo"

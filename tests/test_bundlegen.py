@@ -34,6 +34,17 @@ def fileserver(tmp_path):
     server.stop()
 
 
+@pytest.fixture
+def early_hg_repo(real_hg_repo_cached, hg, tmp_path):
+    """The first ten releases of the real-content repository, with no
+    working directory: real history for what does not depend on its size
+    (what a manifest names, failed uploads, expiry, reruns), built into
+    bundles in a fraction of the time all of it takes (zstd-max most)."""
+    dest = tmp_path / "early"
+    hg("clone", "-q", "-U", "-r", "9", real_hg_repo_cached, dest)
+    return dest
+
+
 def _generate(hg, repo, server, *extra, check=True):
     args = ("-R", repo, "bundlegen", *EXT, *OFFER, "--output", server.root,
             "--base-url", server.url.rstrip("/"), *extra)
@@ -103,11 +114,11 @@ def test_generate_serve_and_clone_from_bundles(real_hg_repo, hg, hgserve,
 
 
 @pytest.mark.slow
-def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
+def test_stream_bundle_serves_stream_clones(early_hg_repo, hg, hgserve,
                                                     fileserver, tmp_path):
-    _generate(hg, real_hg_repo, fileserver, "--config",
+    _generate(hg, early_hg_repo, fileserver, "--config",
               "bundlegen.formats=stream, gzip")
-    server = hgserve(real_hg_repo, *OFFER)
+    server = hgserve(early_hg_repo, *OFFER)
     out = hg("clone", "-U", "--stream", server.url, tmp_path / "clone")
     assert re.search(r"\d+ files to transfer", out)
     assert re.search(r"\.stream\.[0-9a-f]{16}\.hg$", fileserver.log[0][0])
@@ -116,17 +127,17 @@ def test_stream_bundle_serves_stream_clones(real_hg_repo, hg, hgserve,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("failure", ["404", "truncated"])
-def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
+def test_broken_bundle_falls_back_to_a_normal_clone(failure, early_hg_repo, hg,
                                                     hgserve, fileserver,
                                                     tmp_path):
-    _generate(hg, real_hg_repo, fileserver, "--config",
+    _generate(hg, early_hg_repo, fileserver, "--config",
               "bundlegen.formats=gzip")
     [name] = [n for n in os.listdir(fileserver.root) if n.endswith(".hg")]
     if failure == "404":
         fileserver.missing.add(name)
     else:
         fileserver.truncate[name] = 100000
-    server = hgserve(real_hg_repo, *OFFER)
+    server = hgserve(early_hg_repo, *OFFER)
     dest = tmp_path / "clone"
     # A truncated download needs this extension on the client too.
     proc = hg.proc("clone", "-U", *FALLBACK, *EXT, server.url, dest)
@@ -135,7 +146,7 @@ def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
     assert "falling back to normal clone" in output
     assert fileserver.log[0][0] == "/" + name
     hg("verify", "-q", "-R", dest)
-    assert _tip(hg, dest) == _tip(hg, real_hg_repo)
+    assert _tip(hg, dest) == _tip(hg, early_hg_repo)
     # Without the fallback setting the client stops with a clear error.
     proc = hg.proc("clone", "-U", server.url, tmp_path / "strict")
     assert proc.returncode != 0 and "abort:" in proc.stderr
@@ -144,43 +155,43 @@ def test_broken_bundle_falls_back_to_a_normal_clone(failure, real_hg_repo, hg,
 
 @pytest.mark.slow
 def test_failed_upload_and_bad_config_leave_the_manifest_alone(
-        real_hg_repo, hg, fileserver, tmp_path):
-    _generate(hg, real_hg_repo, fileserver, "--config",
+        early_hg_repo, hg, fileserver, tmp_path):
+    _generate(hg, early_hg_repo, fileserver, "--config",
               "bundlegen.formats=gzip")
-    manifest = _manifest(real_hg_repo)
-    hg("-R", real_hg_repo, "commit", "--config", "ui.allowemptycommit=1",
+    manifest = _manifest(early_hg_repo)
+    hg("-R", early_hg_repo, "commit", "--config", "ui.allowemptycommit=1",
        "-m", "one more")
 
-    proc = _generate(hg, real_hg_repo, fileserver, "--config",
+    proc = _generate(hg, early_hg_repo, fileserver, "--config",
                      "bundlegen.formats=gzip, zstd-maxx", check=False)
     assert proc.returncode != 0
     assert "unknown bundle format in bundlegen.formats: zstd-maxx" in \
         proc.stderr
-    proc = _generate(hg, real_hg_repo, fileserver, "--config",
+    proc = _generate(hg, early_hg_repo, fileserver, "--config",
                      "bundlegen.upload-command=exit 3", check=False)
     assert proc.returncode != 0
     assert proc.stderr.startswith("abort: upload of ")
     assert "exited with status 3" in proc.stderr
-    assert _manifest(real_hg_repo) == manifest
+    assert _manifest(early_hg_repo) == manifest
     assert not os.path.exists(os.path.join(
-        real_hg_repo, ".hg", "clonebundles.manifest.old"))
+        early_hg_repo, ".hg", "clonebundles.manifest.old"))
 
     log = tmp_path / "uploads"
-    _generate(hg, real_hg_repo, fileserver, "--config",
+    _generate(hg, early_hg_repo, fileserver, "--config",
               "bundlegen.formats=gzip", "--config",
               "bundlegen.upload-command=echo $BUNDLE_NAME $BUNDLE_SHA256 "
               ">> %s" % log)
-    assert _manifest(real_hg_repo) != manifest
-    with open(os.path.join(real_hg_repo, ".hg",
+    assert _manifest(early_hg_repo) != manifest
+    with open(os.path.join(early_hg_repo, ".hg",
                            "clonebundles.manifest.old")) as fh:
         assert fh.read() == manifest
     [uploaded] = log.read_text().splitlines()
     name, digest = uploaded.split()
-    assert name.startswith(_tip(hg, real_hg_repo))
-    assert "DIGEST=sha256:%s" % digest in _manifest(real_hg_repo)
+    assert name.startswith(_tip(hg, early_hg_repo))
+    assert "DIGEST=sha256:%s" % digest in _manifest(early_hg_repo)
 
 
-def test_old_bundles_expire_and_leftovers_are_cleaned(real_hg_repo, hg,
+def test_old_bundles_expire_and_leftovers_are_cleaned(early_hg_repo, hg,
                                                       fileserver):
     root = fileserver.root
     old = os.path.join(root, "0" * 40 + ".gzip.hg")
@@ -191,7 +202,7 @@ def test_old_bundles_expire_and_leftovers_are_cleaned(real_hg_repo, hg,
             fh.write(b"x")
     eight_days_ago = time.time() - 8 * 86400
     os.utime(old, (eight_days_ago, eight_days_ago))
-    out = _generate(hg, real_hg_repo, fileserver, "--config",
+    out = _generate(hg, early_hg_repo, fileserver, "--config",
                     "bundlegen.formats=gzip")
     assert "deleted 1 expired bundles" in out
     assert not os.path.exists(old) and not os.path.exists(leftover)
@@ -281,26 +292,26 @@ def stock_stream_clone(hg, server, dest, verify=True):
 
 @pytest.mark.slow
 def test_rerun_at_the_same_tip_never_changes_a_published_bundle(
-        real_hg_repo, hg, hgserve, fileserver, tmp_path):
+        early_hg_repo, hg, hgserve, fileserver, tmp_path):
     # A stream bundle holds .hg/cache, so dropping it changes the bytes of
     # the next run's bundle at the same tip; that run's upload then fails.
-    _generate(hg, real_hg_repo, fileserver, *STREAM)
-    manifest = _manifest(real_hg_repo)
-    shutil.rmtree(os.path.join(real_hg_repo, ".hg", "cache"))
-    proc = _generate(hg, real_hg_repo, fileserver, *STREAM, "--force",
+    _generate(hg, early_hg_repo, fileserver, *STREAM)
+    manifest = _manifest(early_hg_repo)
+    shutil.rmtree(os.path.join(early_hg_repo, ".hg", "cache"))
+    proc = _generate(hg, early_hg_repo, fileserver, *STREAM, "--force",
                      "--config", "bundlegen.upload-command=exit 3",
                      check=False)
     assert proc.stderr.startswith("abort: upload of ")
-    assert _manifest(real_hg_repo) == manifest
-    check_published(real_hg_repo, fileserver.root)
-    server = hgserve(real_hg_repo, *OFFER)
+    assert _manifest(early_hg_repo) == manifest
+    check_published(early_hg_repo, fileserver.root)
+    server = hgserve(early_hg_repo, *OFFER)
     stock_stream_clone(hg, server, tmp_path / "clone")
 
     # The next run publishes the new bytes under a new name; the old file
     # stays for clients that read the manifest just before.
-    _generate(hg, real_hg_repo, fileserver, *STREAM, "--force")
-    assert _manifest(real_hg_repo) != manifest
-    check_published(real_hg_repo, fileserver.root)
+    _generate(hg, early_hg_repo, fileserver, *STREAM, "--force")
+    assert _manifest(early_hg_repo) != manifest
+    check_published(early_hg_repo, fileserver.root)
     old = manifest.split()[0].rsplit("/", 1)[1]
     assert os.path.exists(os.path.join(fileserver.root, old))
     stock_stream_clone(hg, server, tmp_path / "clone2")
@@ -328,23 +339,23 @@ with open(os.path.join(served, "uploads"), "a") as fh:
 
 
 @pytest.mark.slow
-def test_uploads_never_change_what_the_manifest_names(real_hg_repo, hg,
+def test_uploads_never_change_what_the_manifest_names(early_hg_repo, hg,
                                                       fileserver, tmp_path):
     staged = tmp_path / "staged"
     script = tmp_path / "upload.py"
     script.write_text(UPLOAD)
-    manifest = os.path.join(real_hg_repo, ".hg", "clonebundles.manifest")
+    manifest = os.path.join(early_hg_repo, ".hg", "clonebundles.manifest")
     upload = ("--config", "bundlegen.upload-command=%s %s %s %s %s" % (
         sys.executable, script, manifest, staged, fileserver.root))
 
     def run():
-        hg("-R", real_hg_repo, "bundlegen", *EXT, *STREAM, *upload,
+        hg("-R", early_hg_repo, "bundlegen", *EXT, *STREAM, *upload,
            "--force", "--output", staged, "--base-url", fileserver.url)
-        check_published(real_hg_repo, staged, fileserver.root)
+        check_published(early_hg_repo, staged, fileserver.root)
 
     open(manifest, "w").close()
     run()
-    shutil.rmtree(os.path.join(real_hg_repo, ".hg", "cache"))
+    shutil.rmtree(os.path.join(early_hg_repo, ".hg", "cache"))
     run()
     run()  # the same bytes again: already published, so not uploaded
     uploads = open(os.path.join(fileserver.root, "uploads")).read().split()
@@ -416,19 +427,19 @@ def test_bad_settings_abort_before_any_work(setting, real_hg_repo, hg,
 
 
 @pytest.mark.slow
-def test_damaged_manifest_and_odd_files_on_disk(real_hg_repo, hg,
+def test_damaged_manifest_and_odd_files_on_disk(early_hg_repo, hg,
                                                 fileserver, tmp_path):
-    manifest = os.path.join(real_hg_repo, ".hg", "clonebundles.manifest")
+    manifest = os.path.join(early_hg_repo, ".hg", "clonebundles.manifest")
     with open(manifest, "wb") as fh:
         fh.write(b"http://cdn.example.com/a b.hg BUNDLESPEC=gzip-v2\n")
-    proc = _generate(hg, real_hg_repo, fileserver, check=False)
+    proc = _generate(hg, early_hg_repo, fileserver, check=False)
     assert is_clean_abort(proc), proc.stderr
     assert "clonebundles.manifest line 1" in proc.stderr
     assert os.listdir(fileserver.root) == []
 
     # An output path that is a file; names in the output directory that
     # are not UTF-8, and a directory whose name ends in .hg.
-    proc = hg.proc("-R", real_hg_repo, "bundlegen", *EXT, "--output",
+    proc = hg.proc("-R", early_hg_repo, "bundlegen", *EXT, "--output",
                    manifest, "--base-url", fileserver.url)
     assert is_clean_abort(proc), proc.stderr
     os.unlink(manifest)
@@ -438,7 +449,7 @@ def test_damaged_manifest_and_odd_files_on_disk(real_hg_repo, hg,
     os.mkdir(odd[1])
     for path in odd:
         os.utime(path, (0, 0))
-    out = _generate(hg, real_hg_repo, fileserver, "--config",
+    out = _generate(hg, early_hg_repo, fileserver, "--config",
                     "bundlegen.formats=gzip")
     assert "deleted 1 expired bundles" in out
     assert not os.path.exists(odd[0]) and os.path.isdir(odd[1])

@@ -363,17 +363,13 @@ def test_bundlegen_metrics_count_runs_of_a_path_with_a_line_separator(
     assert runs.endswith(" 2"), runs
 
 
-def test_hg_bundlegen_metrics_of_a_non_utf8_repository_path(hg, tmp_path):
+def test_hg_bundlegen_metrics_of_a_non_utf8_repository_path(
+        hg, non_utf8_hgrepo, tmp_path):
     """The same finding on the hg side: ``hg bundlegen`` of a repository
     whose path is not UTF-8 publishes, then writes a valid UTF-8 metrics
     file (the undecodable bytes as ``\\xNN``) and exits 0, and the next
     run counts on from it."""
-    top = os.fsencode(str(tmp_path))
-    repo = os.fsdecode(os.path.join(top, b"d\xe9p\xf4t"))
-    hg("init", repo)
-    with open(os.path.join(repo, "a"), "w") as fh:
-        fh.write("a\n")
-    hg("-R", repo, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    repo = non_utf8_hgrepo
     out, metrics_dir = tmp_path / "out", tmp_path / "metrics"
     out.mkdir()
     metrics_dir.mkdir()

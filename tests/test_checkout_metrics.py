@@ -129,18 +129,14 @@ def test_checkout_metrics_keep_no_part_of_a_password_holding_an_at_sign(
     assert "tpassword" not in prom.read_text()
 
 
-def test_robustcheckout_metrics_of_a_non_utf8_source_path(hg, tmp_path):
+def test_robustcheckout_metrics_of_a_non_utf8_source_path(
+        hg, non_utf8_hgrepo, tmp_path):
     """Finding: ``hg robustcheckout --metricsdir`` from a source whose path
     is not UTF-8 checks the tree out, then dies writing the metrics file
     (UnicodeEncodeError; ``write_quietly`` catches only OSError): exit 1
     and a traceback for a checkout that succeeded, so the CI task fails;
     "monitoring never fails the work it watches"."""
-    top = os.fsencode(str(tmp_path))
-    src = os.fsdecode(os.path.join(top, b"d\xe9p\xf4t"))
-    hg("init", src)
-    with open(os.path.join(src, "a"), "w") as fh:
-        fh.write("a\n")
-    hg("-R", src, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    src = non_utf8_hgrepo
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     proc = hg.proc("--config", "extensions.sharepool=", "robustcheckout",

@@ -54,6 +54,44 @@ def test_streaming_git_server_behind_a_counting_proxy(git, gitrepo,
     assert proxy.take() == (0, 0)
 
 
+#: A ``git`` whose ``http-backend`` is killed before it answers (as the
+#: OOM killer or a stray signal would), the real git otherwise.
+KILLED_BACKEND = """#!/bin/sh
+[ "$1" = http-backend ] && kill -9 $$
+exec %s "$@"
+"""
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_git_server_says_502_when_its_backend_dies_before_answering(
+        stream, git, gitrepo, tmp_path, monkeypatch, capfd):
+    """A backend that dies before its headers is a 502, as a web server
+    answers, and said on stderr: never an empty "200", which git takes
+    for a dumb server's empty repository (``ls-remote`` finds no refs and
+    exits 0)."""
+    (gitrepo / "a").write_text("a\n")
+    git("add", "a", cwd=gitrepo)
+    git("commit", "-q", "-m", "first", cwd=gitrepo)
+    root = tmp_path / "root"
+    root.mkdir()
+    git("clone", "-q", "--bare", gitrepo, root / "repo.git")
+    dying = tmp_path / "dying"
+    dying.mkdir()
+    (dying / "git").write_text(KILLED_BACKEND % process.executable("git"))
+    (dying / "git").chmod(0o755)
+    with servers.GitServer(root, stream=stream) as server:
+        url = server.url + "repo.git"
+        assert "refs/heads/main" in git("ls-remote", url)
+        monkeypatch.setenv("PATH", "%s:%s" % (dying, os.environ["PATH"]))
+        proc = git.proc("ls-remote", url)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "502" in proc.stderr, proc.stderr
+    assert server.log[-1][2] == "502 Bad Gateway"
+    assert "git http-backend GET /repo.git/info/refs?service=" \
+        "git-upload-pack: exit status -9 before its headers" in \
+        capfd.readouterr().err
+
+
 def test_hgserve_serves_on_loopback_and_stops(hg, hgrepo, hgserve, tmp_path):
     (hgrepo / "f").write_text("served\n")
     hg("commit", "-A", "-m", "served", cwd=hgrepo)

@@ -18,7 +18,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
+import traceback
 import urllib.parse
 
 from vcsperf.harness import tools
@@ -129,7 +131,9 @@ class GitServer(LocalServer):
     sent as ``git http-backend`` writes it (chunked), as a real server
     does, rather than once it has ended: a client then sees the first
     bytes of a big pack while the rest is made, as its low-speed limit
-    (``GIT_HTTP_LOW_SPEED_TIME``) expects."""
+    (``GIT_HTTP_LOW_SPEED_TIME``) expects.  A backend that ends before
+    its headers (killed, or out of memory as it starts) is answered 502
+    and said on stderr, as a web server does."""
 
     def __init__(self, root, log_path=None, stream=False):
         super().__init__(_Handler)
@@ -157,7 +161,9 @@ class GitServer(LocalServer):
 
 class QuietServer(http.server.ThreadingHTTPServer):
     """A threaded server that does not print a traceback when a client
-    drops its connection (tests kill clients and cut responses)."""
+    drops its connection (tests kill clients and cut responses); any
+    other failure of a handler goes to stderr, where pytest shows it
+    beside the test it broke."""
 
     daemon_threads = True
     # A fleet of clients connects at once: the default backlog of 5 would
@@ -165,7 +171,11 @@ class QuietServer(http.server.ThreadingHTTPServer):
     request_queue_size = 256
 
     def handle_error(self, request, client_address):
-        pass
+        if not isinstance(sys.exc_info()[1], (ConnectionError,
+                                              TimeoutError)):
+            sys.stderr.write("harness server on %s, request from %s:\n%s"
+                             % (self.server_address, client_address,
+                                traceback.format_exc()))
 
 
 class QuietHandler(http.server.BaseHTTPRequestHandler):
@@ -237,7 +247,10 @@ class _Handler(QuietHandler):
             return
         proc = subprocess.run([tools.executable("git"), "http-backend"],
                               input=body, env=env, capture_output=True)
-        head, _, payload = proc.stdout.partition(b"\r\n\r\n")
+        head, ended, payload = proc.stdout.partition(b"\r\n\r\n")
+        if not ended:
+            self._no_answer(path, proc.returncode, proc.stderr)
+            return
         status = "200 OK"
         headers = []
         for line in head.decode("latin-1").split("\r\n"):
@@ -267,16 +280,20 @@ class _Handler(QuietHandler):
             feeder = threading.Thread(target=_feed, args=(proc.stdin, body),
                                       daemon=True)
             feeder.start()
-            status, headers = "200 OK", []
+            status, headers, ended = "200 OK", [], False
             for raw in iter(proc.stdout.readline, b""):
                 line = raw.decode("latin-1").rstrip("\r\n")
                 if not line:
+                    ended = True
                     break
                 name, _, value = line.partition(":")
                 if name.lower() == "status":
                     status = value.strip()
                 else:
                     headers.append((name, value.strip()))
+            if not ended:
+                self._no_answer(path, proc.wait(), b"")
+                return
             code, _, reason = status.partition(" ")
             self.send_response(int(code), reason)
             for name, value in headers:
@@ -295,6 +312,20 @@ class _Handler(QuietHandler):
         sent_pack = b"packfile\n" in first or b"PACK" in first
         owner.record(self.command, path, status + (" pack" if sent_pack
                                                    else ""), sent)
+
+    def _no_answer(self, path, returncode, stderr):
+        """What a web server does when its CGI program ends before the end
+        of its headers: 502, and the failure in its error log (here
+        stderr, which pytest shows with the test).  An empty "200" would
+        read to git as a dumb server's empty repository: an ls-remote
+        that finds no refs, not a failure."""
+        said = stderr.decode("utf-8", "replace").strip()[-500:]
+        sys.stderr.write("git http-backend %s %s: exit status %s before its "
+                         "headers%s\n" % (self.command, self.path,
+                                           returncode,
+                                           ": " + said if said else ""))
+        self.server_owner.record(self.command, path, "502 Bad Gateway")
+        self.send_error(502, "git http-backend gave no answer")
 
 
 def _feed(stdin, body):
