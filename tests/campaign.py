@@ -17,7 +17,6 @@ counts are printed at the end of the run and written to
 
 import os
 import random
-import resource
 import signal
 import subprocess
 import time
@@ -108,14 +107,13 @@ def run_bounded(argv, env=None, cwd=None, address_space=2 << 30, timeout=120,
     """Run ``argv`` with its address space limited to ``address_space``
     bytes; a run over ``timeout`` seconds raises ``TimeoutExpired``.
     Returns the CompletedProcess (text)."""
-
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS,
-                           (address_space, address_space))
-
-    return subprocess.run(argv, env=env, cwd=cwd, preexec_fn=limit,
-                          capture_output=True, text=True, timeout=timeout,
-                          input=input)
+    # prlimit(1) sets the limit in the child it starts: a preexec_fn runs
+    # Python between fork and exec, which is unsafe in this threaded
+    # process (the servers of the fixtures run in threads).
+    return subprocess.run(
+        ["prlimit", "--as=%d" % address_space, "--"] + [str(a) for a in argv],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        input=input)
 
 
 def is_clean_abort(proc):
