@@ -37,6 +37,7 @@ the push a real client pulls from wirecache's proxy too and is checked
 the same way.
 """
 
+import bz2
 import hashlib
 import http.client
 import io
@@ -103,11 +104,17 @@ def bundle_chunks(content_type, body):
             yield decompressor.flush()
             if not decompressor.eof:
                 raise ValueError("zlib stream cut short")
+        elif engine == b"bzip2":
+            decompressor = bz2.BZ2Decompressor()
+            yield decompressor.decompress(data)
+            if not decompressor.eof or decompressor.unused_data:
+                raise ValueError("bzip2 stream cut short or followed by "
+                                 "other bytes")
         elif engine == b"none":
             yield data
         else:
             raise ValueError("unknown compression %r" % engine)
-    except (zstandard.ZstdError, zlib.error) as err:
+    except (zstandard.ZstdError, zlib.error, OSError, EOFError) as err:
         raise ValueError(str(err)) from err
 
 

@@ -127,6 +127,13 @@ class Entry:
         self._whole = data
         return True
 
+    def head(self, size: int) -> bytes:
+        """The payload's first ``size`` bytes (all of a shorter one)."""
+        if self._whole is not None:
+            return self._whole[:size]
+        return os.pread(self._fh.fileno(), min(size, self.size),
+                        len(HEAD_MAGIC))
+
     def check_read(self) -> bool:
         """Check the whole entry before anything of it is sent (a Git pack
         or a shared store's download cut short cannot be taken back): a
