@@ -114,7 +114,11 @@ def test_wirecache_bench_options_out_of_range_are_one_abort_line(
             (["--clients", "8,none"], "abort: --clients takes positive "
              "numbers separated by commas, not '8,none'"),
             (["--server-threads", "0"], "abort: --max-depth, --stream-pulls, "
-             "--stream-clients and --server-threads must be positive"),
+             "--stream-clients, --server-threads and --repeat must be "
+             "positive"),
+            (["--repeat", "0"], "abort: --max-depth, --stream-pulls, "
+             "--stream-clients, --server-threads and --repeat must be "
+             "positive"),
             (["--push", "2"], "abort: cannot push 2 of 2 changesets"),
             (["--push", "1", "--max-depth", "2"],
              "abort: --max-depth 2 is deeper than the history")):

@@ -39,7 +39,7 @@ def test_the_bench_measures_both_servers_and_checks_every_answer(
                      str(source), "--clients", "3", "--push", "2",
                      "--max-depth", "2", "--stream-pulls", "3",
                      "--stream-clients", "2", "--server-threads", "2",
-                     "--json", str(report)],
+                     "--repeat", "2", "--json", str(report)],
                     dict(env, TMPDIR=str(scratch)), cwd=str(tmp_path))
     figures = json.loads(report.read_text())
     results, ratios = figures["results"], figures["ratios"]
@@ -48,6 +48,7 @@ def test_the_bench_measures_both_servers_and_checks_every_answer(
                             "stream of 3 pulls, depth 1-2"]
     for name, sides in rounds.items():
         for side in ("core", "wirecache"):
+            assert sides[side]["rounds"] == 2
             for key in ("server_cpu_per_client", "bytes_per_client",
                         "p50_seconds", "p95_seconds"):
                 assert sides[side][key] > 0, (name, side, key)
@@ -58,14 +59,16 @@ def test_the_bench_measures_both_servers_and_checks_every_answer(
                                 sides["wirecache"]["bytes_per_client"]) \
             in line
     push = rounds["3 clients after the push"]["wirecache"]
-    # the three clients asked for one response: computed once
+    # the three clients asked for one response: computed once (in the
+    # last round, which the counters are of)
     assert (push["hits"], push["misses"], push["uncached"]) == (2, 1, 0)
     # stored at level 17, sent by core at zstd's default level 3
     assert ratios["bytes_3"] < 0.95 and ratios["bytes_stream"] < 0.95
     # every answer on both sides, against references a real client got
-    assert results["checked"]["responses"] == 2 * (3 + 3)
+    assert results["checked"]["responses"] == 2 * 2 * (3 + 3)
     assert results["checked"]["real_pulls"] >= 3
-    assert re.search(r"^checked: 12 answers", out, re.M)
+    assert re.search(r"^checked: 24 answers", out, re.M)
+    assert "2 round(s) of each measurement per side" in out
     assert "(the targets are at 32 clients, not measured)" in out
     assert os.listdir(str(scratch)) == []
 

@@ -11,7 +11,11 @@ answered with the cache and without it, decoded and compared part by part.
   is still the cacheless server's, nothing outside the cache is touched;
 - many distinct requests (seeded random ``common`` sets) against a small
   ``wirecache.max-size``: every answer right, the cache within its bound;
-- unknown heads: the error a cacheless server sends, never stored.
+- unknown heads: the error a cacheless server sends, never stored;
+- bzip2 only for a client that lists it; an entry rewritten (with a
+  digest that matches: the key it is keyed by is its file's name) to
+  name an engine its request did not accept, or none, is removed and the
+  answer computed.
 """
 
 import http.client
@@ -26,7 +30,8 @@ import pytest
 from mercurial import bundle2, exchange, hg, ui as uimod
 
 import campaign
-from test_wirecache import configure, payload
+from test_wirecache import configure, hashes_source, payload  # noqa: F401
+from vcsperf.core import responsecache
 
 pytestmark = pytest.mark.campaign
 
@@ -43,9 +48,11 @@ def client_bundlecaps(path):
 BUNDLECAPS = []
 
 
-def getbundle(url, heads, common=(NULL,), read=None, status=200):
-    """A bundle2 ``getbundle`` as hg sends it over HTTP; the response
-    body, or its first ``read`` bytes (then the connection is dropped)."""
+def getbundle(url, heads, common=(NULL,), read=None, status=200,
+              comp="zstd,zlib,none"):
+    """A bundle2 ``getbundle`` as hg sends it over HTTP, from a client
+    that decodes the engines of ``comp``; the response body, or its
+    first ``read`` bytes (then the connection is dropped)."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
     args = urllib.parse.urlencode({
@@ -53,7 +60,7 @@ def getbundle(url, heads, common=(NULL,), read=None, status=200):
         "common": " ".join(common), "heads": " ".join(heads)})
     try:
         conn.request("GET", "/?cmd=getbundle", headers={
-            "X-HgArg-1": args, "X-HgProto-1": "0.1 0.2 comp=zstd,zlib,none"})
+            "X-HgArg-1": args, "X-HgProto-1": "0.1 0.2 comp=" + comp})
         response = conn.getresponse()
         assert response.status == status
         return response.read() if read is None else response.read(read)
@@ -239,3 +246,65 @@ def test_unknown_heads_fail_as_without_the_cache_and_are_not_stored(
             getbundle(url, ["e" * 40], status=500)
     same_answer(pair, [nodes[-1]])
     assert counters(hg, repo)["entries"] == 1
+
+
+def _forge(entry, payload_bytes):
+    """Rewrite ``entry`` to hold ``payload_bytes``, with a trailer that
+    passes its check (as anyone who can write the cache can)."""
+    key = entry.name
+    entry.write_bytes(
+        responsecache.HEAD_MAGIC + payload_bytes
+        + responsecache._TRAILER.pack(len(payload_bytes), 0.0,
+                                      responsecache._digest(key,
+                                                            payload_bytes))
+        + responsecache.TAIL_MAGIC)
+
+
+def test_engines_a_client_lists_and_entries_naming_others(
+        hashes_source, hg, hgserve, tmp_path, tally):  # noqa: F811
+    repo = tmp_path / "served"
+    hg("clone", "-q", "-U", hashes_source, repo)
+    configure(repo, level=17)
+    nodes = hg("log", "-R", repo, "-r", "all()", "-T", "{node}\\n").split()
+    cached = hgserve(repo).url
+    cacheless = hgserve(repo, "--config", "wirecache.enabled=no").url
+    heads, common = [nodes[1]], [nodes[0]]
+    reference = decoded(getbundle(cacheless, heads, common))
+    engines = {}
+    for comp in ("zstd,zlib,none", "zstd,zlib,none,bzip2"):
+        body = getbundle(cached, heads, common, comp=comp)
+        engines[comp] = payload(body)[0]
+        assert decoded(body) == reference
+    assert engines == {"zstd,zlib,none": b"zstd",
+                       "zstd,zlib,none,bzip2": b"bzip2"}
+    entries = _entries(repo)
+    assert len(entries) == 2
+    for forged in (b"\x04none" + payload(body)[1], b""):
+        before = counters(hg, repo)
+        for entry in entries:
+            _forge(entry, forged)
+        written = [entry.read_bytes() for entry in entries]
+        for comp in engines:
+            # Removed, and computed as core does (core sends no bzip2).
+            body = getbundle(cached, heads, common, comp=comp)
+            assert payload(body)[0] == b"zstd"
+            assert decoded(body) == reference
+        wait_for(lambda: counters(hg, repo)["uncached"]
+                 == before["uncached"] + 2)
+        for comp, engine in engines.items():
+            # Computed again and stored whole.
+            body = getbundle(cached, heads, common, comp=comp)
+            assert payload(body)[0] == engine
+            assert decoded(body) == reference
+        assert _entries(repo) == entries
+        assert [entry.read_bytes() for entry in entries] != written
+        assert all(entry.read_bytes() != bad
+                   for entry, bad in zip(entries, written))
+        tally.case(True, ("foreign-engine", forged[:6]))
+    # Turned off, or not among the engines the operator chose: zstd.
+    for setting in ("wirecache.bzip2-up-to=0",
+                    "server.compressionengines=zstd,zlib"):
+        url = hgserve(repo, "--config", setting).url
+        body = getbundle(url, heads, common, comp="zstd,zlib,none,bzip2")
+        assert payload(body)[0] == b"zstd"
+        assert decoded(body) == reference

@@ -5,6 +5,7 @@ sends for the same request in the same repository state, across a push, a
 strip, a phase change, obsolescence markers, clients of other
 capabilities and concurrent clients."""
 
+import bz2
 import io
 import json
 import os
@@ -16,6 +17,7 @@ from mercurial import bundle2, hg as hgmod, ui as uimod
 
 from hgext3rd import wirecache
 from netservers import write_ssh_wrapper
+from vcsperf.harness import tools
 
 SERVER_HGRC = """[extensions]
 wirecache =
@@ -60,6 +62,8 @@ def payload(body):
         reader = zstandard.ZstdDecompressor().stream_reader(
             io.BytesIO(data), read_across_frames=True)
         data = reader.read()
+    elif engine == b"bzip2":
+        data = bz2.decompress(data)
     else:
         assert engine == b"none", engine
     return engine, data
@@ -130,7 +134,8 @@ def test_second_clone_is_served_from_the_cache(served, hg, hgserve, proxy,
     assert (item["hits"], item["misses"], item["entries"]) == (1, 1, 1)
     [miss, hit] = pair.cached.bodies("cmd=getbundle")
     assert miss == hit
-    assert item["bytes_saved"] == len(hit) - 1 - hit[0]
+    # Stored with the name of its engine, as the wire frames it.
+    assert item["bytes_saved"] == len(hit)
     assert item["cpu_saved"] > 0
     # Stored at level 17, sent by the cacheless server at core zstd's
     # level 3 (the client has no wirezstd): the same bundle in fewer bytes.
@@ -139,6 +144,57 @@ def test_second_clone_is_served_from_the_cache(served, hg, hgserve, proxy,
     assert len(hit) < len(cacheless)
     hg("verify", "-q", "-R", tmp_path / "two")
     assert "getbundle hit key" in _server_log(served)
+
+
+def hashes_repo(hg, path, files=1500):
+    """A repository whose second changeset changes each of ``files``
+    files: a pull of it is mostly manifest lines, whose hashes bzip2
+    packs tighter than zstd."""
+    hg("init", path)
+    for number in range(files):
+        folder = path / ("src/module%02d/sub%02d" % (number % 37,
+                                                     number % 11))
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / ("file%04d.txt" % number)).write_text("one %d\n"
+                                                         % number)
+    hg("commit", "-q", "-A", "-R", path, "-m", "one")
+    for name in path.glob("src/*/*/*.txt"):
+        name.write_text(name.read_text() + "two\n")
+    hg("commit", "-q", "-R", path, "-m", "two")
+
+
+@pytest.fixture(scope="session")
+def hashes_source(tmp_path_factory):
+    """``hashes_repo``, made once a session (cloned by each test)."""
+    path = tmp_path_factory.mktemp("hashes") / "repo"
+    env = tools.isolated_env(str(path.parent))
+    hashes_repo(lambda *args: tools.hg([str(arg) for arg in args], env),
+                path)
+    return path
+
+
+def test_small_responses_are_stored_as_the_smaller_of_zstd_and_bzip2(
+        hashes_source, hg, hgserve, proxy, tmp_path):
+    served = tmp_path / "served"
+    hg("clone", "-q", "-U", hashes_source, served)
+    configure(served, level=17)
+    pair = Pair(hg, hgserve, proxy, served)
+    for name in ("one", "two"):
+        hg("clone", "-q", "-U", "-r", "0", served, tmp_path / name)
+    pair.pull(tmp_path / "one")
+    # A real client decodes the stored response, a hit this time.
+    hg("pull", "-q", "-R", tmp_path / "two", pair.cached.url)
+    assert heads(hg, tmp_path / "two") == heads(hg, tmp_path / "one")
+    [miss, hit] = pair.cached.bodies("cmd=getbundle")
+    assert miss == hit
+    assert stats(hg, served)["hits"] == 1
+    engine, bundle = payload(hit)
+    [cacheless] = pair.cacheless.bodies("cmd=getbundle")
+    assert engine == b"bzip2"
+    assert payload(cacheless) == (b"zstd", bundle)
+    # Smaller than level 17 in one piece, the other candidate.
+    zstd_size = len(zstandard.ZstdCompressor(level=17).compress(bundle))
+    assert len(hit) - 1 - hit[0] < zstd_size
 
 
 def _server_log(repo):

@@ -25,7 +25,10 @@ its latency is from its first request to the last byte of its last
 answer.  Measured per client: server CPU seconds (``/proc`` of the ``hg
 serve`` process tree, over the round, divided by its clients), the bytes
 the proxy passed on, p50 and p95 latency; ratios are wirecache's over
-core's.
+core's.  With ``--repeat R`` each round is run R times per side, the
+sides in turn (wirecache's cache emptied each time), and the figures are
+over all of them: ``/proc`` counts CPU in ticks of 10 ms, a tenth of
+wirecache's CPU over a round of 32 clients at Firefox scale.
 
 Correctness, which fails the bench: every getbundle answer, decompressed,
 must be byte for byte the one the cacheless core server sent that real
@@ -37,6 +40,7 @@ the push a real client pulls from wirecache's proxy too and is checked
 the same way.
 """
 
+import bz2
 import hashlib
 import http.client
 import io
@@ -103,11 +107,17 @@ def bundle_chunks(content_type, body):
             yield decompressor.flush()
             if not decompressor.eof:
                 raise ValueError("zlib stream cut short")
+        elif engine == b"bzip2":
+            decompressor = bz2.BZ2Decompressor()
+            yield decompressor.decompress(data)
+            if not decompressor.eof or decompressor.unused_data:
+                raise ValueError("bzip2 stream cut short or followed by "
+                                 "other bytes")
         elif engine == b"none":
             yield data
         else:
             raise ValueError("unknown compression %r" % engine)
-    except (zstandard.ZstdError, zlib.error) as err:
+    except (zstandard.ZstdError, zlib.error, OSError, EOFError) as err:
         raise ValueError(str(err)) from err
 
 
@@ -323,16 +333,13 @@ class Fleet:
         cpu = measure.tree_cpu_seconds(server.pid) - before
         for index, (pull, result) in enumerate(zip(pulls, results)):
             self.check(side, name, index, pull, result)
-        latencies = sorted(result["seconds"] for result in results)
         clients = len(pulls)
         return {
             "clients": clients, "concurrency": concurrency,
-            "wall_seconds": wall,
-            "server_cpu_per_client": cpu / clients,
-            "bytes_per_client": sum(proxy.by_client["%s-%d" % (side, i)]
-                                    for i in range(clients)) / clients,
-            "p50_seconds": percentile(latencies, 50),
-            "p95_seconds": percentile(latencies, 95),
+            "wall_seconds": wall, "server_cpu_seconds": cpu,
+            "bytes": sum(proxy.by_client["%s-%d" % (side, i)]
+                         for i in range(clients)),
+            "latencies": [result["seconds"] for result in results],
         }
 
     def check(self, side, name, index, pull, result):
@@ -398,16 +405,38 @@ def stream_depths(pulls, max_depth, seed):
     return [rng.randint(1, max_depth) for _ in range(pulls)]
 
 
-def measure_sides(fleet, name, pulls, concurrency, together):
-    """One round per side, the cache emptied before wirecache's."""
-    figures = {}
-    for side in SIDES:
-        if side == "wirecache":
-            fleet.clear_cache()
-        figures[side] = fleet.round(side, name, pulls, concurrency,
-                                    together)
+def measure_sides(fleet, name, pulls, concurrency, together, repeat=1):
+    """``repeat`` rounds per side, the sides in turn, the cache emptied
+    before each of wirecache's; the figures per client over all of them
+    (CPU is read in ticks of 10 ms: a side's few tenths of a second over
+    a round are a few percent apart), the counters of wirecache's last."""
+    rounds = {side: [] for side in SIDES}
+    for _ in range(repeat):
+        for side in SIDES:
+            if side == "wirecache":
+                fleet.clear_cache()
+            rounds[side].append(fleet.round(side, name, pulls, concurrency,
+                                            together))
+    figures = {side: per_client(rounds[side]) for side in SIDES}
     figures["wirecache"].update(fleet.counters())
     return figures
+
+
+def per_client(rounds):
+    """The figures per client of one side's ``rounds`` together."""
+    clients = sum(one["clients"] for one in rounds)
+    latencies = sorted(seconds for one in rounds
+                       for seconds in one["latencies"])
+    return {
+        "clients": rounds[0]["clients"], "rounds": len(rounds),
+        "concurrency": rounds[0]["concurrency"],
+        "wall_seconds": sum(one["wall_seconds"] for one in rounds),
+        "server_cpu_per_client": sum(one["server_cpu_seconds"]
+                                     for one in rounds) / clients,
+        "bytes_per_client": sum(one["bytes"] for one in rounds) / clients,
+        "p50_seconds": percentile(latencies, 50),
+        "p95_seconds": percentile(latencies, 95),
+    }
 
 
 def side_ratios(figures):
@@ -423,13 +452,15 @@ _SHORT = {"server_cpu_per_client": "cpu", "bytes_per_client": "bytes",
 
 
 def run(source, workdir, clients="8,32,128", push=5, max_depth=20,
-        stream_pulls=96, stream_clients=4, server_threads=8, seed=31):
+        stream_pulls=96, stream_clients=4, server_threads=8, seed=31,
+        repeat=1):
     """Measure on hardlinked clones of ``source`` under ``workdir``;
     returns ``(results, ratios)``."""
     counts = _counts(clients)
-    if min(max_depth, stream_pulls, stream_clients, server_threads) < 1:
-        raise Abort("--max-depth, --stream-pulls, --stream-clients and "
-                    "--server-threads must be positive")
+    if min(max_depth, stream_pulls, stream_clients, server_threads,
+           repeat) < 1:
+        raise Abort("--max-depth, --stream-pulls, --stream-clients, "
+                    "--server-threads and --repeat must be positive")
     with Fleet(source, workdir, push, server_threads, max_depth) as fleet:
         fleet.push()
         depths = stream_depths(stream_pulls, max_depth, seed)
@@ -440,7 +471,7 @@ def run(source, workdir, clients="8,32,128", push=5, max_depth=20,
             name = "%d clients after the push" % count
             rounds[name] = measure_sides(fleet, name,
                                          [captured[push]] * count, count,
-                                         together=True)
+                                         together=True, repeat=repeat)
             # The real client, served from the cache this time.
             fleet.real_pull("wirecache", push)
             for key, value in side_ratios(rounds[name]).items():
@@ -448,12 +479,13 @@ def run(source, workdir, clients="8,32,128", push=5, max_depth=20,
         name = "stream of %d pulls, depth 1-%d" % (stream_pulls, max_depth)
         rounds[name] = measure_sides(
             fleet, name, [captured[depth] for depth in depths],
-            stream_clients, together=False)
+            stream_clients, together=False, repeat=repeat)
         for key, value in side_ratios(rounds[name]).items():
             ratios["%s_stream" % _SHORT[key]] = value
         results = {
             "changesets": fleet.tiprev + 1, "pushed": push,
             "server_threads": server_threads, "stream_seed": seed,
+            "repeat": repeat,
             "rounds": rounds, "checked": dict(fleet.checked),
         }
     return results, ratios
@@ -474,9 +506,10 @@ def format_report(source, results, table_ratios):
     lines = [
         "repository: %s" % source,
         "%d changesets, the last %d pushed through wirecache's hg serve; "
-        "each server behind a proxy of %d workers"
+        "each server behind a proxy of %d workers; %d round(s) of each "
+        "measurement per side"
         % (results["changesets"], results["pushed"],
-           results["server_threads"]), "",
+           results["server_threads"], results.get("repeat", 1)), "",
         "%-34s %22s %26s %22s %22s" % (
             "per client, core / wirecache", "server CPU s (ratio)",
             "bytes (ratio)", "p50 latency s", "p95 latency s"),
@@ -529,4 +562,7 @@ def main(argv=None):
                                 "server is given at a time (default 8)")),
         ("seed", dict(type=int, default=31, help="seed of the stream's "
                       "depths")),
+        ("repeat", dict(type=int, default=1, help="rounds of each "
+                        "measurement per side, taken together (default "
+                        "1)")),
     ], argv)

@@ -71,7 +71,12 @@ CHECK_WHOLE_UP_TO = 8 * 1024 * 1024
 BLOCK = 4096
 #: Read size when an entry is streamed.
 READ_SIZE = 256 * 1024
-#: How often a waiting request checks whether the writer has finished.
+#: How often a waiting request checks whether the writer has finished:
+#: first after ``FIRST_POLL_SECONDS``, then twice as long each time up to
+#: ``POLL_SECONDS`` (a small pull's response is written in tens of
+#: milliseconds: a waiter polling every 50 ms could wait longer for the
+#: entry than its writer took to make it).
+FIRST_POLL_SECONDS = 0.005
 POLL_SECONDS = 0.05
 #: A temporary file whose writer holds no lock and that is older than
 #: this is left over from a writer that died, and a lock file that old of
@@ -126,6 +131,13 @@ class Entry:
             return False
         self._whole = data
         return True
+
+    def head(self, size: int) -> bytes:
+        """The payload's first ``size`` bytes (all of a shorter one)."""
+        if self._whole is not None:
+            return self._whole[:size]
+        return os.pread(self._fh.fileno(), min(size, self.size),
+                        len(HEAD_MAGIC))
 
     def check_read(self) -> bool:
         """Check the whole entry before anything of it is sent (a Git pack
@@ -410,6 +422,7 @@ class ResponseCache:
             return None
         deadline = time.monotonic() + self.wait
         waited = False
+        delay = FIRST_POLL_SECONDS
         try:
             while True:
                 try:
@@ -422,7 +435,8 @@ class ResponseCache:
                     os.close(lock_fd)
                     return None
                 waited = True
-                time.sleep(POLL_SECONDS)
+                time.sleep(delay)
+                delay = min(2 * delay, POLL_SECONDS)
         except OSError:
             os.close(lock_fd)
             return None
