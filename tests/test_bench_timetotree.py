@@ -214,3 +214,35 @@ def test_sparse_paths_run_both_tools_from_blobless_clones(real_git_repo,
     assert list(figures["ratios"]) == ["sparse_warm"]
     assert figures["targets"] == {}
     assert "sparse, warm reuse: gitbridge --purge / run-task" in out
+
+
+def test_remove_tree_deletes_only_inside_and_settle_returns(tmp_path,
+                                                            monkeypatch):
+    """The bench's parallel delete between paths takes a tree of many
+    directories, read-only files and links, and never follows a link out
+    of it; ``settle`` syncs and waits, bounded, for the disk to go quiet
+    (or, with no block device behind the directory, only syncs)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("someone's\n")
+    top = tmp_path / "checkout"
+    for n in range(30):
+        sub = top / ("d%d" % n) / "deeper"
+        sub.mkdir(parents=True)
+        for m in range(200):
+            (sub / ("f%d" % m)).write_text("x")
+    (top / "d0" / "ro").write_text("read-only")
+    os.chmod(top / "d0" / "ro", 0o444)
+    os.symlink(outside, top / "to-outside-dir")
+    os.symlink(outside / "kept", top / "d1" / "to-outside-file")
+    # 6,000 files, the read-only one, and the link to a file
+    assert timetotree.remove_tree(str(top)) == 6002
+    assert not os.path.lexists(top)
+    assert (outside / "kept").read_text() == "someone's\n"
+    assert timetotree.remove_tree(str(top)) == 0  # already gone
+    # the wait for a quiet disk is bounded (CI's disk is never quiet);
+    # where no block device is behind the directory, sync is all
+    monkeypatch.setattr(timetotree, "QUIET_DEADLINE", 1.0)
+    assert 0 <= timetotree.settle(str(tmp_path)) < 1.0 + 20
+    if os.path.isdir("/dev/shm"):
+        assert 0 <= timetotree.settle("/dev/shm") < 20
