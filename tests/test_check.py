@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -308,20 +309,27 @@ def test_only_writes_to_the_original_count(real_hg_repo, tmp_path,
 
 
 def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
-    """A lock or a journal in the store: a transaction is under way, so
-    the copy is refused (the run then clones by pull); a share is copied
-    from the store it shares."""
+    """A journal in the store: a transaction is under way, so the copy is
+    refused (the run then clones by pull); a lock alone (another hg
+    cloning it holds one for minutes at scale) is no write, and the copy
+    is made; a share is copied from the store it shares."""
     (hgrepo / "a").write_text("a\n")
     hg("commit", "-q", "-A", "-m", "a", cwd=hgrepo)
     hg("--config", "extensions.share=", "share", "-q", "-U", hgrepo,
        tmp_path / "share")
     store = hgrepo / ".hg" / "store"
-    for name in ("lock", "journal"):
-        os.symlink("elsewhere:1", store / name)
-        assert not copying.copy_repository(str(tmp_path / "share"),
-                                          str(tmp_path / "copy"))
-        assert not (tmp_path / "copy").exists()
-        os.unlink(store / name)
+    os.symlink("elsewhere:1", store / "journal")
+    assert not copying.copy_repository(str(tmp_path / "share"),
+                                      str(tmp_path / "copy"))
+    assert not (tmp_path / "copy").exists()
+    os.unlink(store / "journal")
+    os.symlink("elsewhere:1", store / "lock")
+    assert copying.copy_repository(str(tmp_path / "share"),
+                                  str(tmp_path / "copy"))
+    assert not (tmp_path / "copy" / ".hg" / "store" / "lock").exists()
+    os.unlink(store / "lock")
+    hg("verify", "-q", cwd=tmp_path / "copy")
+    shutil.rmtree(tmp_path / "copy")
     assert copying.copy_repository(str(tmp_path / "share"),
                                   str(tmp_path / "copy"))
     hg("verify", "-q", cwd=tmp_path / "copy")
@@ -442,6 +450,13 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     assert report["passed"] and not resume.exists()
     assert report["estimate"]["seconds"] > 0
     assert report["estimate"]["actual_vs_estimate"] > 0
+    # issue 30: the survey and the fingerprints are steps of the copy,
+    # the survey's once though the run was resumed
+    copy_steps = [s["step"] for s in report["steps"]
+                  if s["feature"] == "copy"]
+    assert copy_steps.count(runner.SURVEY_STEP) == 1
+    assert copy_steps[-1] == runner.FINGERPRINT_STEP
+    assert report["minutes_per_100k_files"] > 0
 
 
 def test_a_timed_step_has_the_machine_alone():
@@ -801,3 +816,98 @@ def test_demo_workdir_keeps_the_files_there(tmp_path, monkeypatch):
     assert demo.run_demo(str(mine), json_path=str(
         tmp_path / "nowhere" / "x.json")) == 255
     assert os.listdir(mine) == ["notes.txt"]
+
+
+# issue 30: the quick run's slice, narrowed on a large tree ---------------
+
+def test_narrow_files_is_bounded_and_replayable():
+    """The slice's files: every file while the tree is small; above the
+    bound, the touched files (spread when too many) and a sample of the
+    rest with its Python files, never more than the bounds, the same on
+    every call, bytes or str."""
+    from vcsperf.check import checkcmds
+    tip = ["d%03d/f%04d.%s" % (i % 40, i, "py" if i % 7 == 0 else "js")
+           for i in range(3000)]
+    assert checkcmds.narrow_files(tip[:10], tip) is None
+    touched = tip[:50] + ["gone/removed.txt"]
+    bounds = dict(above=100, touched_files=20, rest_files=30,
+                  python_files=5)
+    kept = checkcmds.narrow_files(touched, tip, **bounds)
+    assert kept == checkcmds.narrow_files(list(reversed(touched)),
+                                          list(reversed(tip)), **bounds)
+    assert kept == sorted(set(kept)) and len(kept) <= 20 + 30 + 5
+    assert len(set(kept) & set(touched)) == 20
+    rest = set(kept) - set(touched)
+    assert 30 <= len(rest) <= 35 and sum(
+        name.endswith(".py") for name in rest) >= 5
+    assert [os.fsencode(name) for name in kept] == \
+        checkcmds.narrow_files([os.fsencode(t) for t in touched],
+                               [os.fsencode(t) for t in tip], **bounds)
+
+
+def test_narrowed_slice_from_a_partial_copy(hg, tmp_path):
+    """``hg check-narrow`` on a copy with no filelog yet names the slice's
+    filelogs; the copy links only those; ``hg check-slice --files`` then
+    writes each changeset's tree narrowed to the list, removals, copies,
+    flags and a merge included, and the slice passes ``hg verify``."""
+    from vcsperf.check import checkcmds
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    for i in range(12):
+        (repo / ("f%02d.%s" % (i, "py" if i % 3 == 0 else "txt"))
+         ).write_text("%d\n" % i)
+    hg("commit", "-q", "-A", "-m", "all", cwd=repo)
+    (repo / "f01.txt").write_text("changed\n")
+    hg("remove", "-q", "f02.txt", cwd=repo)
+    hg("commit", "-q", "-m", "change one, remove one", cwd=repo)
+    hg("copy", "-q", "f01.txt", "copied.txt", cwd=repo)
+    hg("commit", "-q", "-m", "copy", cwd=repo)
+    os.chmod(repo / "f04.txt", 0o755)
+    hg("commit", "-q", "-m", "executable", cwd=repo)
+    hg("update", "-q", "-r", "1", cwd=repo)
+    (repo / "f05.txt").write_text("branch\n")
+    hg("commit", "-q", "-m", "branch", cwd=repo)
+    hg("merge", "-q", "-r", "3", cwd=repo)
+    hg("commit", "-q", "-m", "merge", cwd=repo)
+    bounds = ["--config", "extensions.checkcmds=%s" % checkcmds.__file__,
+              "--config", "checkcmds.above=4", "--config",
+              "checkcmds.touched-files=3", "--config",
+              "checkcmds.rest-files=2", "--config",
+              "checkcmds.python-files=1"]
+    revs = "last(::tip, 5)"
+    listed = tmp_path / "files"
+    copy = tmp_path / "copy"
+
+    def filelogs(dest):
+        out = hg(*bounds, "-R", dest, "check-narrow", revs, listed)
+        return [os.fsdecode(bytes.fromhex(line)) for line in out.split()]
+    assert copying.copy_repository(str(repo), str(copy), filelogs)
+    keep = set(listed.read_bytes().split(b"\0"))
+    assert 3 <= len(keep) <= 6
+    linked = {os.path.relpath(os.path.join(top, name), copy / ".hg" /
+                              "store" / "data")
+              for top, _, names in os.walk(copy / ".hg" / "store" / "data")
+              for name in names}
+    assert linked == {name.decode() + ".i" for name in keep}
+    dest = tmp_path / "slice"
+    assert hg(*bounds, "-R", copy, "check-slice", "--files", listed, revs,
+              dest).strip() == "5"
+    hg("verify", "-q", "-R", dest)
+    originals = hg("log", "-R", repo, "-r", revs, "-T", "{node}\n").split()
+
+    def tree(repository, rev, names=None):
+        """{path: (flags, hex of the content)} of ``rev``."""
+        flags = dict(line.split(" ", 1)[::-1] for line in hg(
+            "files", "-R", repository, "-r", rev, "-T", "{flags} {path}\n",
+            check=False).splitlines())
+        names = [name for name in flags if names is None or name in names]
+        data = dict(line.split(" ") for line in hg(
+            "cat", "-r", rev, "-T", "{path} {data|hex}\n",
+            *["path:" + name for name in names],
+            cwd=repository).splitlines()) if names else {}
+        return {name: (flags[name], data[name]) for name in names}
+    for index, node in enumerate(originals):
+        got = tree(dest, str(index))
+        assert got == tree(repo, node, {name.decode() for name in keep}), \
+            index
+    assert hg("log", "-R", dest, "-r", "merge()", "-T", "{rev}") == "4"

@@ -9,11 +9,23 @@ on (never into the user's repository):
   but the timings matches.  The first line gives the number of revlogs,
   so the runner can draw a progress bar as the lines come.
 
-``hg check-slice REVS DEST``
+``hg check-narrow REVS LIST``
+  the files a slice of changesets REVS holds (``narrow_files``): writes
+  them to the file LIST, NUL-separated, and prints, one a line in hex,
+  the names in the store of their filelogs (as ``data/NAME.i`` is
+  encoded there); prints nothing and writes no LIST when the slice holds
+  every file.  It reads only the changelog and the manifests: a copy of
+  the store that has no filelog yet answers it.  Its bounds are the
+  config items ``checkcmds.above``, ``touched-files``, ``rest-files``
+  and ``python-files`` (``narrow_files``; the check never sets them).
+
+``hg check-slice [--files LIST] REVS DEST``
   writes changesets REVS of this repository into a new repository DEST,
   in one transaction: each with its author, date, message, extra, phase,
   files and copies, and the same tree; parents outside REVS are left out,
-  so a changeset without a parent in REVS holds its whole tree.  DEST
+  so a changeset without a parent in REVS holds its whole tree.  With
+  ``--files``, only the files LIST names (``check-narrow``'s) are kept,
+  in every changeset, and only the filelogs of those are read.  DEST
   compresses its revlogs as this repository does.  Prints the number of
   changesets written.
 
@@ -24,13 +36,69 @@ on (never into the user's repository):
 """
 
 import hashlib
+import itertools
 import json
+import os
 import time
 
 from mercurial import context, error, hg, registrar, scmutil
 
 cmdtable = {}
 command = registrar.command(cmdtable)
+configtable = {}
+configitem = registrar.configitem(configtable)
+
+#: A slice keeps the whole tree while it has at most this many files (the
+#: tip's and the ones its changesets touch) ...
+NARROW_ABOVE = 10000
+#: ... and above that, of the files its changesets touch, at most this
+#: many ...
+TOUCHED_FILES = 8000
+#: ... with, of the tip's files they do not touch, this many ...
+REST_FILES = 1000
+#: ... and this many Python files (what the importer compiles).
+REST_PYTHON_FILES = 200
+
+
+#: ``narrow_files``'s bounds as ``check-narrow`` reads them: the config
+#: items ``checkcmds.NAME`` (a test's smaller tree crosses them too).
+_BOUNDS = {"above": NARROW_ABOVE, "touched-files": TOUCHED_FILES,
+           "rest-files": REST_FILES, "python-files": REST_PYTHON_FILES}
+for _name, _default in _BOUNDS.items():
+    configitem(b'checkcmds', _name.encode(), default=_default)
+
+
+def _spread(names, count):
+    """``count`` of the sorted ``names``, evenly spaced (all of them if
+    there are no more): the same ones on every run."""
+    if len(names) <= count:
+        return list(names)
+    return [names[index * len(names) // count] for index in range(count)]
+
+
+def narrow_files(touched, tip, above=NARROW_ABOVE, touched_files=TOUCHED_FILES,
+                 rest_files=REST_FILES, python_files=REST_PYTHON_FILES):
+    """The files a slice holds, sorted: None (all of them) when the files
+    its changesets touch (``touched``) and the files of its newest one
+    (``tip``) are at most ``NARROW_ABOVE``; else a bounded sample of
+    them, at most ``TOUCHED_FILES + REST_FILES + REST_PYTHON_FILES``
+    whatever the tree and the history: the touched files (every one up to
+    ``TOUCHED_FILES``, else that many spread over their sorted names),
+    and of the rest, ``REST_FILES`` spread over their sorted names and
+    ``REST_PYTHON_FILES`` of the Python files among them.  Names are
+    bytes or str (sorted as their bytes are)."""
+    touched = set(touched)
+    if len(touched.union(tip)) <= above:
+        return None
+
+    def key(name):
+        return name if isinstance(name, bytes) else os.fsencode(name)
+    rest = sorted(set(tip) - touched, key=key)
+    python = [name for name in rest if key(name).endswith(b'.py')]
+    return sorted(set(itertools.chain(
+        _spread(sorted(touched, key=key), touched_files),
+        _spread(rest, rest_files),
+        _spread(python, python_files))), key=key)
 
 
 def _name(entry):
@@ -96,8 +164,41 @@ def check_newbase(ui, repo, rev):
     ui.write(b'%s\n' % repo[node].hex())
 
 
-@command(b'check-slice', [], b'hg check-slice REVS DEST')
-def check_slice(ui, repo, revs, dest):
+def _read_list(path):
+    """The names in ``check-narrow``'s LIST file."""
+    with open(path, 'rb') as fh:
+        return {name for name in fh.read().split(b'\0') if name}
+
+
+@command(b'check-narrow', [], b'hg check-narrow REVS LIST')
+def check_narrow(ui, repo, revs, listfile):
+    revs = scmutil.revrange(repo, [revs])
+    if not revs:
+        raise error.Abort(b'no changesets in the slice')
+    touched = set()
+    for rev in revs:
+        touched.update(repo[rev].files())
+    files = narrow_files(touched, repo[revs.max()].manifest(), **{
+        name.replace('-', '_'): ui.configint(b'checkcmds', name.encode())
+        for name in _BOUNDS})
+    if files is None:
+        return
+    with open(listfile, 'wb') as fh:
+        fh.write(b'\0'.join(files))
+    store = repo.svfs.join(b'')
+    for name in files:
+        for suffix in (b'.i', b'.d'):
+            # the filelog's name in the store, encoded as hg opens it
+            path = repo.svfs.join(b'data/' + name + suffix)
+            ui.write(b'%s\n' % os.path.relpath(path, store).hex().encode())
+
+
+@command(b'check-slice',
+         [(b'', b'files', b'', b'keep only the files this file names '
+           b'(check-narrow\'s LIST)', b'LIST')],
+         b'hg check-slice [--files LIST] REVS DEST')
+def check_slice(ui, repo, revs, dest, files=b''):
+    keep = _read_list(files) if files else None
     revs = scmutil.revrange(repo, [revs])
     revs.sort()
     # The slice compresses as the repository does, whatever hg's default.
@@ -113,24 +214,44 @@ def check_slice(ui, repo, revs, dest):
             progress.increment()
             ctx = repo[rev]
             kept = [p for p in ctx.parents() if p.rev() in written]
-            tree = ctx.manifest()
-            # What differs from the new first parent's tree, and what the
-            # changeset itself names.
-            files = set(ctx.files())
-            if kept:
-                files.update(kept[0].manifest().diff(tree))
+            changed = set(ctx.files())
+            if len(kept) == 1 and len(ctx.parents()) == 1:
+                # A changeset names the files it changes: only those are
+                # read, from the manifest's delta (at 400,000 files a
+                # whole manifest takes a tenth of a second to read).
+                tree = None
             else:
-                files.update(tree)
+                # What differs from the new first parent's tree, and what
+                # the changeset itself names.
+                tree = ctx.manifest()
+                if kept:
+                    changed.update(kept[0].manifest().diff(tree))
+                elif keep is None:
+                    changed.update(tree)
+                else:
+                    changed.update(name for name in keep if name in tree)
+            if keep is not None:
+                changed &= keep
+            # the trees of the new parents, in the slice
+            before = [out[written[p.rev()]].manifest() for p in kept]
 
-            def filectx(out, memctx, path, ctx=ctx, tree=tree, kept=kept):
-                if path not in tree:
-                    return None
+            def filectx(out, memctx, path, ctx=ctx, tree=tree,
+                        before=before):
+                if tree is None:
+                    try:
+                        ctx.filenode(path)
+                    except error.ManifestLookupError:
+                        return None  # removed
+                    flags = ctx.flags(path)
+                elif path in tree:
+                    flags = tree.flags(path)
+                else:
+                    return None  # removed
                 fctx = ctx[path]
-                flags = tree.flags(path)
                 source = fctx.copysource()
-                # A copy keeps its source only if a kept parent has it.
+                # A copy keeps its source only if a new parent has it.
                 if source is not None and not any(
-                        source in parent.manifest() for parent in kept):
+                        source in parent for parent in before):
                     source = None
                 return context.memfilectx(
                     out, memctx, path, fctx.data(), islink=b'l' in flags,
@@ -140,8 +261,8 @@ def check_slice(ui, repo, revs, dest):
             ui.setconfig(b'phases', b'new-commit', ctx.phasestr(),
                          b'check-slice')
             written[rev] = context.memctx(
-                out, parents[:2], ctx.description(), sorted(files), filectx,
-                user=ctx.user(), date=ctx.date(),
+                out, parents[:2], ctx.description(), sorted(changed),
+                filectx, user=ctx.user(), date=ctx.date(),
                 extra=ctx.extra()).commit()
     progress.complete()
     ui.write(b'%d\n' % len(written))

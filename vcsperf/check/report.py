@@ -5,7 +5,7 @@ end), and the ``--json`` file's place checked before the run starts
 
 import os
 
-from vcsperf.check import checkouts, resources
+from vcsperf.check import checkcmds, checkouts, resources
 from vcsperf.core import __version__, pooling
 from vcsperf.core.errors import Abort
 
@@ -55,6 +55,13 @@ def format_report(report):
                       report["sample"]["slice_changesets"],
                       report["tip"][:12],
                       report["sample"]["slice_changesets"])]
+        held = report.get("slice")
+        if held and held.get("narrowed"):
+            lines.append(
+                "  narrowed: %d files of the %d at the tip (the %d its "
+                "changesets touch, up to %d, and a sample of the rest)" % (
+                    held["files"], report["files_at_tip"],
+                    held["files_touched"], checkcmds.TOUCHED_FILES))
     lines += ["", "steps (wall seconds):"]
     for step in report["steps"]:
         lines.append("  %-14s %-44s %8.1f" % (step["feature"], step["step"],
@@ -82,9 +89,11 @@ def format_report(report):
             " (hg rewrote its caches meanwhile: %s)"
             % ", ".join(report["original_caches_rewritten"])
             if report["original_caches_rewritten"] else ""),
-        "total: %.1f s for %d changesets (%.2f min per 10k changesets): %s"
-        % (report["seconds"], report["changesets"],
+        "total: %.1f s for %d changesets and %d files at the tip (%.2f min "
+        "per 10k changesets, %.2f per 100k files): %s"
+        % (report["seconds"], report["changesets"], report["files_at_tip"],
            report["minutes_per_10k_changesets"],
+           report.get("minutes_per_100k_files") or 0,
            "PASSED" if report["passed"] else "FAILED"),
     ]
     return "\n".join(lines)
@@ -170,6 +179,9 @@ def build(check, changed, caches, seconds):
         "seconds": round(seconds, 1),
         "minutes_per_10k_changesets": round(
             seconds / 60 / info["changesets"] * 10000, 2),
+        "minutes_per_100k_files": round(
+            seconds / 60 / info["files_at_tip"] * 100000, 2)
+        if info["files_at_tip"] else None,
     })
     if check.quick:
         report["sample"] = {
