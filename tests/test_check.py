@@ -70,6 +70,9 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     scratch.mkdir()
     resume = scratch / "run"
     report_path = tmp_path / "report.json"
+    # Without its caches, which a reader of the original may write (hg
+    # 6.9 and 7.2 write the tags cache resolving ``tip`` in a revset).
+    shutil.rmtree(real_hg_repo / ".hg" / "cache")
     before = _digest_tree(real_hg_repo / ".hg")
     times = _directory_times(real_hg_repo / ".hg")
     args = ["check", "--repo", real_hg_repo, "--git", real_git_repo,
@@ -408,11 +411,16 @@ def test_short_disk_aborts_before_anything(env, real_hg_repo, tmp_path):
     assert os.listdir(scratch) == []
 
 
-def test_not_a_repository(env, tmp_path):
+def test_not_a_repository(env, hg, tmp_path):
     proc = _vcsperf_check(env, "--repo", tmp_path)
     assert proc.returncode == 255
     assert proc.stderr.startswith("abort: %s is not a Mercurial repository"
                                   % tmp_path)
+    empty = tmp_path / "empty"
+    hg("init", empty)
+    proc = _vcsperf_check(env, "--repo", empty, "--scratch", tmp_path)
+    assert (proc.returncode, proc.stderr) == (
+        255, "abort: %s has no changesets\n" % empty)
 
 
 def test_resume_skips_completed_features(real_hg_repo, tmp_path,
@@ -911,3 +919,20 @@ def test_narrowed_slice_from_a_partial_copy(hg, tmp_path):
         assert got == tree(repo, node, {name.decode() for name in keep}), \
             index
     assert hg("log", "-R", dest, "-r", "merge()", "-T", "{rev}") == "4"
+    # The survey reads the original for the same choice, writing nothing
+    # there: not even a cache, when it has none.
+    shutil.rmtree(repo / ".hg" / "cache", ignore_errors=True)
+    before = _digest_tree(repo / ".hg")
+    first, *lines = hg(*bounds, "-R", repo, "check-survey", "--slice", 5
+                       ).splitlines()
+    survey = json.loads(first)
+    assert survey["node"] == originals[-1] and survey["files"] == 12
+    assert survey["slice"] == {"changesets": 5, "files_touched": 5,
+                               "narrowed": True}
+    sizes = dict(line.split(" ")[::-1] for line in hg(
+        "files", "-R", repo, "-r", "tip", "-T", "{size} {path|hex}\n"
+    ).splitlines())
+    assert dict(line.split(" ")[::-1] for line in lines) == {
+        name.hex(): sizes[name.hex()] for name in keep
+        if name.hex() in sizes}
+    assert _digest_tree(repo / ".hg") == before

@@ -1,5 +1,17 @@
 """An hg extension that ``vcsperf check`` loads into the copies it works
-on (never into the user's repository):
+on, and into the user's repository only to read it (``check-survey``):
+
+``hg check-survey [--slice N]``
+  what the check learns of a repository before it starts, read from its
+  changelog, manifest and filelogs alone, so that nothing is written into
+  it: not a cache (resolving the name ``tip`` in a revset makes hg 6.9
+  write the tags cache), not a lock.  Prints a JSON line: the tip's
+  revision and node, its number of files and of Python files; then, one
+  a line, ``SIZE HEXNAME`` of the tip's files.  With ``--slice N``, the
+  slice of the newest N ancestors of the tip too (``"slice"``: the files
+  its changesets touch, and whether ``narrow_files`` narrows it), and
+  only the slice's files are listed.  With ``--names-only``, no file is
+  listed (no filelog is read).
 
 ``hg check-fulltexts``
   reads the full text of every revision of every revlog in the store,
@@ -17,7 +29,8 @@ on (never into the user's repository):
   every file.  It reads only the changelog and the manifests: a copy of
   the store that has no filelog yet answers it.  Its bounds are the
   config items ``checkcmds.above``, ``touched-files``, ``rest-files``
-  and ``python-files`` (``narrow_files``; the check never sets them).
+  and ``python-files`` (``narrow_files``; the check never sets them),
+  which ``check-survey`` reads too.
 
 ``hg check-slice [--files LIST] REVS DEST``
   writes changesets REVS of this repository into a new repository DEST,
@@ -66,6 +79,12 @@ _BOUNDS = {"above": NARROW_ABOVE, "touched-files": TOUCHED_FILES,
            "rest-files": REST_FILES, "python-files": REST_PYTHON_FILES}
 for _name, _default in _BOUNDS.items():
     configitem(b'checkcmds', _name.encode(), default=_default)
+
+
+def _bounds(ui):
+    """``narrow_files``'s keyword arguments, from the config."""
+    return {name.replace('-', '_'): ui.configint(b'checkcmds', name.encode())
+            for name in _BOUNDS}
 
 
 def _spread(names, count):
@@ -164,6 +183,45 @@ def check_newbase(ui, repo, rev):
     ui.write(b'%s\n' % repo[node].hex())
 
 
+@command(b'check-survey',
+         [(b'', b'slice', 0, b'the slice of the newest N ancestors of the '
+           b'tip', b'N'),
+          (b'', b'names-only', False, b'list no file (read no filelog)')],
+         b'hg check-survey [--slice N] [--names-only]')
+def check_survey(ui, repo, slice=0, names_only=False):
+    # The visible changesets (the copy's and the slice's), read through
+    # the changelog, never a revset or a name: either may fill a cache.
+    changelog = repo.changelog
+    tip = changelog.tiprev()
+    if tip < 0:
+        raise error.Abort(b'no changesets')
+    tree = repo[tip].manifest()
+    names = list(tree)
+    found = {"tip": tip, "node": changelog.node(tip).hex(),
+             "files": len(names),
+             "python_files": sum(name.endswith(b'.py') for name in names)}
+    listed = names
+    if slice:
+        touched = set()
+        # newest first: the ancestors are walked in descending order
+        for rev in itertools.islice(
+                changelog.ancestors([tip], inclusive=True), slice):
+            touched.update(changelog.readfiles(rev))
+        narrow = narrow_files(touched, names, **_bounds(ui))
+        found["slice"] = {"changesets": slice,
+                          "files_touched": len(touched),
+                          "narrowed": narrow is not None}
+        if narrow is not None:
+            listed = [name for name in narrow if name in tree]
+    ui.write(b'%s\n' % json.dumps(found).encode())
+    if names_only:
+        return
+    tipctx = repo[tip]
+    for name in listed:
+        ui.write(b'%d %s\n' % (tipctx.filectx(name, fileid=tree[name])
+                                .size(), name.hex().encode()))
+
+
 def _read_list(path):
     """The names in ``check-narrow``'s LIST file."""
     with open(path, 'rb') as fh:
@@ -178,9 +236,8 @@ def check_narrow(ui, repo, revs, listfile):
     touched = set()
     for rev in revs:
         touched.update(repo[rev].files())
-    files = narrow_files(touched, repo[revs.max()].manifest(), **{
-        name.replace('-', '_'): ui.configint(b'checkcmds', name.encode())
-        for name in _BOUNDS})
+    files = narrow_files(touched, repo[revs.max()].manifest(),
+                         **_bounds(ui))
     if files is None:
         return
     with open(listfile, 'wb') as fh:

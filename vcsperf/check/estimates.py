@@ -3,6 +3,7 @@
 that: each feature's rates (its row in ``features``) times the amounts
 they are per, here.  The report compares both with what the run took."""
 
+import json
 import os
 import tempfile
 
@@ -115,63 +116,48 @@ def _engine(source):
             else "zlib")
 
 
-def _tip(source, env):
-    """The tip's revision number in ``source``, a readable repository
-    with changesets."""
+def _survey_command(source, env, *options):
+    """``hg check-survey`` (``checkcmds``) run on ``source``: its JSON
+    line, and its ``(size, name)`` lines as ``tree.File`` objects sorted by
+    name.  It reads revlogs alone: hg commands reading ``source`` may
+    write its caches (hg 6.9 writes the tags cache resolving ``tip`` in
+    a revset), and the check leaves the original untouched."""
     try:
-        tip = tools.hg(["log", "-R", source, "-r", "tip", "-T", "{rev}"],
-                       env)
+        out = tools.hg(["--config", "extensions.checkcmds=%s"
+                        % checkcmds.__file__, "-R", source, "check-survey",
+                        *options], env)
     except tools.CommandError as err:
         lines = err.stderr.strip().splitlines() or ["exit %d"
                                                     % err.returncode]
+        if lines[-1] == "abort: no changesets":
+            raise Abort("%s has no changesets" % source)
         raise Abort("hg cannot read %s: %s" % (source, lines[-1]),
                     hint="check it with hg verify, or enable the "
                     "extensions it needs")
-    if tip == "-1":
-        raise Abort("%s has no changesets" % source)
-    return int(tip)
+    first, _, rest = out.partition("\n")
+    listed = []
+    for line in rest.split("\n"):
+        if line:
+            size, name = line.split(" ")
+            listed.append(tree.File(os.fsdecode(bytes.fromhex(name)),
+                                    int(size), ""))
+    return json.loads(first), sorted(listed,
+                                     key=lambda f: os.fsencode(f.path))
 
 
 def tip_node(source):
     """The node of the tip of ``source``."""
-    return tools.hg(["log", "-R", source, "-r", "tip", "-T", "{node}"],
-                    tools.isolated_env(tempfile.gettempdir()))
+    return _survey_command(source, tools.isolated_env(
+        tempfile.gettempdir()), "--names-only")[0]["node"]
 
 
-def _tree_sizes(source, env, listed=None):
+def _tree_sizes(source, files):
     """``(files, checkout_bytes, checkout_disk_bytes, python_files)`` of
-    the tip of ``source``, or of its files named in ``listed`` (names)."""
-    include = ()
-    if listed is not None:
-        with tempfile.NamedTemporaryFile(prefix="vcsperf-check-",
-                                         suffix=".files") as fh:
-            fh.write(tree.exact_patterns(listed))
-            fh.flush()
-            files = tree.files(tools.hg, source, "tip", env,
-                               include=["listfile0:" + fh.name])
-    else:
-        files = tree.files(tools.hg, source, "tip", env, include)
+    ``files`` (``tree.File`` objects) of ``source``."""
     sizes = [f.size for f in files]
     return (len(files), sum(sizes), _checkout_disk_bytes(
         [f.path for f in files], sizes, os.statvfs(source).f_frsize),
         sum(f.path.endswith(".py") for f in files))
-
-
-def _slice_survey(source, env, tip_names, size):
-    """The slice ``--quick`` writes of the newest ``size`` changesets, as
-    the survey sees it: ``hg check-narrow``'s choice of files, made from
-    the same names (``tip_names``, the tip's, and the ones the slice's
-    changesets touch), and the sizes of the tip's files of it; no
-    filelog is read but these."""
-    touched = set(tools.hg(["log", "-R", source, "-r", "last(::tip, %d)"
-                            % size, "-T", "{files % '{file}\\0'}"],
-                           env).split("\0")) - {""}
-    narrow = checkcmds.narrow_files(touched, tip_names)
-    files, checkout, disk, python = _tree_sizes(source, env, narrow)
-    return {"changesets": size, "files_touched": len(touched),
-            "narrowed": narrow is not None, "files": files,
-            "checkout_bytes": checkout, "checkout_disk_bytes": disk,
-            "python_files": python}
 
 
 def survey(source, git, quick, slice_size=None):
@@ -190,40 +176,39 @@ def survey(source, git, quick, slice_size=None):
         raise Abort("%s is not a Git repository" % git,
                     hint="give --git a clone or a bare repository")
     env = tools.isolated_env(tempfile.gettempdir())
-    tip = _tip(source, env)
-    # The tip's names only (a plain listing: ten times as fast as a
-    # templated one, which takes minutes at 400,000 files); a name may
-    # hold a form feed, which splitlines() would cut it at.
-    names = [name for name in tools.hg(["manifest", "-R", source, "-r",
-                                        "tip"], env).split("\n") if name]
+    found, _ = _survey_command(source, env, "--names-only")
     info = {
         "repository": source,
         # hidden ones too, until the copy counts the visible ones
         # (counting them here would write the original's caches)
-        "changesets": tip + 1,
+        "changesets": found["tip"] + 1,
         # the store's sizes, and what they take on disk: whole blocks,
         # and directories
         **_walk_hg(os.path.join(source, ".hg")),
-        "files_at_tip": len(names),
-        "python_files_at_tip": sum(name.endswith(".py") for name in names),
+        "files_at_tip": found["files"],
+        "python_files_at_tip": found["python_files"],
         "engine": _engine(source),
         "hg_version": tools.hg(["version", "-T", "{ver}"], env),
-        "tip": tools.hg(["log", "-R", source, "-r", "tip", "-T",
-                         "{node}"], env),
+        "tip": found["node"],
         "quick": quick,
     }
     if sliced(info, quick, slice_size):
-        info["slice"] = _slice_survey(
-            source, env, names, slice_changesets(info, slice_size))
+        size = slice_changesets(info, slice_size)
+        found, files = _survey_command(source, env, "--slice", size)
+        files, checkout, disk, python = _tree_sizes(source, files)
+        # the slice's files, narrowed or not: at the tip (``files``) and
+        # touched by its changesets
+        info["slice"] = dict(found["slice"], files=files,
+                             checkout_bytes=checkout,
+                             checkout_disk_bytes=disk, python_files=python)
         if not info["slice"]["narrowed"]:
-            info["checkout_bytes"] = info["slice"]["checkout_bytes"]
-            info["checkout_disk_bytes"] = info["slice"][
-                "checkout_disk_bytes"]
+            info["checkout_bytes"] = checkout
+            info["checkout_disk_bytes"] = disk
         else:
             info["checkout_bytes"] = info["checkout_disk_bytes"] = None
     else:
         _, info["checkout_bytes"], info["checkout_disk_bytes"], _ = \
-            _tree_sizes(source, env)
+            _tree_sizes(source, _survey_command(source, env)[1])
     return info
 
 
