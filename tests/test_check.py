@@ -140,13 +140,16 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     assert all(s["seconds"] >= 0 for s in report["steps"])
     assert report["peak_memory"]["largest_process_bytes"] > 10 * 2**20
     scratch = report["scratch"]
-    assert 0 < scratch["peak_used_bytes"] <= scratch["estimated_bytes"]
     # The scratch directory's own disk, which other processes do not
-    # change: each feature's estimate holds by itself, without the margin.
+    # change: within 1.25 times the estimate either way, without the
+    # margin, each feature's (with the one beside it) too.
+    assert 0 < scratch["peak_used_bytes"] <= 1.25 * scratch[
+        "estimated_bytes"] < scratch["needed_bytes"]
     assert set(scratch["peak_used_bytes_by_feature"]) == set(
         scratch["estimated_bytes_by_feature"]) == {"copy", *features}
     for name, peak in scratch["peak_used_bytes_by_feature"].items():
-        assert peak <= scratch["estimated_bytes_by_feature"][name], name
+        assert peak <= 1.25 * scratch["estimated_bytes_by_feature"][name], \
+            name
     # The human report says the same.
     assert "original repository unchanged: yes" in proc.stdout
     assert "PASSED" in proc.stdout.splitlines()[-1]
@@ -883,11 +886,12 @@ def test_narrowed_slice_from_a_partial_copy(hg, tmp_path):
               "checkcmds.rest-files=2", "--config",
               "checkcmds.python-files=1"]
     revs = "last(::tip, 5)"
+    slice_args = ["tip", "5"]
     listed = tmp_path / "files"
     copy = tmp_path / "copy"
 
     def filelogs(dest):
-        out = hg(*bounds, "-R", dest, "check-narrow", revs, listed)
+        out = hg(*bounds, "-R", dest, "check-narrow", *slice_args, listed)
         return [os.fsdecode(bytes.fromhex(line)) for line in out.split()]
     assert copying.copy_repository(str(repo), str(copy), filelogs)
     keep = set(listed.read_bytes().split(b"\0"))
@@ -898,8 +902,8 @@ def test_narrowed_slice_from_a_partial_copy(hg, tmp_path):
               for name in names}
     assert linked == {name.decode() + ".i" for name in keep}
     dest = tmp_path / "slice"
-    assert hg(*bounds, "-R", copy, "check-slice", "--files", listed, revs,
-              dest).strip() == "5"
+    assert hg(*bounds, "-R", copy, "check-slice", "--files", listed,
+              *slice_args, dest).strip() == "5"
     hg("verify", "-q", "-R", dest)
     originals = hg("log", "-R", repo, "-r", revs, "-T", "{node}\n").split()
 

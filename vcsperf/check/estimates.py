@@ -22,6 +22,8 @@ REVLOG_BLOCK = 4096
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
 SMALL_FILES = 2 * 2**20
+#: Bytes the slice takes per byte of the checkout of its tip.
+SLICE_PER_TREE = 0.9
 #: What a time rate is seconds per (``Feature.seconds_per``).
 TIME_UNITS = {
     "run": "the part itself, a fixed time",
@@ -143,6 +145,12 @@ def _survey_command(source, env, *options):
                                     int(size), ""))
     return json.loads(first), sorted(listed,
                                      key=lambda f: os.fsencode(f.path))
+
+
+def visible_changesets(repo):
+    """The visible changesets of ``repo``."""
+    return _survey_command(repo, tools.isolated_env(
+        tempfile.gettempdir()), "--names-only")[0]["visible"]
 
 
 def tip_node(source):
@@ -273,7 +281,11 @@ def disk(features, info, quick, slice_size, checkouts, same_fs, git):
             1, 2 * _tree(info, quick, slice_size)[0] / info["files_at_tip"]))
     parts = {"copy": SMALL_FILES + (
         directories if same_fs else info["store_disk_bytes"])
-        + (amounts["pulled"] if sliced(info, quick, slice_size) else 0)}
+        # the slice: its first changeset's tree, compressed, with a block
+        # at least per revlog, is most of it (0.78 and 0.89 of the tree
+        # on pip's and the Firefox-scale repository's)
+        + (int(SLICE_PER_TREE * tree) if sliced(info, quick, slice_size)
+           else 0)}
     for feature in features:
         parts[feature.name] = int(sum(
             factor * amounts[unit]
@@ -291,13 +303,18 @@ def _side_by_side(parts, features):
     return parts
 
 
-def disk_needed(parts, features):
-    """Bytes of free disk the run needs at its peak: the copy, plus the
-    largest feature or pair of features run side by side (each feature's
-    directory is removed when it ends), plus a margin."""
+def disk_peak(parts, features):
+    """Bytes the scratch directory should take at its peak: the copy,
+    plus the largest feature or pair of features run side by side (each
+    feature's directory is removed when it ends)."""
     return parts["copy"] + max(_side_by_side(
         {k: v for k, v in parts.items() if k != "copy"}, features).values(
-        )) + DISK_MARGIN
+        ))
+
+
+def disk_needed(parts, features):
+    """Bytes of free disk the run needs: its peak, plus a margin."""
+    return disk_peak(parts, features) + DISK_MARGIN
 
 
 def seconds(features, info, quick, slice_size):

@@ -561,8 +561,7 @@ class Check:
                 self.base_changesets = self._visible_changesets(self.base)
 
     def _visible_changesets(self, repo):
-        return int(self.hg(["log", "-R", repo, "-r", "tip", "-T",
-                            "{revset('all()')|count}"], self.hg_env()))
+        return estimates.visible_changesets(repo)
 
     def _side_by_side(self, first, second):
         """Run two features at once, ``second`` in a thread of its own."""

@@ -52,10 +52,11 @@ def slice_size(changesets):
         MIN_SLICE, int(SLICE_FACTOR * math.sqrt(changesets))))
 
 
-def slice_revs(check, size):
-    """The revset of the slice: the newest ``size`` ancestors of the tip
-    the survey found."""
-    return "last(::%s, %d)" % (check.info["tip"], size)
+def slice_args(check, size):
+    """The arguments ``hg check-narrow`` and ``check-slice`` take for the
+    slice: the tip the survey found, and the ``size`` of its ancestors
+    the slice holds."""
+    return [check.info["tip"], str(size)]
 
 
 def _checkcmds(check):
@@ -71,7 +72,7 @@ def narrow_filelogs(check, size, copy):
     if os.path.exists(listed):
         os.unlink(listed)
     out = check.hg([*_checkcmds(check), "-R", copy, "check-narrow",
-                    slice_revs(check, size), listed], check.hg_env())
+                    *slice_args(check, size), listed], check.hg_env())
     names = [os.fsdecode(bytes.fromhex(line)) for line in out.split()]
     return names or None
 
@@ -84,4 +85,4 @@ def build_slice(check, size, dest):
     return int(check.hg([*_checkcmds(check), "-R", check.copy,
                          "check-slice", *(["--files", listed]
                                           if os.path.exists(listed) else []),
-                         slice_revs(check, size), dest], check.hg_env()))
+                         *slice_args(check, size), dest], check.hg_env()))
