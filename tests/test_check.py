@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,6 +70,9 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     scratch.mkdir()
     resume = scratch / "run"
     report_path = tmp_path / "report.json"
+    # Without its caches, which a reader of the original may write (hg
+    # 6.9 and 7.2 write the tags cache resolving ``tip`` in a revset).
+    shutil.rmtree(real_hg_repo / ".hg" / "cache")
     before = _digest_tree(real_hg_repo / ".hg")
     times = _directory_times(real_hg_repo / ".hg")
     args = ["check", "--repo", real_hg_repo, "--git", real_git_repo,
@@ -136,13 +140,16 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     assert all(s["seconds"] >= 0 for s in report["steps"])
     assert report["peak_memory"]["largest_process_bytes"] > 10 * 2**20
     scratch = report["scratch"]
-    assert 0 < scratch["peak_used_bytes"] <= scratch["estimated_bytes"]
     # The scratch directory's own disk, which other processes do not
-    # change: each feature's estimate holds by itself, without the margin.
+    # change: within 1.25 times the estimate either way, without the
+    # margin, each feature's (with the one beside it) too.
+    assert 0 < scratch["peak_used_bytes"] <= 1.25 * scratch[
+        "estimated_bytes"] < scratch["needed_bytes"]
     assert set(scratch["peak_used_bytes_by_feature"]) == set(
         scratch["estimated_bytes_by_feature"]) == {"copy", *features}
     for name, peak in scratch["peak_used_bytes_by_feature"].items():
-        assert peak <= scratch["estimated_bytes_by_feature"][name], name
+        assert peak <= 1.25 * scratch["estimated_bytes_by_feature"][name], \
+            name
     # The human report says the same.
     assert "original repository unchanged: yes" in proc.stdout
     assert "PASSED" in proc.stdout.splitlines()[-1]
@@ -308,20 +315,27 @@ def test_only_writes_to_the_original_count(real_hg_repo, tmp_path,
 
 
 def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
-    """A lock or a journal in the store: a transaction is under way, so
-    the copy is refused (the run then clones by pull); a share is copied
-    from the store it shares."""
+    """A journal in the store: a transaction is under way, so the copy is
+    refused (the run then clones by pull); a lock alone (another hg
+    cloning it holds one for minutes at scale) is no write, and the copy
+    is made; a share is copied from the store it shares."""
     (hgrepo / "a").write_text("a\n")
     hg("commit", "-q", "-A", "-m", "a", cwd=hgrepo)
     hg("--config", "extensions.share=", "share", "-q", "-U", hgrepo,
        tmp_path / "share")
     store = hgrepo / ".hg" / "store"
-    for name in ("lock", "journal"):
-        os.symlink("elsewhere:1", store / name)
-        assert not copying.copy_repository(str(tmp_path / "share"),
-                                          str(tmp_path / "copy"))
-        assert not (tmp_path / "copy").exists()
-        os.unlink(store / name)
+    os.symlink("elsewhere:1", store / "journal")
+    assert not copying.copy_repository(str(tmp_path / "share"),
+                                      str(tmp_path / "copy"))
+    assert not (tmp_path / "copy").exists()
+    os.unlink(store / "journal")
+    os.symlink("elsewhere:1", store / "lock")
+    assert copying.copy_repository(str(tmp_path / "share"),
+                                  str(tmp_path / "copy"))
+    assert not (tmp_path / "copy" / ".hg" / "store" / "lock").exists()
+    os.unlink(store / "lock")
+    hg("verify", "-q", cwd=tmp_path / "copy")
+    shutil.rmtree(tmp_path / "copy")
     assert copying.copy_repository(str(tmp_path / "share"),
                                   str(tmp_path / "copy"))
     hg("verify", "-q", cwd=tmp_path / "copy")
@@ -400,11 +414,16 @@ def test_short_disk_aborts_before_anything(env, real_hg_repo, tmp_path):
     assert os.listdir(scratch) == []
 
 
-def test_not_a_repository(env, tmp_path):
+def test_not_a_repository(env, hg, tmp_path):
     proc = _vcsperf_check(env, "--repo", tmp_path)
     assert proc.returncode == 255
     assert proc.stderr.startswith("abort: %s is not a Mercurial repository"
                                   % tmp_path)
+    empty = tmp_path / "empty"
+    hg("init", empty)
+    proc = _vcsperf_check(env, "--repo", empty, "--scratch", tmp_path)
+    assert (proc.returncode, proc.stderr) == (
+        255, "abort: %s has no changesets\n" % empty)
 
 
 def test_resume_skips_completed_features(real_hg_repo, tmp_path,
@@ -442,6 +461,13 @@ def test_resume_skips_completed_features(real_hg_repo, tmp_path,
     assert report["passed"] and not resume.exists()
     assert report["estimate"]["seconds"] > 0
     assert report["estimate"]["actual_vs_estimate"] > 0
+    # issue 30: the survey and the fingerprints are steps of the copy,
+    # the survey's once though the run was resumed
+    copy_steps = [s["step"] for s in report["steps"]
+                  if s["feature"] == "copy"]
+    assert copy_steps.count(runner.SURVEY_STEP) == 1
+    assert copy_steps[-1] == runner.FINGERPRINT_STEP
+    assert report["minutes_per_100k_files"] > 0
 
 
 def test_a_timed_step_has_the_machine_alone():
@@ -801,3 +827,116 @@ def test_demo_workdir_keeps_the_files_there(tmp_path, monkeypatch):
     assert demo.run_demo(str(mine), json_path=str(
         tmp_path / "nowhere" / "x.json")) == 255
     assert os.listdir(mine) == ["notes.txt"]
+
+
+# issue 30: the quick run's slice, narrowed on a large tree ---------------
+
+def test_narrow_files_is_bounded_and_replayable():
+    """The slice's files: every file while the tree is small; above the
+    bound, the touched files (spread when too many) and a sample of the
+    rest with its Python files, never more than the bounds, the same on
+    every call, bytes or str."""
+    from vcsperf.check import checkcmds
+    tip = ["d%03d/f%04d.%s" % (i % 40, i, "py" if i % 7 == 0 else "js")
+           for i in range(3000)]
+    assert checkcmds.narrow_files(tip[:10], tip) is None
+    touched = tip[:50] + ["gone/removed.txt"]
+    bounds = dict(above=100, touched_files=20, rest_files=30,
+                  python_files=5)
+    kept = checkcmds.narrow_files(touched, tip, **bounds)
+    assert kept == checkcmds.narrow_files(list(reversed(touched)),
+                                          list(reversed(tip)), **bounds)
+    assert kept == sorted(set(kept)) and len(kept) <= 20 + 30 + 5
+    assert len(set(kept) & set(touched)) == 20
+    rest = set(kept) - set(touched)
+    assert 30 <= len(rest) <= 35 and sum(
+        name.endswith(".py") for name in rest) >= 5
+    assert [os.fsencode(name) for name in kept] == \
+        checkcmds.narrow_files([os.fsencode(t) for t in touched],
+                               [os.fsencode(t) for t in tip], **bounds)
+
+
+def test_narrowed_slice_from_a_partial_copy(hg, tmp_path):
+    """``hg check-narrow`` on a copy with no filelog yet names the slice's
+    filelogs; the copy links only those; ``hg check-slice --files`` then
+    writes each changeset's tree narrowed to the list, removals, copies,
+    flags and a merge included, and the slice passes ``hg verify``."""
+    from vcsperf.check import checkcmds
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    for i in range(12):
+        (repo / ("f%02d.%s" % (i, "py" if i % 3 == 0 else "txt"))
+         ).write_text("%d\n" % i)
+    hg("commit", "-q", "-A", "-m", "all", cwd=repo)
+    (repo / "f01.txt").write_text("changed\n")
+    hg("remove", "-q", "f02.txt", cwd=repo)
+    hg("commit", "-q", "-m", "change one, remove one", cwd=repo)
+    hg("copy", "-q", "f01.txt", "copied.txt", cwd=repo)
+    hg("commit", "-q", "-m", "copy", cwd=repo)
+    os.chmod(repo / "f04.txt", 0o755)
+    hg("commit", "-q", "-m", "executable", cwd=repo)
+    hg("update", "-q", "-r", "1", cwd=repo)
+    (repo / "f05.txt").write_text("branch\n")
+    hg("commit", "-q", "-m", "branch", cwd=repo)
+    hg("merge", "-q", "-r", "3", cwd=repo)
+    hg("commit", "-q", "-m", "merge", cwd=repo)
+    bounds = ["--config", "extensions.checkcmds=%s" % checkcmds.__file__,
+              "--config", "checkcmds.above=4", "--config",
+              "checkcmds.touched-files=3", "--config",
+              "checkcmds.rest-files=2", "--config",
+              "checkcmds.python-files=1"]
+    revs = "last(::tip, 5)"
+    slice_args = ["tip", "5"]
+    listed = tmp_path / "files"
+    copy = tmp_path / "copy"
+
+    def filelogs(dest):
+        out = hg(*bounds, "-R", dest, "check-narrow", *slice_args, listed)
+        return [os.fsdecode(bytes.fromhex(line)) for line in out.split()]
+    assert copying.copy_repository(str(repo), str(copy), filelogs)
+    keep = set(listed.read_bytes().split(b"\0"))
+    assert 3 <= len(keep) <= 6
+    linked = {os.path.relpath(os.path.join(top, name), copy / ".hg" /
+                              "store" / "data")
+              for top, _, names in os.walk(copy / ".hg" / "store" / "data")
+              for name in names}
+    assert linked == {name.decode() + ".i" for name in keep}
+    dest = tmp_path / "slice"
+    assert hg(*bounds, "-R", copy, "check-slice", "--files", listed,
+              *slice_args, dest).strip() == "5"
+    hg("verify", "-q", "-R", dest)
+    originals = hg("log", "-R", repo, "-r", revs, "-T", "{node}\n").split()
+
+    def tree(repository, rev, names=None):
+        """{path: (flags, hex of the content)} of ``rev``."""
+        flags = dict(line.split(" ", 1)[::-1] for line in hg(
+            "files", "-R", repository, "-r", rev, "-T", "{flags} {path}\n",
+            check=False).splitlines())
+        names = [name for name in flags if names is None or name in names]
+        data = dict(line.split(" ") for line in hg(
+            "cat", "-r", rev, "-T", "{path} {data|hex}\n",
+            *["path:" + name for name in names],
+            cwd=repository).splitlines()) if names else {}
+        return {name: (flags[name], data[name]) for name in names}
+    for index, node in enumerate(originals):
+        got = tree(dest, str(index))
+        assert got == tree(repo, node, {name.decode() for name in keep}), \
+            index
+    assert hg("log", "-R", dest, "-r", "merge()", "-T", "{rev}") == "4"
+    # The survey reads the original for the same choice, writing nothing
+    # there: not even a cache, when it has none.
+    shutil.rmtree(repo / ".hg" / "cache", ignore_errors=True)
+    before = _digest_tree(repo / ".hg")
+    first, *lines = hg(*bounds, "-R", repo, "check-survey", "--slice", 5
+                       ).splitlines()
+    survey = json.loads(first)
+    assert survey["node"] == originals[-1] and survey["files"] == 12
+    assert survey["slice"] == {"changesets": 5, "files_touched": 5,
+                               "narrowed": True}
+    sizes = dict(line.split(" ")[::-1] for line in hg(
+        "files", "-R", repo, "-r", "tip", "-T", "{size} {path|hex}\n"
+    ).splitlines())
+    assert dict(line.split(" ")[::-1] for line in lines) == {
+        name.hex(): sizes[name.hex()] for name in keep
+        if name.hex() in sizes}
+    assert _digest_tree(repo / ".hg") == before

@@ -3,22 +3,27 @@
 that: each feature's rates (its row in ``features``) times the amounts
 they are per, here.  The report compares both with what the run took."""
 
+import json
 import os
 import tempfile
 
-from vcsperf.check import sample, tree
+from vcsperf.check import checkcmds, sample, tree
 from vcsperf.check.commitid import rewritten
 from vcsperf.check.importer import QUICK_FILES
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
-from vcsperf.harness import measure, tools
+from vcsperf.harness import tools
 
 #: Room kept free beyond the estimate, for what the filesystem itself
 #: needs and for surprises.
 DISK_MARGIN = 256 * 2**20
+#: What a small file's revlog takes on disk at least: one block.
+REVLOG_BLOCK = 4096
 #: Files of the run beside the features': the copy's own requirements and
 #: caches, hgrc files, server logs.
-SMALL_FILES = 2**20
+SMALL_FILES = 2 * 2**20
+#: Bytes the slice takes per byte of the checkout of its tip.
+SLICE_PER_TREE = 0.9
 #: What a time rate is seconds per (``Feature.seconds_per``).
 TIME_UNITS = {
     "run": "the part itself, a fixed time",
@@ -27,7 +32,10 @@ TIME_UNITS = {
     "store MB": "MB of the original store",
     "changesets": "changeset of the slice (writing it)",
     "kchangesets": "thousand changesets the features work on",
-    "kfiles": "thousand files at the tip",
+    "kfiles": "thousand files of the tree the features check out (the "
+              "tip's, or the slice's)",
+    "tip kfiles": "thousand files at the tip of the repository",
+    "store kfiles": "thousand files in the repository's store",
     "Python kfiles": "thousand Python files compiled",
     "rewritten": "changeset the commit IDs feature rewrites",
 }
@@ -43,18 +51,44 @@ DISK_UNITS = {
                  "revision's, and a plain clone's beside them)",
     "git": "byte of the Git repository (--git)",
 }
-#: Seconds the copy of the repository takes, per TIME_UNITS: hardlinking
-#: it, writing the slice, listing the tip.
-COPY_SECONDS_PER = {"run": 0.5, "store MB": 0.002, "changesets": 0.036,
-                    "kfiles": 0.5}
+#: Seconds the copy of the repository takes, per TIME_UNITS: walking and
+#: hardlinking its store, reading the tip's manifest (to choose the
+#: slice's files, and the slice's first changeset), writing the slice's
+#: changesets and its first tree.  The survey and the fingerprint of the
+#: original's files are measured, not estimated (``runner``).
+COPY_SECONDS_PER = {"run": 0.5, "store kfiles": 0.015, "tip kfiles": 0.02,
+                    "changesets": 0.036, "kfiles": 0.5}
 
 
-def _directories_bytes(top):
-    """Bytes the directories under ``top`` (itself included) take: what a
-    hardlinked copy of the tree costs."""
-    return sum(os.lstat(os.path.join(root, name)).st_blocks * 512
-               for root, dirs, _ in os.walk(top) for name in dirs) + \
-        os.lstat(top).st_blocks * 512
+def _walk_hg(top):
+    """One walk of ``top``, a ``.hg`` (at 400,000 files each walk takes
+    a minute on a busy machine): ``{"directories_bytes"}``, what its
+    directories (itself included) take, what a hardlinked copy of it
+    costs; and of its store, ``"store_bytes"`` (the files' sizes),
+    ``"store_disk_bytes"`` (their blocks, each inode once) and
+    ``"store_files"``."""
+    found = {"directories_bytes": os.lstat(top).st_blocks * 512,
+             "store_bytes": 0, "store_disk_bytes": 0, "store_files": 0}
+    store = os.path.join(top, "store")
+    seen = set()
+    for root, dirs, names in os.walk(top):
+        found["directories_bytes"] += sum(
+            os.lstat(os.path.join(root, name)).st_blocks * 512
+            for name in dirs)
+        if root == store or root.startswith(store + os.sep):
+            if root == store:
+                found["store_disk_bytes"] += os.lstat(root).st_blocks * 512
+            for name in dirs:
+                found["store_disk_bytes"] += os.lstat(
+                    os.path.join(root, name)).st_blocks * 512
+            for name in names:
+                st = os.lstat(os.path.join(root, name))
+                found["store_files"] += 1
+                found["store_bytes"] += st.st_size
+                if (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    found["store_disk_bytes"] += st.st_blocks * 512
+    return found
 
 
 def _checkout_disk_bytes(paths, sizes, block):
@@ -84,27 +118,64 @@ def _engine(source):
             else "zlib")
 
 
-def _tip(source, env):
-    """The tip's revision number in ``source``, a readable repository
-    with changesets."""
+def _survey_command(source, env, *options):
+    """``hg check-survey`` (``checkcmds``) run on ``source``: its JSON
+    line, and its ``(size, name)`` lines as ``tree.File`` objects sorted by
+    name.  It reads revlogs alone: hg commands reading ``source`` may
+    write its caches (hg 6.9 writes the tags cache resolving ``tip`` in
+    a revset), and the check leaves the original untouched."""
     try:
-        tip = tools.hg(["log", "-R", source, "-r", "tip", "-T", "{rev}"],
-                       env)
+        out = tools.hg(["--config", "extensions.checkcmds=%s"
+                        % checkcmds.__file__, "-R", source, "check-survey",
+                        *options], env)
     except tools.CommandError as err:
         lines = err.stderr.strip().splitlines() or ["exit %d"
                                                     % err.returncode]
+        if lines[-1] == "abort: no changesets":
+            raise Abort("%s has no changesets" % source)
         raise Abort("hg cannot read %s: %s" % (source, lines[-1]),
                     hint="check it with hg verify, or enable the "
                     "extensions it needs")
-    if tip == "-1":
-        raise Abort("%s has no changesets" % source)
-    return int(tip)
+    first, _, rest = out.partition("\n")
+    listed = []
+    for line in rest.split("\n"):
+        if line:
+            size, name = line.split(" ")
+            listed.append(tree.File(os.fsdecode(bytes.fromhex(name)),
+                                    int(size), ""))
+    return json.loads(first), sorted(listed,
+                                     key=lambda f: os.fsencode(f.path))
 
 
-def survey(source, git, quick):
+def visible_changesets(repo):
+    """The visible changesets of ``repo``."""
+    return _survey_command(repo, tools.isolated_env(
+        tempfile.gettempdir()), "--names-only")[0]["visible"]
+
+
+def tip_node(source):
+    """The node of the tip of ``source``."""
+    return _survey_command(source, tools.isolated_env(
+        tempfile.gettempdir()), "--names-only")[0]["node"]
+
+
+def _tree_sizes(source, files):
+    """``(files, checkout_bytes, checkout_disk_bytes, python_files)`` of
+    ``files`` (``tree.File`` objects) of ``source``."""
+    sizes = [f.size for f in files]
+    return (len(files), sum(sizes), _checkout_disk_bytes(
+        [f.path for f in files], sizes, os.statvfs(source).f_frsize),
+        sum(f.path.endswith(".py") for f in files))
+
+
+def survey(source, git, quick, slice_size=None):
     """What the run works on: the repository ``source`` (and ``git``, when
     given) checked, and its sizes and counts, which the report starts
-    with."""
+    with.  With ``quick`` on a history longer than its slice or a tree
+    larger than ``checkcmds.NARROW_ABOVE``, what the slice holds
+    (``slice``); the sizes of the tip's whole tree, which take reading
+    every filelog, are then those of the slice's (``checkout_bytes`` and
+    ``checkout_disk_bytes`` are None)."""
     if not os.path.isdir(os.path.join(source, ".hg")):
         raise Abort("%s is not a Mercurial repository" % source,
                     hint="give --repo the directory that holds .hg")
@@ -113,31 +184,40 @@ def survey(source, git, quick):
         raise Abort("%s is not a Git repository" % git,
                     hint="give --git a clone or a bare repository")
     env = tools.isolated_env(tempfile.gettempdir())
-    tip = _tip(source, env)
-    files = tree.files(tools.hg, source, "tip", env)
-    sizes = [f.size for f in files]
-    return {
+    found, _ = _survey_command(source, env, "--names-only")
+    info = {
         "repository": source,
         # hidden ones too, until the copy counts the visible ones
         # (counting them here would write the original's caches)
-        "changesets": tip + 1,
-        "store_bytes": measure.store_bytes(source)["total"],
-        # What they take on disk: whole blocks, and directories.
-        "store_disk_bytes": pooling.disk_usage(
-            os.path.join(source, ".hg", "store")),
-        "directories_bytes": _directories_bytes(
-            os.path.join(source, ".hg")),
-        "checkout_bytes": sum(sizes),
-        "checkout_disk_bytes": _checkout_disk_bytes(
-            [f.path for f in files], sizes, os.statvfs(source).f_frsize),
-        "files_at_tip": len(sizes),
-        "python_files_at_tip": sum(f.path.endswith(".py") for f in files),
+        "changesets": found["tip"] + 1,
+        # the store's sizes, and what they take on disk: whole blocks,
+        # and directories
+        **_walk_hg(os.path.join(source, ".hg")),
+        "files_at_tip": found["files"],
+        "python_files_at_tip": found["python_files"],
         "engine": _engine(source),
         "hg_version": tools.hg(["version", "-T", "{ver}"], env),
-        "tip": tools.hg(["log", "-R", source, "-r", "tip", "-T",
-                         "{node}"], env),
+        "tip": found["node"],
         "quick": quick,
     }
+    if sliced(info, quick, slice_size):
+        size = slice_changesets(info, slice_size)
+        found, files = _survey_command(source, env, "--slice", size)
+        files, checkout, disk, python = _tree_sizes(source, files)
+        # the slice's files, narrowed or not: at the tip (``files``) and
+        # touched by its changesets
+        info["slice"] = dict(found["slice"], files=files,
+                             checkout_bytes=checkout,
+                             checkout_disk_bytes=disk, python_files=python)
+        if not info["slice"]["narrowed"]:
+            info["checkout_bytes"] = checkout
+            info["checkout_disk_bytes"] = disk
+        else:
+            info["checkout_bytes"] = info["checkout_disk_bytes"] = None
+    else:
+        _, info["checkout_bytes"], info["checkout_disk_bytes"], _ = \
+            _tree_sizes(source, _survey_command(source, env)[1])
+    return info
 
 
 def slice_changesets(info, slice_size):
@@ -147,20 +227,38 @@ def slice_changesets(info, slice_size):
 
 
 def sliced(info, quick, slice_size):
-    """Whether the features work on a slice of the history (with
-    ``--quick``, unless the history is no longer than the slice)."""
-    return quick and slice_changesets(info, slice_size) < info["changesets"]
+    """Whether the features work on a slice of the history: with
+    ``--quick``, unless the history is no longer than the slice and the
+    tip has at most ``checkcmds.NARROW_ABOVE`` files."""
+    return quick and (
+        slice_changesets(info, slice_size) < info["changesets"]
+        or info["files_at_tip"] > checkcmds.NARROW_ABOVE)
+
+
+def _tree(info, quick, slice_size):
+    """``(files, checkout disk bytes, Python files)`` of the tree the
+    features check out: the tip's, or the slice's."""
+    if sliced(info, quick, slice_size) and "slice" in info:
+        part = info["slice"]
+        return part["files"], part["checkout_disk_bytes"], \
+            part["python_files"]
+    return info["files_at_tip"], info["checkout_disk_bytes"], \
+        info.get("python_files_at_tip", 0)
 
 
 def _work_bytes(info, quick, slice_size):
     """Bytes of the store the features work on: the copy's, or the
-    slice's (its share of the history, and its first changeset's whole
-    tree, compressed)."""
+    slice's (its share of the history, of the files it keeps, and its
+    first changeset's tree, compressed)."""
     store = info["store_disk_bytes"]
     if not sliced(info, quick, slice_size):
         return store
     share = slice_changesets(info, slice_size) / info["changesets"]
-    return int(store * share) + info["checkout_disk_bytes"] // 2
+    files, tree, _ = _tree(info, quick, slice_size)
+    if info["files_at_tip"]:
+        share *= min(1, files / info["files_at_tip"])
+    # and a block at least for each file's revlog
+    return int(store * share) + tree // 2 + files * REVLOG_BLOCK
 
 
 def disk(features, info, quick, slice_size, checkouts, same_fs, git):
@@ -171,13 +269,23 @@ def disk(features, info, quick, slice_size, checkouts, same_fs, git):
     revisions the checkouts features check out; ``git``, the Git
     repository or None."""
     work = _work_bytes(info, quick, slice_size)
-    tree = info["checkout_disk_bytes"]
+    tree = _tree(info, quick, slice_size)[1]
     amounts = {"work": work, "pulled": work + work // 4, "tree": tree,
                "checkouts": (checkouts + 1) * tree,
                "git": pooling.disk_usage(git) if git else 0}
+    directories = info["directories_bytes"]
+    if sliced(info, quick, slice_size) and info["files_at_tip"]:
+        # the copy has the directories of the slice's filelogs only
+        directories = int(directories * min(
+            # a sample spread over the tree: a directory for fewer files
+            1, 2 * _tree(info, quick, slice_size)[0] / info["files_at_tip"]))
     parts = {"copy": SMALL_FILES + (
-        info["directories_bytes"] if same_fs else info["store_disk_bytes"])
-        + (amounts["pulled"] if sliced(info, quick, slice_size) else 0)}
+        directories if same_fs else info["store_disk_bytes"])
+        # the slice: its first changeset's tree, compressed, with a block
+        # at least per revlog, is most of it (0.78 and 0.89 of the tree
+        # on pip's and the Firefox-scale repository's)
+        + (int(SLICE_PER_TREE * tree) if sliced(info, quick, slice_size)
+           else 0)}
     for feature in features:
         parts[feature.name] = int(sum(
             factor * amounts[unit]
@@ -195,24 +303,31 @@ def _side_by_side(parts, features):
     return parts
 
 
-def disk_needed(parts, features):
-    """Bytes of free disk the run needs at its peak: the copy, plus the
-    largest feature or pair of features run side by side (each feature's
-    directory is removed when it ends), plus a margin."""
+def disk_peak(parts, features):
+    """Bytes the scratch directory should take at its peak: the copy,
+    plus the largest feature or pair of features run side by side (each
+    feature's directory is removed when it ends)."""
     return parts["copy"] + max(_side_by_side(
         {k: v for k, v in parts.items() if k != "copy"}, features).values(
-        )) + DISK_MARGIN
+        ))
+
+
+def disk_needed(parts, features):
+    """Bytes of free disk the run needs: its peak, plus a margin."""
+    return disk_peak(parts, features) + DISK_MARGIN
 
 
 def seconds(features, info, quick, slice_size):
     """``{part: seconds}`` the run should take on this machine: the copy
     and each of ``features``, their rates times the size of what they
     work on."""
+    files, _, python = _tree(info, quick, slice_size)
     amounts = {"MB": _work_bytes(info, quick, slice_size) / 1e6,
-               "kfiles": info["files_at_tip"] / 1000,
+               "kfiles": files / 1000,
+               "tip kfiles": info["files_at_tip"] / 1000,
+               "store kfiles": info.get("store_files", 0) / 1000,
                "Python kfiles": min(
-                   info.get("python_files_at_tip", 0),
-                   QUICK_FILES if quick else float("inf")) / 1000,
+                   python, QUICK_FILES if quick else float("inf")) / 1000,
                "changesets": slice_changesets(info, slice_size)
                if sliced(info, quick, slice_size) else 0,
                "kchangesets": min(slice_changesets(info, slice_size)

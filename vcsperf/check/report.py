@@ -5,7 +5,13 @@ end), and the ``--json`` file's place checked before the run starts
 
 import os
 
-from vcsperf.check import checkouts, resources
+from vcsperf.check import (
+    checkcmds,
+    checkouts,
+    estimates,
+    features,
+    resources,
+)
 from vcsperf.core import __version__, pooling
 from vcsperf.core.errors import Abort
 
@@ -55,6 +61,13 @@ def format_report(report):
                       report["sample"]["slice_changesets"],
                       report["tip"][:12],
                       report["sample"]["slice_changesets"])]
+        held = report.get("slice")
+        if held and held.get("narrowed"):
+            lines.append(
+                "  narrowed: %d files of the %d at the tip (the %d its "
+                "changesets touch, up to %d, and a sample of the rest)" % (
+                    held["files"], report["files_at_tip"],
+                    held["files_touched"], checkcmds.TOUCHED_FILES))
     lines += ["", "steps (wall seconds):"]
     for step in report["steps"]:
         lines.append("  %-14s %-44s %8.1f" % (step["feature"], step["step"],
@@ -67,12 +80,14 @@ def format_report(report):
         "runner" % (pooling.format_bytes(memory["largest_process_bytes"]),
                     memory["reached_in"],
                     pooling.format_bytes(memory["runner_bytes"])),
-        "disk: the scratch directory took at most %s (during %s) of the "
-        "%s estimated (%.2fx)" % (
+        "disk: the scratch directory took at most %s (during %s) against "
+        "%s estimated (%.2fx; %s asked free, with a margin)" % (
             pooling.format_bytes(scratch["peak_used_bytes"]),
             scratch["peak_reached_in"],
             pooling.format_bytes(scratch["estimated_bytes"]),
-            scratch["actual_vs_estimate"]),
+            scratch["actual_vs_estimate"],
+            pooling.format_bytes(scratch.get("needed_bytes")
+                                 or scratch["estimated_bytes"])),
         "time: %.1f s against %.1f s estimated (%.2fx)" % (
             report["seconds"], report["estimate"]["seconds"],
             report["estimate"]["actual_vs_estimate"] or 0),
@@ -82,9 +97,11 @@ def format_report(report):
             " (hg rewrote its caches meanwhile: %s)"
             % ", ".join(report["original_caches_rewritten"])
             if report["original_caches_rewritten"] else ""),
-        "total: %.1f s for %d changesets (%.2f min per 10k changesets): %s"
-        % (report["seconds"], report["changesets"],
+        "total: %.1f s for %d changesets and %d files at the tip (%.2f min "
+        "per 10k changesets, %.2f per 100k files): %s"
+        % (report["seconds"], report["changesets"], report["files_at_tip"],
            report["minutes_per_10k_changesets"],
+           report.get("minutes_per_100k_files") or 0,
            "PASSED" if report["passed"] else "FAILED"),
     ]
     return "\n".join(lines)
@@ -122,18 +139,28 @@ def _scratch(check, estimate):
     """The report's ``scratch``: the disk the run took and its
     estimate."""
     disk, need = check.disk, estimate["disk_needed"]
+    beside = {}
+    for feature in features.FEATURES:
+        if feature.beside:
+            beside[feature.name] = feature.beside
+            beside[feature.beside] = feature.name
+    # the peak estimated, without the margin the free disk is asked for
+    peak = need - estimates.DISK_MARGIN
     return {"path": check.scratch, "kept": check.keep,
-            "estimated_bytes": need, "free_bytes": check.state["free"],
+            "estimated_bytes": peak, "needed_bytes": need,
+            "free_bytes": check.state["free"],
             "peak_used_bytes": disk.peak,
             "peak_reached_in": "%s: %s" % disk.peak_where
             if disk.peak_where else None,
             "peak_used_bytes_by_feature": disk.peaks,
-            # each with the copy, which stays all along
+            # each with the copy, which stays all along, and with the
+            # feature beside it, whose disk its peak counts too
             "estimated_bytes_by_feature": {
                 name: estimate["disk"]["copy"] + (
-                    value if name != "copy" else 0)
+                    value + estimate["disk"].get(beside.get(name), 0)
+                    if name != "copy" else 0)
                 for name, value in estimate["disk"].items()},
-            "actual_vs_estimate": round(disk.peak / need, 3)}
+            "actual_vs_estimate": round(disk.peak / peak, 3)}
 
 
 def build(check, changed, caches, seconds):
@@ -170,6 +197,9 @@ def build(check, changed, caches, seconds):
         "seconds": round(seconds, 1),
         "minutes_per_10k_changesets": round(
             seconds / 60 / info["changesets"] * 10000, 2),
+        "minutes_per_100k_files": round(
+            seconds / 60 / info["files_at_tip"] * 100000, 2)
+        if info["files_at_tip"] else None,
     })
     if check.quick:
         report["sample"] = {

@@ -117,6 +117,12 @@ from vcsperf.core import pooling
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.harness import tools
 
+#: The steps of the run outside its features, in its ``copy`` part: what
+#: it learns of the repository before it estimates anything (its files'
+#: fingerprint, the survey), and the fingerprint taken again at the end.
+SURVEY_STEP = "survey the repository, fingerprint its files"
+FINGERPRINT_STEP = "fingerprint the original's files again"
+
 
 class _Doing:
     """What a thread of the run does: the feature (the dict the report
@@ -305,8 +311,7 @@ class Check:
         state = self._run_dir.load(self._options())
         if state is None:
             return None
-        if estimates.survey(self.source, self.git, self.quick)["tip"] \
-                != state["info"]["tip"]:
+        if estimates.tip_node(self.source) != state["info"]["tip"]:
             raise Abort("%s has new changesets since the run in %s "
                         "started" % (self.source, self.resume),
                         hint="remove %s to start again"
@@ -318,8 +323,12 @@ class Check:
 
     def _new_state(self):
         """The state of a new run, with the free disk checked."""
+        start = time.perf_counter()
         before = copying.fingerprint(self.source)
-        info = estimates.survey(self.source, self.git, self.quick)
+        fingerprint_seconds = time.perf_counter() - start
+        info = estimates.survey(self.source, self.git, self.quick,
+                                self.slice_size)
+        survey_seconds = time.perf_counter() - start
         try:
             os.makedirs(self.scratch_root, exist_ok=True)
         except OSError as err:
@@ -345,13 +354,23 @@ class Check:
                 "hardlinks)")
         seconds = estimates.seconds(self._features(), info, self.quick,
                                     self.slice_size)
+        # What the run has taken before its estimate, and the original's
+        # files read again at its end, as long as they took now: at
+        # 400,000 files, a minute or two that no rate of a feature has.
+        seconds["copy"] = round(seconds["copy"] + survey_seconds
+                                + fingerprint_seconds, 1)
         return {
             "options": self._options(), "fingerprint": before, "info": info,
+            "sliced": estimates.sliced(info, self.quick, self.slice_size),
             "started": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"),
             "free": free, "estimate": {"disk": disk, "disk_needed": need,
                                        "seconds": seconds},
-            "prepared": [], "features": [], "steps": [], "disk": None,
+            "prepared": [], "features": [], "steps": [
+                {"feature": "copy", "step": SURVEY_STEP,
+                 "seconds": round(survey_seconds, 3),
+                 "largest_process_bytes_so_far": peak_child_rss()}],
+            "disk": None,
             "memory": None, "seconds": 0.0}
 
     def _save_state(self):
@@ -426,8 +445,13 @@ class Check:
             signal.signal(signal.SIGTERM, previous)
             if not self.keep and (completed or not self.resume):
                 self._remove_scratch()
+        start = time.perf_counter()
         changed, caches = copying.original_changes(
             before, copying.fingerprint(self.source))
+        self.steps.append({"feature": "copy", "step": FINGERPRINT_STEP,
+                           "seconds": round(time.perf_counter() - start, 3),
+                           "largest_process_bytes_so_far": peak_child_rss()})
+        self._sort_steps()
         return report.build(self, changed, caches, self._seconds())
 
     def _make_scratch(self):
@@ -495,7 +519,11 @@ class Check:
                     self._side_by_side(feature, todo.pop(feature.beside))
                 else:
                     self._run_feature(feature)
-        # in the order of an uninterrupted run, whichever ended first
+        self._sort_steps()
+
+    def _sort_steps(self):
+        """The steps in the order of an uninterrupted run, whichever
+        ended first."""
         order = ["copy"] + [feature.name for feature in self._features()]
         self.steps.sort(key=lambda s: order.index(s["feature"]))
 
@@ -507,18 +535,22 @@ class Check:
                 "facts": {}}
         with self._doing_feature(copy, self.steps):
             self.copy = self.base = self.path("copy")
+            size = estimates.slice_changesets(self.info, self.slice_size)
+            sliced = self.state.get("sliced")
+            if sliced is None:  # the state of an older release
+                sliced = self.quick and size < self.info["changesets"]
             if "copy" not in prepared:
                 shutil.rmtree(self.copy, ignore_errors=True)
-                with self.step("hardlinked copy of the repository"):
-                    self._copy_source()
+                with self.step("hardlinked copy of the repository" + (
+                        ", the slice's files" if sliced else "")):
+                    self._copy_source(size if sliced else None)
                 prepared.append("copy")
                 self._save_state()
             # Hidden changesets are neither pulled nor cloned: the
             # features count the visible ones.
             self.info["changesets"] = self._visible_changesets(self.copy)
             self.base_changesets = self.info["changesets"]
-            size = estimates.slice_changesets(self.info, self.slice_size)
-            if self.quick and size < self.info["changesets"]:
+            if sliced:
                 self.base = self.path("slice")
                 if "slice" not in prepared:
                     shutil.rmtree(self.base, ignore_errors=True)
@@ -529,8 +561,7 @@ class Check:
                 self.base_changesets = self._visible_changesets(self.base)
 
     def _visible_changesets(self, repo):
-        return int(self.hg(["log", "-R", repo, "-r", "tip", "-T",
-                            "{revset('all()')|count}"], self.hg_env()))
+        return estimates.visible_changesets(repo)
 
     def _side_by_side(self, first, second):
         """Run two features at once, ``second`` in a thread of its own."""
@@ -555,18 +586,26 @@ class Check:
         if raised and not self._stopping:
             raise raised[0]
 
-    def _copy_source(self):
+    def _copy_source(self, slice_size):
         """The copy, without a lock on the original; a repository that
         keeps being written while it is copied is cloned by pull instead,
-        which reads it without a lock too, only slower."""
+        which reads it without a lock too, only slower.  With
+        ``slice_size``, the changesets of the slice the features work on,
+        only the filelogs of the slice's files are linked."""
+        filelogs = None
+        if slice_size is not None:
+            def filelogs(copy):
+                return sample.narrow_filelogs(self, slice_size, copy)
         for _ in range(copying.COPY_ATTEMPTS):
-            if copying.copy_repository(self.source, self.copy):
+            if copying.copy_repository(self.source, self.copy, filelogs):
                 return
             time.sleep(1)
         self.console.say("(%s was written to while it was copied; cloning "
                          "it by pull)" % self.source)
         self.hg(["clone", "-q", "-U", "--pull", self.source, self.copy],
                 self.hg_env())
+        if filelogs:
+            filelogs(self.copy)
 
     def _run_feature(self, feature):
         result = {"name": feature.name, "status": "passed", "error": None,
