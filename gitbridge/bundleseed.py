@@ -35,8 +35,12 @@ Whatever goes wrong (a host that is down, stalls, trickles or answers
 an error, a list that is not one or names nothing usable, a bundle that
 is cut short, corrupt, of another history, or lacks its prerequisites)
 ends the seeding with one line, and the origin sends the rest: what was
-applied before stays, it is verified history.  The seeding never decides the tree: the commit checked out is
-the one the origin names.
+applied before stays, it is verified history.  The seeding never
+decides the tree: the commit checked out is the one the origin names,
+and in a seeded store a commit asked for by its hash must be on one of
+the origin's branches or tags (else it is fetched, and not found if the
+origin lacks it): a bundle's pack may hold objects its refs do not
+reach.
 """
 
 import http.client
@@ -52,6 +56,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from gitbridge import gitconfig
 from vcsperf.core import pooling
 from vcsperf.core.pooling import format_bytes
 from vcsperf.core.process import CommandError, git, run
@@ -66,6 +71,8 @@ DEFAULT_DEADLINE = 1800.0
 BUNDLE_SIGNATURES = (b"# v2 git bundle\n", b"# v3 git bundle\n")
 REFS = "refs/bundles/"
 TOKEN_KEY = "gitbridge.bundletoken"
+#: Set in a store any bundle was applied to.
+SEEDED_KEY = "gitbridge.seeded"
 _CHUNK = 1 << 20
 _TOKEN = re.compile(r"^[0-9]{1,19}$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -132,6 +139,8 @@ def seed(store, list_url, limits, env=None):
             _remove_temporary_packs(store)
     if seeded.token is not None:
         git("config", TOKEN_KEY, str(seeded.token), cwd=store)
+    if seeded.bundles:
+        git("config", SEEDED_KEY, "true", cwd=store)
     return seeded
 
 
@@ -142,6 +151,14 @@ def _remove_temporary_packs(store):
     for name in os.listdir(pack):
         if name.startswith("tmp_"):
             os.unlink(os.path.join(pack, name))
+
+
+def was_seeded(store):
+    """Whether bundles were applied to ``store``: it may then hold
+    objects no origin sent (a bundle's pack may carry more than its refs
+    reach)."""
+    return gitconfig.read(store, r"^gitbridge\.seeded$").get(
+        SEEDED_KEY) is not None
 
 
 def drop_refs(store):

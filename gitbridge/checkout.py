@@ -645,13 +645,19 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                 and self.revision.encode() not in _objects(store):
             return None
         try:
-            return git("rev-parse", "--verify", "--quiet",
-                       self.revision + "^{commit}", cwd=store,
-                       env=partialtree.offline_env()).strip()
+            commit = git("rev-parse", "--verify", "--quiet",
+                         self.revision + "^{commit}", cwd=store,
+                         env=partialtree.offline_env()).strip()
         except CommandError as failure:
             if "ambiguous" in failure.stderr:
                 raise _ambiguous(self.revision, "matches several objects")
             return None
+        if bundleseed.was_seeded(store) and git(
+                "rev-list", "-n", "1", commit, "--not",
+                "--glob=refs/pool/*", cwd=store).strip():
+            # only a bundle holds it: the origin never named it
+            return None
+        return commit
 
     # share ---------------------------------------------------------------------
 

@@ -105,3 +105,40 @@ def test_a_bundle_uri_that_is_not_http_is_one_abort_line(
     assert lines[1].startswith("(")
     assert not (tmp_path / "pool").exists()
     assert not (tmp_path / "dest").exists()
+
+
+def test_a_commit_only_a_bundle_holds_is_not_checked_out(
+        git, gitbridge, git_served, tmp_path):  # noqa: F811
+    """A list serving another repository's bundle seeds the pool with a
+    commit the origin never had; asked for by its hash, it is not found
+    on the origin (as in a pool never seeded), now or in a later run;
+    the origin's tip still checks out."""
+    other = tmp_path / "other"
+    git("init", "-q", "-b", "main", other)
+    (other / "secret.txt").write_text("not the origin's\n")
+    git("-C", other, "add", "-A")
+    git("-C", other, "commit", "-q", "-m", "another history")
+    foreign = git("-C", other, "rev-parse", "HEAD").strip()
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    git("-C", other, "bundle", "create", "-q", host_dir / "other.bundle",
+        "--all")
+    (host_dir / "list").write_text(
+        "[bundle]\n\tversion = 1\n\tmode = all\n"
+        "\theuristic = creationToken\n"
+        "[bundle \"b1\"]\n\turi = other.bundle\n\tcreationToken = 1\n")
+    tip = git("-C", git_served.work, "rev-parse", "HEAD").strip()
+    pool = tmp_path / "pool"
+    with FileServer(host_dir) as host:
+        for attempt in ("seeding", "seeded"):
+            proc = gitbridge("checkout", "--sharebase", pool, "--bundle-uri",
+                             host.url + "list", "-r", foreign,
+                             git_served.repo_url, tmp_path / attempt,
+                             check=False)
+            assert proc.returncode == 255, (attempt, proc.stdout)
+            assert "abort: revision %s not found on %s" % (
+                foreign, git_served.repo_url) in proc.stderr
+            assert not (tmp_path / attempt / "secret.txt").exists()
+        proc = gitbridge("checkout", "--sharebase", pool, "-r", tip,
+                         git_served.repo_url, tmp_path / "dest")
+        assert head_and_status(git, tmp_path / "dest") == (tip, "")
