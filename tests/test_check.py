@@ -940,3 +940,36 @@ def test_narrowed_slice_from_a_partial_copy(hg, tmp_path):
         name.hex(): sizes[name.hex()] for name in keep
         if name.hex() in sizes}
     assert _digest_tree(repo / ".hg") == before
+
+
+def test_the_survey_runs_nothing_the_repository_enables(hg, tmp_path):
+    """The survey reads the original without its own hgrc: blackbox, or a
+    hook on the survey command, enabled there wrote into it.  A slice
+    that is no count is one abort line, and the slice says how many
+    changesets it walked, not how many were asked for."""
+    from vcsperf.check import checkcmds, estimates
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    (repo / "a").write_text("a\n")
+    hg("commit", "-q", "-A", "-m", "a", cwd=repo)
+    (repo / ".hg" / "hgrc").write_text(
+        "[extensions]\nblackbox =\n[hooks]\n"
+        "pre-check-survey = touch %s\n" % (repo / ".hg" / "hooked"))
+    shutil.rmtree(repo / ".hg" / "cache", ignore_errors=True)
+    before = _digest_tree(repo / ".hg")
+    found, files = estimates._survey_command(
+        str(repo), tools.isolated_env(str(tmp_path)), "--slice", "5")
+    assert found["slice"]["changesets"] == 1 and len(files) == 1
+    assert estimates.survey(str(repo), None, True)["files_at_tip"] == 1
+    assert estimates.tip_node(str(repo)) == hg(
+        "log", "-R", repo, "-r", "0", "-T", "{node}", "--config",
+        "extensions.blackbox=!", "--config", "hooks.pre-log=")
+    assert _digest_tree(repo / ".hg") == before
+    proc = hg.proc("--config", "extensions.checkcmds=%s" % checkcmds.__file__,
+                   "--config", "extensions.blackbox=!", "-R", repo,
+                   "check-survey", "--slice", "-1")
+    assert campaign.is_clean_abort(proc), proc.stderr
+    proc = subprocess.run([tools.executable("vcsperf"), "check", "--quick",
+                           "--slice", "0", "--repo", str(repo)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--slice takes a number" in proc.stderr

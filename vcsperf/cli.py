@@ -82,8 +82,11 @@ def main(argv=None):
                              args.html)
     if args.command == "report":
         return page.main(args.reports, args.html)
-    if args.command == "check" and args.slice and not args.quick:
-        parser.error("--slice goes with --quick")
+    if args.command == "check" and args.slice is not None:
+        if not args.quick:
+            parser.error("--slice goes with --quick")
+        if args.slice < 1:
+            parser.error("--slice takes a number of changesets, 1 or more")
     if args.command == "bench":
         return bench.main(args.name, args.args)
     return runner.main(args)

@@ -206,10 +206,12 @@ def check_survey(ui, repo, slice=0, names_only=False):
     listed = names
     if slice:
         touched = set()
+        walked = 0
         for rev in _newest(repo, tip, slice):
             touched.update(changelog.readfiles(rev))
+            walked += 1
         narrow = narrow_files(touched, names, **_bounds(ui))
-        found["slice"] = {"changesets": slice,
+        found["slice"] = {"changesets": walked,
                           "files_touched": len(touched),
                           "narrowed": narrow is not None}
         if narrow is not None:
@@ -238,6 +240,9 @@ def _newest(repo, tip, count):
         rev = repo[tip].rev()
     except error.RepoLookupError:
         raise error.Abort(b'unknown revision %s' % tip)
+    count = bytes(count) if isinstance(count, bytes) else b'%d' % count
+    if not count.isdigit():
+        raise error.Abort(b'not a number of changesets: %s' % count)
     return sorted(itertools.islice(
         repo.changelog.ancestors([rev], inclusive=True), int(count)))
 

@@ -124,18 +124,24 @@ def _survey_command(source, env, *options):
     name.  It reads revlogs alone: hg commands reading ``source`` may
     write its caches (hg 6.9 writes the tags cache resolving ``tip`` in
     a revset), and the check leaves the original untouched."""
+    # Not the repository's own hgrc either: an extension or hook it
+    # enables (blackbox, say) would write there.  Our engine is the one
+    # store format the survey may need an extension to read.
+    env = dict(env, HGRCSKIPREPO="1")
+    engine = (["--config", "extensions.zstdstore="]
+              if _engine(source) == "zstd-dict" else [])
     try:
         out = tools.hg(["--config", "extensions.checkcmds=%s"
-                        % checkcmds.__file__, "-R", source, "check-survey",
-                        *options], env)
+                        % checkcmds.__file__, *engine, "-R", source,
+                        "check-survey", *options], env)
     except tools.CommandError as err:
         lines = err.stderr.strip().splitlines() or ["exit %d"
                                                     % err.returncode]
         if lines[-1] == "abort: no changesets":
             raise Abort("%s has no changesets" % source)
         raise Abort("hg cannot read %s: %s" % (source, lines[-1]),
-                    hint="check it with hg verify, or enable the "
-                    "extensions it needs")
+                    hint="check it with hg verify (the check reads what "
+                    "core Mercurial and zstdstore read)")
     first, _, rest = out.partition("\n")
     listed = []
     for line in rest.split("\n"):
