@@ -241,7 +241,7 @@ class Settings:
             else:
                 table.setdefault(".".join(parts[1:-1]), {})[parts[-1]] = \
                     value
-        self.output = output or options.get("output")
+        self.output = output or _in_repository(repo, options.get("output"))
         if not self.output:
             raise Abort("gitbridge bundlegen needs an output directory",
                         hint="git config bundlegen.output DIR, or --output")
@@ -431,10 +431,16 @@ def _metrics_setting(repo):
     """``bundlegen.metrics-dir`` of the repository, read before its other
     settings are checked; None when unset or unreadable."""
     try:
-        return gitconfig.read(repo, r"^bundlegen\.metrics-dir$").get(
-            "bundlegen.metrics-dir") or None
+        return _in_repository(repo, gitconfig.read(
+            repo, r"^bundlegen\.metrics-dir$").get("bundlegen.metrics-dir"))
     except (Abort, CommandError, OSError):
         return None
+
+
+def _in_repository(repo, path):
+    """A path of the repository's config: a relative one is relative to
+    the repository, wherever the command runs (git runs there)."""
+    return os.path.join(os.path.abspath(repo), path) if path else None
 
 
 def _metrics_report(repo, directory):

@@ -335,11 +335,13 @@ def test_an_output_that_cannot_be_a_directory_is_refused(
 
 
 def test_relative_paths_on_the_command_line_are_the_callers(
-        origin, gitbridge, tmp_path):
+        origin, git, gitbridge, tmp_path):
     """``--output`` and ``--metrics-dir`` given relative were taken
     relative to ``--repo``: the bundles were written inside the served
     repository.  They are relative to where the command runs, as any
-    command line path."""
+    command line path; those of the repository's config stay relative to
+    the repository (the output directory was made in the caller's
+    directory and git wrote into the repository's)."""
     bare, _work = origin
     here = tmp_path / "cron"
     (here / "metrics").mkdir(parents=True)
@@ -351,6 +353,14 @@ def test_relative_paths_on_the_command_line_are_the_callers(
     assert os.listdir(here / "metrics")
     assert not (bare / "bundles").exists()
     assert not os.listdir(bare / "metrics")
+    # the same paths in the repository's config are the repository's
+    for key, value in (("output", "cfgout"), ("metrics-dir", "metrics"),
+                       ("base-url", "https://cdn.example.com/b")):
+        git("-C", bare, "config", "bundlegen." + key, value)
+    gitbridge("bundlegen", "--repo", bare, "-f", cwd=here)
+    assert (bare / "cfgout" / "bundle-list").is_file()
+    assert os.listdir(bare / "metrics")
+    assert not (here / "cfgout").exists()
 
 
 def test_booleans_take_mercurials_words(origin, git, gitbridge, tmp_path):
