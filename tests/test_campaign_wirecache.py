@@ -301,10 +301,13 @@ def test_engines_a_client_lists_and_entries_naming_others(
         assert all(entry.read_bytes() != bad
                    for entry, bad in zip(entries, written))
         tally.case(True, ("foreign-engine", forged[:6]))
-    # Turned off, or not among the engines the operator chose: zstd.
-    for setting in ("wirecache.bzip2-up-to=0",
-                    "server.compressionengines=zstd,zlib"):
+    # Turned off, or not among the engines the operator chose: zstd;
+    # chosen by its engine name (bz2, the only one core takes), bzip2.
+    for setting, engine in (("wirecache.bzip2-up-to=0", b"zstd"),
+                            ("server.compressionengines=zstd,zlib", b"zstd"),
+                            ("server.compressionengines=zstd,bz2",
+                             b"bzip2")):
         url = hgserve(repo, "--config", setting).url
         body = getbundle(url, heads, common, comp="zstd,zlib,none,bzip2")
-        assert payload(body)[0] == b"zstd"
+        assert payload(body)[0] == engine, setting
         assert decoded(body) == reference
