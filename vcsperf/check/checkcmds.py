@@ -240,7 +240,7 @@ def _newest(repo, tip, count):
         rev = repo[tip].rev()
     except error.RepoLookupError:
         raise error.Abort(b'unknown revision %s' % tip)
-    count = bytes(count) if isinstance(count, bytes) else b'%d' % count
+    count = count if isinstance(count, bytes) else b'%d' % count
     if not count.isdigit():
         raise error.Abort(b'not a number of changesets: %s' % count)
     return sorted(itertools.islice(
