@@ -447,6 +447,9 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             make()
             origin.take()
             set_branch(served, branch, tip, base_env)
+            # a worker's cache was written long before its next task: its
+            # writeback must not land on the timed refresh
+            settle()
 
         def full_clone():
             start = time.monotonic()
