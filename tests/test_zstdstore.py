@@ -9,10 +9,12 @@ import time
 import urllib.request
 
 import pytest
-from mercurial import bundle2, store, ui as uimod, util
+from mercurial import bundle2, hg as hgmod, store, ui as uimod, util
 from mercurial.utils import urlutil
 
 import campaign
+import zstdwire
+from hgext3rd.zstdstore import maintenance
 from vcsperf.harness import measure
 
 ENABLE = "[extensions]\nzstdstore =\n"
@@ -714,3 +716,38 @@ def test_bad_settings_abort_naming_the_setting_and_change_nothing(
     assert dictionary_ids(small_dict_repo) == before
     assert (small_dict_repo / ".hg" / "store" / "zstd-dicts" /
             "active").read_bytes() == active
+
+
+def test_training_holds_only_the_newest_file_revisions(real_hg_repo_cached):
+    """The filelog samples ``hg zstd-train`` takes are the newest file
+    revisions by changeset, as a sort of every file's newest revisions
+    gives them, though only enough to fill twice the budget are held (a
+    list of all of them took hundreds of megabytes at 463,000 filelogs).
+    Budgets small enough that most revisions are dropped, and one that
+    keeps all of them; the repository is only read."""
+    repo = hgmod.repository(uimod.ui.load(), os.fsencode(real_hg_repo_cached))
+    unfi = repo.unfiltered()
+
+    def filelogs():
+        return (rl for _kind, rl in maintenance._store_revlogs(
+            repo, (b"filelog",)))
+    everything = []
+    for rl in filelogs():
+        for rev in range(len(rl) - 1, max(-1, len(rl) - 9), -1):
+            everything.append((rl.linkrev(rev), rev, rl.target[1]))
+    everything.sort(key=lambda item: item[0], reverse=True)
+    assert len(everything) > 500
+
+    def chunks(pairs):
+        return (unfi.file(path)._revlog._inner._chunk(rev)
+                for rev, path in pairs)
+    total = sum(len(c) for c in chunks((r, p) for _l, r, p in everything))
+    for budget in (2000, 60000, total * 4):
+        held = maintenance._newest_file_revisions(filelogs(), budget,
+                                                  lambda: None)
+        wanted = zstdwire.select_recent(
+            chunks((r, p) for _l, r, p in everything), budget)
+        assert zstdwire.select_recent(chunks(held), budget) == wanted
+        assert held == [(r, p) for _l, r, p in everything[:len(held)]]
+        if budget < total:
+            assert len(held) < len(everything) // 2, budget

@@ -32,12 +32,12 @@ from .streams import (
     compression_parameters,
     decompress_chunks,
 )
-from .training import select_recent, train
+from .training import MAX_SAMPLE_SIZE, select_recent, train
 
 __all__ = [
     "ChunkCompressor", "ChunkDecompressor", "DictionaryCorrupt",
     "DictionaryError", "DictionaryMissing", "DictionaryStore", "FrameError",
-    "MAX_WINDOW_LOG", "StoredDictionary", "StreamCompressor", "StreamReader",
+    "MAX_SAMPLE_SIZE", "MAX_WINDOW_LOG", "StoredDictionary", "StreamCompressor", "StreamReader",
     "StreamTruncated", "TrainingError", "ZstdWireError",
     "compression_parameters", "decompress_chunks", "frame_parameters", "select_recent", "train",
 ]

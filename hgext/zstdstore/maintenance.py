@@ -5,6 +5,7 @@
 """What zstdstore's maintenance commands do: train dictionaries, rewrite
 the store with them, and report how it is stored."""
 
+import heapq
 import json
 import os
 import struct
@@ -51,14 +52,15 @@ def _store_revlogs(repo, kinds=KINDS):
     filelogs first, then manifests, then the changelog.  Each is opened
     when its turn comes."""
     unfi = repo.unfiltered()
-    entries = [e for e in unfi.store.walk() if e.is_revlog]
+    # a walk per class, not a list of every entry: a Firefox-scale store
+    # has 463,000
     if b'filelog' in kinds:
-        for entry in entries:
-            if entry.is_filelog:
+        for entry in unfi.store.walk():
+            if entry.is_revlog and entry.is_filelog:
                 yield b'filelog', unfi.file(entry.target_id)._revlog
     if b'manifest' in kinds:
-        for entry in entries:
-            if entry.is_manifestlog:
+        for entry in unfi.store.walk():
+            if entry.is_revlog and entry.is_manifestlog:
                 yield b'manifest', unfi.manifestlog.getstorage(
                     entry.target_id)._revlog
     if b'changelog' in kinds:
@@ -73,10 +75,11 @@ def _chunk(rl, rev):
 _FILE_REVISIONS_SAMPLED = 8
 
 
-def _newest_chunks(ui, repo, kind):
-    """Stored chunks of one revlog class, newest first.  One revlog is
-    open at a time: each one read keeps caches of its own, and a store
-    has tens of thousands of filelogs."""
+def _newest_chunks(ui, repo, kind, budget):
+    """Stored chunks of one revlog class, newest first, at least enough
+    to fill ``budget`` bytes of samples.  One revlog is open at a time:
+    each one read keeps caches of its own, and a store has tens of
+    thousands of filelogs."""
     revlogs = (rl for _kind, rl in _store_revlogs(repo, (kind,)))
     if kind != b'filelog':
         for rl in revlogs:
@@ -84,21 +87,40 @@ def _newest_chunks(ui, repo, kind):
                 for rev in range(len(rl) - 1, -1, -1):
                     yield _chunk(rl, rev)
         return
-    # Filelogs: order the newest revisions of every file by the changeset
-    # that introduced them, reading only indexes until chunks are needed.
-    recent = []
     progress = ui.makeprogress(_(b'indexing filelogs'), unit=_(b'files'))
+    recent = _newest_file_revisions(revlogs, budget, progress.increment)
+    progress.complete()
+    unfi = repo.unfiltered()
+    for rev, path in recent:
+        yield _chunk(unfi.file(path)._revlog, rev)
+
+
+def _newest_file_revisions(revlogs, budget, visited):
+    """``(rev, path)`` of the newest revisions of every file, ordered by
+    the changeset that introduced them (newest first; in walk order
+    among one changeset's), read from indexes only.
+
+    Only the newest that fill twice ``budget`` with their stored sizes
+    are held: a sample is the chunk decompressed, rarely smaller than
+    stored; a list of every file's revisions took hundreds of megabytes
+    at Firefox's 463,000 filelogs."""
+    # a heap whose smallest item is the last in the order: the one to
+    # drop when the rest already hold enough
+    held, held_bytes, walked = [], 0, 0
     for rl in revlogs:
-        progress.increment()
+        visited()
         path = rl.target[1]
         for rev in range(len(rl) - 1,
                          max(-1, len(rl) - 1 - _FILE_REVISIONS_SAMPLED), -1):
-            recent.append((rl.linkrev(rev), rev, path))
-    progress.complete()
-    recent.sort(key=lambda item: item[0], reverse=True)
-    unfi = repo.unfiltered()
-    for _linkrev, rev, path in recent:
-        yield _chunk(unfi.file(path)._revlog, rev)
+            size = min(rl.length(rev), zstdwire.MAX_SAMPLE_SIZE)
+            heapq.heappush(held, (rl.linkrev(rev), -walked, rev, path,
+                                  size))
+            walked += 1
+            held_bytes += size
+            while held_bytes - held[0][4] >= 2 * budget:
+                held_bytes -= heapq.heappop(held)[4]
+    held.sort(reverse=True)
+    return [(rev, path) for _linkrev, _walked, rev, path, _size in held]
 
 
 def _remove_stale_temporaries(ui, repo):
@@ -139,7 +161,7 @@ def train(ui, repo, dict_size, budget):
         for kind in KINDS:
             start = time.monotonic()
             samples = zstdwire.select_recent(
-                _newest_chunks(ui, repo, kind), budget)
+                _newest_chunks(ui, repo, kind, budget), budget)
             # An ID of the store's choosing: zstd's own is a hash of the
             # dictionary's content, which a retrain at another level or
             # budget can repeat for a dictionary of other bytes.
@@ -293,10 +315,11 @@ def stats(ui, repo, opts):
     beside what core's zstd would store."""
     plain = zstandard.ZstdCompressor(level=configured_level(ui))
     totals = {kind: _ClassTotals() for kind in KINDS}
-    revlogs = list(_store_revlogs(repo))
+    # one revlog open at a time, as in recompress
+    total = sum(1 for e in repo.unfiltered().store.walk() if e.is_revlog)
     progress = ui.makeprogress(_(b'reading'), unit=_(b'revlogs'),
-                               total=len(revlogs))
-    for kind, rl in revlogs:
+                               total=total)
+    for kind, rl in _store_revlogs(repo):
         progress.increment()
         counts = totals[kind]
         inner = rl._inner
