@@ -39,7 +39,10 @@ example as it is)::
       endpoint = http://127.0.0.1:7070
 
 ``output`` holds the local bundles, their list and the record
-(``bundles.json``).  ``base-url`` (optional) is where ``output`` is
+(``bundles.json``), outside git's own files: an output directory in the
+repository's ``.git``, or in a bare repository, is refused (a relative
+``output`` of the config is relative to the repository: ``../NAME``
+beside a bare one).  ``base-url`` (optional) is where ``output`` is
 served: an absolute http, https or file URL without query or fragment,
 the rule ``hg bundlegen`` applies; a destination's ``base-url`` (default:
 its S3 URL) follows the same rule.  ``destinations`` gives their order
@@ -231,7 +234,8 @@ class Settings:
         # before asking whether it is a repository: git says that of a
         # repository whose config it cannot parse
         config = gitconfig.read(repo, r"^bundlegen\.")
-        if not _is_repository(repo):
+        git_files = _git_directories(repo)
+        if git_files is None:
             raise not_repository
         options, table = {}, {}
         for key, value in config.entries:
@@ -245,6 +249,7 @@ class Settings:
         if not self.output:
             raise Abort("gitbridge bundlegen needs an output directory",
                         hint="git config bundlegen.output DIR, or --output")
+        bundlestore.check_output_outside(self.output, git_files, "git")
         self.base_url = base_url or options.get("base-url") or ""
         if self.base_url:
             self.base_url = bundlestore.check_base_url(self.base_url)
@@ -299,12 +304,18 @@ class Settings:
                 "destinations": [d.name for d in self.destinations]}
 
 
-def _is_repository(path):
+def _git_directories(path):
+    """The directories of git's own files for the repository at
+    ``path`` (its git directory, and a worktree's common one), or None
+    when it is not a repository."""
     try:
-        git("rev-parse", "--git-dir", cwd=path)
-        return True
+        out = git("rev-parse", "--absolute-git-dir", "--git-common-dir",
+                  cwd=path)
     except CommandError:
-        return False
+        return None
+    # the common directory is given relative to ``path``
+    return [os.path.join(os.path.abspath(path), line)
+            for line in out.splitlines()]
 
 
 def _tips(repo):
