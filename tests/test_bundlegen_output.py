@@ -95,6 +95,8 @@ def test_hg_output_in_hg_files_is_refused(hg, tmp_path):
         (shared, str(shared / ".hg" / "bundles"), shared / ".hg",
          "--output", ()),
         (repo, ".hg/bundles", repo / ".hg", "config", ()),
+        # a path that is not ASCII, in the message as it is
+        (repo, str(repo / ".hg" / "bündel"), repo / ".hg", "--output", ()),
     ]
     before = snapshot(tmp_path)
     for where, output, top, given, extra in cases:
