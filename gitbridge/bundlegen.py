@@ -127,6 +127,7 @@ from vcsperf.core.pooling import (
 )
 from vcsperf.core.process import CommandError, git, git_abort
 from vcsperf.core.settings import ACCEPTED_BOOLEANS, as_bool
+from vcsperf.core.spawn import git_bytes
 
 LIST_NAME = "bundle-list"
 RECORD = "bundles.json"
@@ -308,14 +309,12 @@ def _git_directories(path):
     """The directories of git's own files for the repository at
     ``path`` (its git directory, and a worktree's common one), or None
     when it is not a repository."""
-    try:
-        out = git("rev-parse", "--absolute-git-dir", "--git-common-dir",
-                  cwd=path)
-    except CommandError:
-        return None
+    # bytes: a path need not be UTF-8; 128: not a repository
+    out = git_bytes(path, "rev-parse", "--absolute-git-dir",
+                    "--git-common-dir", ok=(0, 128))
     # the common directory is given relative to ``path``
-    return [os.path.join(os.path.abspath(path), line)
-            for line in out.splitlines()]
+    return [os.path.join(os.path.abspath(path), os.fsdecode(line))
+            for line in out.splitlines()] or None
 
 
 def _tips(repo):

@@ -24,12 +24,14 @@ def snapshot(directory):
 
 def refused(proc, output, top, vcs):
     """Whether ``proc`` is the one abort of an output directory in
-    ``top``."""
+    ``top`` (a byte of a path that is not UTF-8 as Python's stderr
+    writes it)."""
     top = os.path.realpath(top)
     return proc.returncode == 255 and proc.stderr == (
         "abort: output directory %s is inside the repository's own files "
         "(%s)\n(%s keeps its files there, not bundles: give a directory "
-        "outside %s)\n" % (output, top, vcs, top))
+        "outside %s)\n" % (output, top, vcs, top)).encode(
+            "utf-8", "backslashreplace").decode()
 
 
 def test_git_output_in_git_files_is_refused(git, gitbridge, tmp_path):
@@ -40,6 +42,9 @@ def test_git_output_in_git_files_is_refused(git, gitbridge, tmp_path):
     git("-C", work, "commit", "-q", "-m", "one")
     bare = tmp_path / "bare.git"
     git("clone", "-q", "--bare", work, bare)
+    # a path that is not UTF-8 (git's answer is read as bytes)
+    odd = tmp_path / os.fsdecode(b"odd-\xff.git")
+    git("clone", "-q", "--bare", work, odd)
     linked = tmp_path / "linked"
     git("-C", work, "worktree", "add", "-q", "-b", "side", linked)
     (tmp_path / "into-objects").symlink_to(bare / "objects")
@@ -51,6 +56,7 @@ def test_git_output_in_git_files_is_refused(git, gitbridge, tmp_path):
         (bare, tmp_path / "into-objects" / "b", bare),
         (linked, work / ".git" / "bundles", work / ".git"),
         (linked, work / ".git" / "worktrees", work / ".git"),
+        (odd, odd / "objects", odd),
     ]
     before = snapshot(tmp_path)
     for number, (repo, output, top) in enumerate(cases):
