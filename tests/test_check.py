@@ -343,7 +343,7 @@ def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
 
 
 def test_a_pull_of_an_original_being_written_writes_nothing_there(
-        hg, real_hg_repo, tmp_path, monkeypatch):
+        hg, hgrepo, tmp_path, monkeypatch):
     """The copy refused (a transaction under way), the run clones the
     original by pull, which could write there: the caches hg may write
     in a local repository it pulls from (hg 6.9), and what the
@@ -353,14 +353,20 @@ def test_a_pull_of_an_original_being_written_writes_nothing_there(
     gone."""
     _only_the_copy(monkeypatch)
     monkeypatch.setattr(copying, "COPY_ATTEMPTS", 1)
-    dot_hg = real_hg_repo / ".hg"
+    # history with a named branch and a tag, for the caches of both
+    for number, branch in enumerate(["default", "default", "stable"]):
+        (hgrepo / "f").write_text("%d\n" % number)
+        hg("branch", "-q", "-f", branch, cwd=hgrepo)
+        hg("commit", "-q", "-A", "-m", "c%d" % number, cwd=hgrepo)
+    hg("tag", "-q", "-r", "1", "v1", cwd=hgrepo)
+    dot_hg = hgrepo / ".hg"
     with open(dot_hg / "hgrc", "a") as fh:
         fh.write("[hooks]\npreoutgoing = touch %s\n" % (dot_hg / "pulled"))
     shutil.rmtree(dot_hg / "cache", ignore_errors=True)
     (dot_hg / "store" / "journal").write_bytes(b"")
     times = _directory_times(dot_hg)
     before = _digest_tree(dot_hg)
-    report = runner.Check(str(real_hg_repo), quick=True,
+    report = runner.Check(str(hgrepo), quick=True,
                           scratch=str(tmp_path / "scratch"), keep=True).run()
     assert _digest_tree(dot_hg) == before
     assert _directory_times(dot_hg) == times
@@ -373,7 +379,7 @@ def test_a_pull_of_an_original_being_written_writes_nothing_there(
     os.unlink(dot_hg / "store" / "journal")
     hg("verify", "-q", cwd=copy)
     assert hg("log", "-T", "{node}\n", cwd=copy) == hg(
-        "log", "-T", "{node}\n", cwd=real_hg_repo)
+        "log", "-T", "{node}\n", cwd=hgrepo)
 
 
 def _hg_serve_processes(path):
