@@ -39,7 +39,10 @@ example as it is)::
       endpoint = http://127.0.0.1:7070
 
 ``output`` holds the local bundles, their list and the record
-(``bundles.json``).  ``base-url`` (optional) is where ``output`` is
+(``bundles.json``), outside git's own files: an output directory in the
+repository's ``.git``, or in a bare repository, is refused (a relative
+``output`` of the config is relative to the repository: ``../NAME``
+beside a bare one).  ``base-url`` (optional) is where ``output`` is
 served: an absolute http, https or file URL without query or fragment,
 the rule ``hg bundlegen`` applies; a destination's ``base-url`` (default:
 its S3 URL) follows the same rule.  ``destinations`` gives their order
@@ -124,6 +127,7 @@ from vcsperf.core.pooling import (
 )
 from vcsperf.core.process import CommandError, git, git_abort
 from vcsperf.core.settings import ACCEPTED_BOOLEANS, as_bool
+from vcsperf.core.spawn import git_bytes
 
 LIST_NAME = "bundle-list"
 RECORD = "bundles.json"
@@ -231,7 +235,8 @@ class Settings:
         # before asking whether it is a repository: git says that of a
         # repository whose config it cannot parse
         config = gitconfig.read(repo, r"^bundlegen\.")
-        if not _is_repository(repo):
+        git_files = _git_directories(repo)
+        if git_files is None:
             raise not_repository
         options, table = {}, {}
         for key, value in config.entries:
@@ -245,6 +250,7 @@ class Settings:
         if not self.output:
             raise Abort("gitbridge bundlegen needs an output directory",
                         hint="git config bundlegen.output DIR, or --output")
+        bundlestore.check_output_outside(self.output, git_files, "git")
         self.base_url = base_url or options.get("base-url") or ""
         if self.base_url:
             self.base_url = bundlestore.check_base_url(self.base_url)
@@ -299,12 +305,16 @@ class Settings:
                 "destinations": [d.name for d in self.destinations]}
 
 
-def _is_repository(path):
-    try:
-        git("rev-parse", "--git-dir", cwd=path)
-        return True
-    except CommandError:
-        return False
+def _git_directories(path):
+    """The directories of git's own files for the repository at
+    ``path`` (its git directory, and a worktree's common one), or None
+    when it is not a repository."""
+    # bytes: a path need not be UTF-8; 128: not a repository
+    out = git_bytes(path, "rev-parse", "--absolute-git-dir",
+                    "--git-common-dir", ok=(0, 128))
+    # the common directory is given relative to ``path``
+    return [os.path.join(os.path.abspath(path), os.fsdecode(line))
+            for line in out.splitlines()] or None
 
 
 def _tips(repo):

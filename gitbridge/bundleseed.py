@@ -56,7 +56,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from gitbridge import gitconfig
 from vcsperf.core import pooling
 from vcsperf.core.pooling import format_bytes
 from vcsperf.core.process import CommandError, git, run
@@ -153,12 +152,12 @@ def _remove_temporary_packs(store):
             os.unlink(os.path.join(pack, name))
 
 
-def was_seeded(store):
-    """Whether bundles were applied to ``store``: it may then hold
-    objects no origin sent (a bundle's pack may carry more than its refs
-    reach)."""
-    return gitconfig.read(store, r"^gitbridge\.seeded$").get(
-        SEEDED_KEY) is not None
+def was_seeded(config):
+    """Whether bundles were applied to the store whose settings (a
+    ``gitconfig.GitConfig`` read with ``SEEDED_KEY`` among them) are
+    ``config``: it may then hold objects no origin sent (a bundle's pack
+    may carry more than its refs reach)."""
+    return config.get(SEEDED_KEY) is not None
 
 
 def drop_refs(store):

@@ -114,6 +114,9 @@ READY_STAMPED = (".git/index",)
 
 #: The settings ``gitbridge checkout`` reads from git config.
 SETTINGS = r"^(share\.pool|sharepool\.)"
+#: The settings of a pooled store the checkout consults, read by one
+#: ``git config``: whether it is blobless, and whether bundles seeded it.
+STORE_SETTINGS = r"^(extensions\.partialclone|gitbridge\.seeded)$"
 
 
 # The command ---------------------------------------------------------------
@@ -311,6 +314,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     # a worktree is added at the commit, so the commit comes first
     SHARE_BEFORE_PULL = False
     VCS = "git"
+    #: ``(store, its STORE_SETTINGS)`` read in this attempt, or None.
+    store_settings_read = None
 
     def __init__(self, request):
         super().__init__(
@@ -378,7 +383,21 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     # resolve and ensure the store -----------------------------------------
 
     def prepare_store(self):
+        self.store_settings_read = None
         return self.ensure_store(self.resolve())
+
+    def store_settings(self, store):
+        """``STORE_SETTINGS`` of ``store``, read once an attempt: both
+        are written in a new store before it is renamed into the pool,
+        never after."""
+        if self.store_settings_read is None \
+                or self.store_settings_read[0] != store:
+            self.store_settings_read = (store, gitconfig.read(
+                store, STORE_SETTINGS))
+        return self.store_settings_read[1]
+
+    def store_is_blobless(self, store):
+        return partialtree.names_promisor(self.store_settings(store))
 
     def resolve(self):
         """The remote's refs; a branch becomes the commit it names now."""
@@ -641,7 +660,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     def local_commit(self, store):
         # a blobless store asked for a commit it lacks tries to fetch it
         # (seconds at Firefox's size, even refused): dulwich looks first
-        if len(self.revision) == 40 and partialtree.is_blobless(store) \
+        if len(self.revision) == 40 and self.store_is_blobless(store) \
                 and self.revision.encode() not in _objects(store):
             return None
         try:
@@ -652,10 +671,12 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
             if "ambiguous" in failure.stderr:
                 raise _ambiguous(self.revision, "matches several objects")
             return None
-        if bundleseed.was_seeded(store) and git(
+        # a commit asked for by its hash may be one only a bundle holds,
+        # which the origin never named; a branch's is the one it names now
+        if self.request.revision and bundleseed.was_seeded(
+                self.store_settings(store)) and git(
                 "rev-list", "-n", "1", commit, "--not",
                 "--glob=refs/pool/*", cwd=store).strip():
-            # only a bundle holds it: the origin never named it
             return None
         return commit
 
@@ -699,7 +720,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
             _write_atomically(os.path.join(dest, ".git", "objects", "info",
                                            "alternates"),
                               os.path.join(store, "objects") + "\n")
-            if partialtree.is_blobless(store):
+            if self.store_is_blobless(store):
                 partialtree.borrow_promises(dest)
 
     def share_problem(self, store):

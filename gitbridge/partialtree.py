@@ -277,10 +277,20 @@ def dirs_problem(store, commit, dirs):
 
 # Blobless stores -------------------------------------------------------------------
 
+#: The setting that makes a store a partial clone.
+PARTIAL_CLONE_KEY = "extensions.partialclone"
+
+
 def is_blobless(store):
     """Whether the pooled ``store`` is a partial clone."""
-    return bool(gitconfig.read(store, r"^extensions\.partialclone$").get(
-        "extensions.partialclone"))
+    return names_promisor(gitconfig.read(store, r"^extensions\.partialclone$"))
+
+
+def names_promisor(config):
+    """Whether a store's settings ``config`` (a ``gitconfig.GitConfig``
+    read with ``PARTIAL_CLONE_KEY`` among them) make it a partial
+    clone."""
+    return bool(config.get(PARTIAL_CLONE_KEY))
 
 
 def remote_name(key):
@@ -394,7 +404,7 @@ class Steps:
                 raise Abort(problem, hint="check --sparse-dirs: "
                             "directories are relative to the repository's "
                             "top")
-        if is_blobless(store):
+        if self.store_is_blobless(store):
             self.fetch_missing_blobs(node, dirs)
         self.widening = False
         if dirs:

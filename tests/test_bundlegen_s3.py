@@ -158,11 +158,17 @@ def s3proxy(objectserver):
     proxy.stop()
 
 
+def local_bundles(repo):
+    """The output directory ``_configure`` gives ``repo``: beside it (not
+    in ``.hg``, which bundlegen refuses)."""
+    return repo.parent / (repo.name + "-bundles")
+
+
 def _configure(repo, server, formats="gzip, zstd", endpoints=None, **extra):
     """Two destinations (a bucket per region), kept two generations
     deep; ``endpoints``: where a destination's requests go instead of
     the server (a proxy in front of it), by name."""
-    lines = ["[bundlegen]", "output = %s" % (repo / ".hg" / "bundles"),
+    lines = ["[bundlegen]", "output = %s" % local_bundles(repo),
              "formats = " + formats, "destinations = usw2, euc1"]
     lines += ["%s = %s" % (key.replace("_", "-"), value)
               for key, value in extra.items()]
@@ -274,7 +280,7 @@ def test_regions_retention_and_a_stock_clone_from_its_region(
     for bucket in ("bundles-usw2", "bundles-euc1"):
         keys = objectserver.keys(bucket)
         assert len(keys) == 4 and not set(first) & set(keys)
-    local = os.listdir(repo / ".hg" / "bundles")
+    local = os.listdir(local_bundles(repo))
     assert sorted(n for n in local if n.endswith(".hg")) == sorted(
         k.rsplit("/", 1)[1] for k in objectserver.keys("bundles-euc1"))
     hg("verify", "-q", "-R", repo)
@@ -304,7 +310,7 @@ def test_a_failed_upload_leaves_every_manifest_and_bucket_as_it_was(
 
 
 def _bundle_files(repo):
-    return sorted(name for name in os.listdir(repo / ".hg" / "bundles")
+    return sorted(name for name in os.listdir(local_bundles(repo))
                   if name.endswith(".hg"))
 
 
@@ -341,7 +347,7 @@ def test_destinations_are_checked_before_any_bundle_is_built(
     assert "destination euc1 (s3://bundles-euc1) cannot be used" in \
         proc.stderr and "(create the bucket" in proc.stderr
     assert "built" not in proc.stdout + proc.stderr
-    assert not os.path.exists(repo / ".hg" / "bundles") or \
+    assert not os.path.exists(local_bundles(repo)) or \
         _bundle_files(repo) == []
     objectserver.make_bucket("bundles-euc1")
     nokeys = {key: value for key, value in env.items()
@@ -405,7 +411,7 @@ def test_objects_deleted_behind_its_back_are_uploaded_again(
 
     # Gone from a bucket and from the output directory: built again.
     objectserver.client().delete_object(Bucket="bundles-euc1", Key=key)
-    os.unlink(repo / ".hg" / "bundles" / key.rsplit("/", 1)[1])
+    os.unlink(local_bundles(repo) / key.rsplit("/", 1)[1])
     out = hg("-R", repo, "bundlegen", *EXT)
     assert "published bundles are missing from destination euc1" in out
     assert objectserver.keys("bundles-euc1") == [key]
@@ -444,7 +450,7 @@ def test_refused_deletes_stay_recorded_and_other_destinations_go_on(
     assert first not in objectserver.keys("bundles-euc1")
     assert first in objectserver.keys("bundles-usw2")
     assert name not in _bundle_files(repo)
-    record = json.loads((repo / ".hg" / "bundles" / "bundles.json")
+    record = json.loads((local_bundles(repo) / "bundles.json")
                         .read_text())
     assert record["undeleted"] == {"usw2": [name]}
     # Still refused: a run with nothing to do says so again.
@@ -454,7 +460,7 @@ def test_refused_deletes_stay_recorded_and_other_destinations_go_on(
     out = hg("-R", repo, "bundlegen", *EXT)
     assert "nothing to do" in out
     assert first not in objectserver.keys("bundles-usw2")
-    record = json.loads((repo / ".hg" / "bundles" / "bundles.json")
+    record = json.loads((local_bundles(repo) / "bundles.json")
                         .read_text())
     assert record["undeleted"] == {}
 

@@ -340,7 +340,7 @@ def test_kill_bundlegen_at_seeded_moments(real_hg_repo, hg, env, hgserve,
 
 # Object storage (issue 27) --------------------------------------------------
 
-from test_bundlegen_s3 import S3Proxy  # noqa: E402
+from test_bundlegen_s3 import S3Proxy, local_bundles  # noqa: E402
 
 # What the proxy in front of one destination does wrong: servers that lie
 # (an object said missing, or of another length), stall, trickle, fail or
@@ -380,7 +380,7 @@ def _published_objects(repo, objectserver):
 
 def _behind_its_back(what, repo, hg, objectserver, rng):
     client = objectserver.client()
-    output = repo / ".hg" / "bundles"
+    output = local_bundles(repo)
     bucket = rng.choice(["bundles-usw2", "bundles-euc1"])
     keys = objectserver.keys(bucket)
     local = sorted(n for n in os.listdir(output) if n.endswith(".hg"))
@@ -476,8 +476,8 @@ def test_object_storage_under_lying_stalling_servers_and_changes_behind(
                     env=hg.env, timeout=300)
                 assert proc.returncode == 0, proc.stdout + proc.stderr
                 _published_objects(repo, objectserver)
-                record = json.loads((repo / ".hg" / "bundles" /
-                                     "bundles.json").read_text())
+                record = json.loads((local_bundles(repo)
+                                     / "bundles.json").read_text())
                 assert not record.get("undeleted"), record
                 clone = tmp_path / ("clone%d" % number)
                 out = hg("clone", "-U", server.url, clone)
@@ -519,7 +519,7 @@ def test_read_only_output_and_record_stop_the_run_before_publishing(
     hg("-R", repo, "commit", "-q", "-A", "-m", "a")
     _configure(repo, objectserver, formats="gzip")
     hg("-R", repo, "bundlegen", *EXT, *OFFER)
-    output = repo / ".hg" / "bundles"
+    output = local_bundles(repo)
     for number, target in enumerate([output, output / "bundles.json"]):
         hg("-R", repo, "commit", "-q", "--config", "ui.allowemptycommit=1",
            "-m", "r%d" % number)

@@ -342,6 +342,46 @@ def test_copy_refuses_a_store_being_written(hg, hgrepo, tmp_path):
     assert "shared" not in (tmp_path / "copy/.hg/requires").read_text()
 
 
+def test_a_pull_of_an_original_being_written_writes_nothing_there(
+        hg, hgrepo, tmp_path, monkeypatch):
+    """The copy refused (a transaction under way), the run clones the
+    original by pull, which could write there: the caches hg may write
+    in a local repository it pulls from (hg 6.9), and what the
+    original's hgrc enables (an outgoing hook, here).  It pulls through a
+    view now: the original's .hg is as it was, without its caches to
+    start with; the copy is its history, with no hgrc, and the view is
+    gone."""
+    _only_the_copy(monkeypatch)
+    monkeypatch.setattr(copying, "COPY_ATTEMPTS", 1)
+    # history with a named branch and a tag, for the caches of both
+    for number, branch in enumerate(["default", "default", "stable"]):
+        (hgrepo / "f").write_text("%d\n" % number)
+        hg("branch", "-q", "-f", branch, cwd=hgrepo)
+        hg("commit", "-q", "-A", "-m", "c%d" % number, cwd=hgrepo)
+    hg("tag", "-q", "-r", "1", "v1", cwd=hgrepo)
+    dot_hg = hgrepo / ".hg"
+    with open(dot_hg / "hgrc", "a") as fh:
+        fh.write("[hooks]\npreoutgoing = touch %s\n" % (dot_hg / "pulled"))
+    shutil.rmtree(dot_hg / "cache", ignore_errors=True)
+    (dot_hg / "store" / "journal").write_bytes(b"")
+    times = _directory_times(dot_hg)
+    before = _digest_tree(dot_hg)
+    report = runner.Check(str(hgrepo), quick=True,
+                          scratch=str(tmp_path / "scratch"), keep=True).run()
+    assert _digest_tree(dot_hg) == before
+    assert _directory_times(dot_hg) == times
+    assert report["original_unchanged"], report["original_changed_files"]
+    assert report["original_caches_rewritten"] == []
+    scratch = report["scratch"]["path"]
+    assert not os.path.lexists(os.path.join(scratch, "original-view"))
+    copy = os.path.join(scratch, "copy")
+    assert not os.path.exists(os.path.join(copy, ".hg", "hgrc"))
+    os.unlink(dot_hg / "store" / "journal")
+    hg("verify", "-q", cwd=copy)
+    assert hg("log", "-T", "{node}\n", cwd=copy) == hg(
+        "log", "-T", "{node}\n", cwd=hgrepo)
+
+
 def _hg_serve_processes(path):
     """Pids of processes whose command line mentions ``path``."""
     found = []

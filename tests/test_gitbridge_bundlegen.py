@@ -354,13 +354,14 @@ def test_relative_paths_on_the_command_line_are_the_callers(
     assert not (bare / "bundles").exists()
     assert not os.listdir(bare / "metrics")
     # the same paths in the repository's config are the repository's
-    for key, value in (("output", "cfgout"), ("metrics-dir", "metrics"),
+    # (the output beside it: inside a bare one is refused)
+    for key, value in (("output", "../cfgout"), ("metrics-dir", "metrics"),
                        ("base-url", "https://cdn.example.com/b")):
         git("-C", bare, "config", "bundlegen." + key, value)
     gitbridge("bundlegen", "--repo", bare, "-f", cwd=here)
-    assert (bare / "cfgout" / "bundle-list").is_file()
+    assert (bare.parent / "cfgout" / "bundle-list").is_file()
     assert os.listdir(bare / "metrics")
-    assert not (here / "cfgout").exists()
+    assert not (tmp_path / "cfgout").exists()
 
 
 def test_booleans_take_mercurials_words(origin, git, gitbridge, tmp_path):

@@ -33,13 +33,34 @@ def only_store(pool):
     return os.path.join(pool, stores[0])
 
 
+def spawned(git, gitbridge, *args):
+    """Run ``gitbridge *args[:-1]`` with git's trace in ``args[-1]``; how
+    many git processes read a store's settings, and ran rev-list."""
+    *args, trace = args
+    git.env["GIT_TRACE"] = str(trace)
+    try:
+        gitbridge(*args)
+    finally:
+        del git.env["GIT_TRACE"]
+    counts = {}
+    for line in trace.read_text().splitlines():
+        _, _, command = line.partition(" trace: built-in: git ")
+        if command.startswith("config") and (
+                "partialclone" in command or "seeded" in command):
+            counts["store settings"] = counts.get("store settings", 0) + 1
+        elif command.startswith("rev-list"):
+            counts["rev-list"] = counts.get("rev-list", 0) + 1
+    return counts
+
+
 def test_a_cold_pool_is_seeded_from_bundles_then_fetches_what_is_newer(
         git, gitbridge, git_served, tmp_path):  # noqa: F811
     """A full and an incremental bundle are applied in creation-token
     order, the origin (moved on since) sends the rest, the tree is the
     origin's tip; the store keeps the highest token and not the bundles'
-    refs; a warm checkout asks the bundle host nothing; the config item
-    does what the option does."""
+    refs; a warm checkout asks the bundle host nothing, and looks for
+    the commit in the pool's refs only when asked for by its hash; the
+    config item does what the option does."""
     output = tmp_path / "bundles"
     output.mkdir()
     with FileServer(output) as host:
@@ -79,6 +100,15 @@ def test_a_cold_pool_is_seeded_from_bundles_then_fetches_what_is_newer(
                          host.url + "bundle-list", "-r", tip,
                          git_served.repo_url, tmp_path / "dest2")
         assert host.log == [] and "(seeded from" not in proc.stdout
+        # a branch's commit is the origin's: one git config reads the
+        # store's settings, and no rev-list looks for it in the pool's refs
+        assert spawned(git, gitbridge, "checkout", "--sharebase", pool,
+                       "-b", "main", git_served.repo_url, tmp_path / "dest2",
+                       tmp_path / "trace") == {"store settings": 1}
+        assert spawned(git, gitbridge, "checkout", "--sharebase", pool,
+                       "-r", tip, git_served.repo_url, tmp_path / "dest2",
+                       tmp_path / "trace2") == {"store settings": 1,
+                                                 "rev-list": 1}
 
         # the config item
         git("config", "--global", "sharepool.bundle-uri",

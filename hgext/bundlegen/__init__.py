@@ -155,7 +155,9 @@ manifest a run replaces stay at least until the next run, for clients
 that read it just before (see ``bundlegen.keep``).  The upload command
 may write in place (a plain ``cp`` to a web server's directory): what it
 writes is named by no manifest yet.  Use one output directory per
-repository.
+repository, outside its ``.hg`` (an output directory there, or in a
+share's source's ``.hg``, is refused: Mercurial keeps its own files
+there).
 
 A bad configuration, a manifest clients cannot parse, or a failed upload
 to any destination stops the run before the manifest is touched: clients
@@ -334,7 +336,7 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
                                 b'negative, nor --check-timeout below 1'))
         checked = settings.Settings(ui, output, base_url)
         return monitoring.check_fresh(
-            ui, repo, settings.output_directory(checked.output),
+            ui, repo, settings.output_directory(repo, checked.output),
             opts['max_age'], opts['max_behind'], opts['check_timeout'])
     # First, so that a run stopped by its configuration is a failure in
     # the file too.
@@ -348,7 +350,7 @@ def bundlegen(ui, repo, output=None, base_url=None, **opts):
     try:
         checked = settings.Settings(ui, output, base_url)
         settings.refuse_core_autogeneration(ui)
-        outdir = settings.output_directory(checked.output)
+        outdir = settings.output_directory(repo, checked.output)
         fm = ui.formatter(b'bundlegen', pycompat.byteskwargs(opts))
         status = run.run(ui, repo, checked, outdir, fm,
                          force=opts.get('force'),

@@ -130,9 +130,17 @@ def refuse_core_autogeneration(ui):
                    b'bundlegen for this repository'))
 
 
-def output_directory(output):
-    """``bundlegen.output`` (or ``--output``) expanded, made if missing."""
+def output_directory(repo, output):
+    """``bundlegen.output`` (or ``--output``) expanded, made if missing;
+    never in ``.hg`` (nor a share's source's)."""
     outdir = util.expandpath(output)
+    try:
+        bundlestore.check_output_outside(
+            os.fsdecode(outdir),
+            [os.fsdecode(repo.path), os.fsdecode(repo.sharedpath)],
+            'Mercurial')
+    except errors.Abort as err:
+        raise hg_abort(err)
     try:
         util.makedirs(outdir)
     except OSError as err:
@@ -151,5 +159,6 @@ def output_directory(output):
 
 def hg_abort(err, prefix=b''):
     """Mercurial's abort for the core's ``err``."""
-    return error.Abort(prefix + pycompat.bytestr(str(err)),
-                       hint=err.hint and pycompat.bytestr(err.hint))
+    # os.fsencode: a path in the message is bytes decoded by os.fsdecode
+    return error.Abort(prefix + os.fsencode(str(err)),
+                       hint=err.hint and os.fsencode(err.hint))

@@ -1,8 +1,9 @@
 """The repository under test, only read: its history copied by hardlinks
-without its locks (``copy_repository``), the fingerprint of its ``.hg``
-taken before and after the run (``fingerprint``, ``original_changes``),
-and the scratch and resume directories that would reach into it refused
-(``refuse_places``)."""
+without its locks (``copy_repository``), or read by pull through a view
+that takes what readers write (``read_only_view``), the fingerprint of
+its ``.hg`` taken before and after the run (``fingerprint``,
+``original_changes``), and the scratch and resume directories that would
+reach into it refused (``refuse_places``)."""
 
 import os
 import shutil
@@ -122,14 +123,7 @@ def copy_repository(source, dest, filelogs=None):
     if before is None:
         return False
     os.makedirs(os.path.join(dest, ".hg", "store"))
-    with open(os.path.join(source, ".hg", "requires")) as fh:
-        requires = [line for line in fh.read().split()
-                    if line not in ("shared", "relshared")]
-    with open(os.path.join(dest, ".hg", "requires"), "w") as fh:
-        fh.writelines(line + "\n" for line in requires)
-    bookmarks = os.path.join(source, ".hg", "bookmarks")
-    if os.path.exists(bookmarks):
-        shutil.copyfile(bookmarks, os.path.join(dest, ".hg", "bookmarks"))
+    _copy_repository_files(source, dest)
     files = []
     for root, dirs, names in os.walk(store):
         relative = os.path.relpath(root, store)
@@ -167,6 +161,35 @@ def copy_repository(source, dest, filelogs=None):
         shutil.rmtree(dest)
         return False
     return True
+
+
+def _copy_repository_files(source, dest):
+    """Into ``dest/.hg``: the requirements of ``source`` (not a share's:
+    ``dest`` has its own store) and its bookmarks."""
+    with open(os.path.join(source, ".hg", "requires")) as fh:
+        requires = [line for line in fh.read().split()
+                    if line not in ("shared", "relshared")]
+    with open(os.path.join(dest, ".hg", "requires"), "w") as fh:
+        fh.writelines(line + "\n" for line in requires)
+    bookmarks = os.path.join(source, ".hg", "bookmarks")
+    if os.path.exists(bookmarks):
+        shutil.copyfile(bookmarks, os.path.join(dest, ".hg", "bookmarks"))
+
+
+def read_only_view(source, view):
+    """Make ``view`` a repository that reads the history of ``source``
+    and writes nothing there: its ``.hg`` holds the requirements and
+    bookmarks of ``source`` and a symbolic link to its store.  A reader
+    writes a store only in a transaction, which no reader opens; what a
+    reader does write -- locks, and the caches hg may write in a local
+    repository it pulls from (``branch2-*``, ``tags2-*``, the
+    rev-branch-cache, ``hgtagsfnodes1``) -- goes to the view's ``.hg``.
+    The hgrc of ``source`` is not read either: an extension it enables
+    (blackbox) or a hook would write there."""
+    os.makedirs(os.path.join(view, ".hg"))
+    _copy_repository_files(source, view)
+    os.symlink(os.path.abspath(_store_path(source)),
+               os.path.join(view, ".hg", "store"))
 
 
 def _inside(path, top):

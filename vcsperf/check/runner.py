@@ -589,9 +589,11 @@ class Check:
     def _copy_source(self, slice_size):
         """The copy, without a lock on the original; a repository that
         keeps being written while it is copied is cloned by pull instead,
-        which reads it without a lock too, only slower.  With
-        ``slice_size``, the changesets of the slice the features work on,
-        only the filelogs of the slice's files are linked."""
+        which reads it without a lock too, only slower, through a view
+        that takes what hg writes where it pulls from
+        (``copying.read_only_view``).  With ``slice_size``, the changesets
+        of the slice the features work on, only the filelogs of the
+        slice's files are linked."""
         filelogs = None
         if slice_size is not None:
             def filelogs(copy):
@@ -602,8 +604,17 @@ class Check:
             time.sleep(1)
         self.console.say("(%s was written to while it was copied; cloning "
                          "it by pull)" % self.source)
-        self.hg(["clone", "-q", "-U", "--pull", self.source, self.copy],
-                self.hg_env())
+        view = self.path("original-view")
+        # what a killed run left (a symbolic link is removed, not followed)
+        shutil.rmtree(view, ignore_errors=True)
+        copying.read_only_view(self.source, view)
+        try:
+            self.hg(["clone", "-q", "-U", "--pull", view, self.copy],
+                    self.hg_env())
+        finally:
+            shutil.rmtree(view)
+        # as a linked copy: no hgrc (this one names the view)
+        os.unlink(os.path.join(self.copy, ".hg", "hgrc"))
         if filelogs:
             filelogs(self.copy)
 

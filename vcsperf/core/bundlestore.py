@@ -203,6 +203,25 @@ def destinations(table: Mapping[str, Mapping[str, str]],
     return [Destination(name, table[name]) for name in order]
 
 
+def check_output_outside(output: str, repository_files: Iterable[str],
+                         vcs: str) -> None:
+    """Abort when the output directory ``output`` is, or is inside, one
+    of ``repository_files``: the directories of the repository's own
+    files (``.git``, a bare repository, ``.hg``, a share's source).
+    Those are no publication directory: ``vcs`` keeps its own files
+    there, packs or deletes what it finds among them (``git gc``), and
+    may take a bundle's name for one of its files.  Symbolic links are
+    followed; ``output`` need not exist yet."""
+    real = os.path.realpath(output)
+    for files in repository_files:
+        top = os.path.realpath(files)
+        if os.path.commonpath([real, top]) == top:
+            raise Abort("output directory %s is inside the repository's "
+                        "own files (%s)" % (output, top),
+                        hint="%s keeps its files there, not bundles: give "
+                        "a directory outside %s" % (vcs, top))
+
+
 class DeadlinePassed(BaseException):
     """Raised into whatever request is waiting when a ``Deadline`` passes;
     a BaseException, so that no retry loop of botocore takes it for a
