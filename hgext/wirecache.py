@@ -309,13 +309,19 @@ def state_parts(repo, shared=False):
     unfi = repo.unfiltered()
     cl = unfi.changelog
     tiprev = len(cl) - 1
-    parts = [repo.filtername or b'', b'%d' % len(cl), cl.node(tiprev)]
+    # The heads name the whole history (a node hashes its parents); the
+    # length and tip alone were the same for two histories a strip, a
+    # commit and an unbundle apart.
+    heads = hashlib.sha256(b''.join(sorted(cl.heads()))).digest()
+    parts = [repo.filtername or b'', b'%d' % len(cl), cl.node(tiprev),
+             heads]
     hidden = scmutil.combined_filtered_and_obsolete_hash(
         repo, tiprev, needobsolete=True)
     parts.append(hidden or b'')
-    # Phase roots by phase: revisions in 6.9 and 7.x alike.
+    # Phase roots by phase (revisions in 6.9 and 7.x alike), named by
+    # node: the same numbers name other changesets after a strip
     roots = unfi._phasecache._phaseroots
-    parts.append(repr(sorted((phase, sorted(revs))
+    parts.append(repr(sorted((phase, sorted(cl.node(rev) for rev in revs))
                              for phase, revs in roots.items())).encode())
     markers = unfi.obsstore
     count = len(markers)

@@ -418,6 +418,48 @@ def test_a_hidden_view_keys_apart_from_the_served_one(hgrepo, hg):
     assert parts(b"served") not in (served, visible)
 
 
+def test_histories_a_strip_apart_key_apart(hgrepo, hg, tmp_path):
+    """Two histories of the same length, tip, phases and bookmarks, with
+    no ``undo`` file either time (a strip removes it): ``[0, A, T]``,
+    then A and T stripped, B committed, T unbundled back and a last
+    commit stripped, ``[0, B, T]``.  Their state keys differ (they were
+    equal, and a getbundle naming A was served from the cache after A was
+    gone)."""
+    strip = ("--config", "extensions.strip=")
+
+    def commit(name, date):
+        (hgrepo / name).write_text(name + "\n")
+        hg("commit", "-q", "-A", "-m", name, "-u", "t", "-d", date,
+           cwd=hgrepo)
+
+    def parts():
+        repo = hgmod.repository(uimod.ui.load(), bytes(hgrepo))
+        return wirecache.state_parts(repo.filtered(b"served"))
+    commit("r0", "0 0")
+    commit("a", "1 0")
+    hg("update", "-q", "0", cwd=hgrepo)
+    commit("t", "2 0")
+    commit("x", "3 0")
+    hg(*strip, "strip", "-q", "--no-backup", "-r", "3", cwd=hgrepo)
+    before = parts()
+    bundle = tmp_path / "t.hg"
+    hg("bundle", "-q", "-r", "2", "--base", "0", bundle, cwd=hgrepo)
+    hg(*strip, "strip", "-q", "--no-backup", "-r", "1", "-r", "2",
+       cwd=hgrepo)
+    hg("update", "-q", "0", cwd=hgrepo)
+    commit("b", "1 0")
+    hg("unbundle", "-q", bundle, cwd=hgrepo)
+    hg("update", "-q", "2", cwd=hgrepo)
+    commit("y", "4 0")
+    hg(*strip, "strip", "-q", "--no-backup", "-r", "3", cwd=hgrepo)
+    log = hg("log", "-T", "{desc}\n", cwd=hgrepo).split()
+    assert log == ["t", "b", "r0"]
+    assert not (hgrepo / ".hg" / "store" / "undo").exists()
+    after = parts()
+    assert before[1:3] == after[1:3]  # the length and the tip
+    assert before != after
+
+
 def test_outgoing_hooks_run_for_every_pull(served, hg, hgserve, tmp_path):
     """A response from the cache would not run the server's ``outgoing``
     hooks: with one configured, every pull is computed, and it runs."""
