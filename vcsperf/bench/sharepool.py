@@ -287,10 +287,10 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
         if "cold" in paths:
             for side in SIDES:
                 result["cold"][side] = checkout(side, old)
+                progress(result, "cold")
                 if not keep:
                     check_parent(hg, d("co-" + side), old, envs[side])
                     discard(d("co-" + side), d("pool-" + side))
-            progress(result, "cold")
         reuse = result["reuse_purge"]
         for number in range(rounds if keep else 0):
             order = SIDES if number % 2 == 0 else SIDES[::-1]
@@ -337,8 +337,8 @@ def discard(*paths):
 
 
 def progress(result, key):
-    """A path's rows on stderr as soon as it is done: a run stopped later
-    (a machine window ends) keeps them."""
+    """A path's rows on stderr as soon as each is done: a run stopped
+    later (a machine window ends) keeps them."""
     print(json.dumps({key: result[key]}), file=sys.stderr, flush=True)
 
 
@@ -399,6 +399,7 @@ def cold_from_bundle(served, work, home, origin_url, node, checkout,
             result["publish"] = publish_stream_bundle(
                 served, work, home, store, "%s%s/%s" % (
                     bundles.url, BUNDLE_BUCKET, BUNDLE_PREFIX))
+            progress(result, "publish")
             bundles.take()
             for side in SIDES[::-1]:
                 origin.take()
@@ -411,6 +412,7 @@ def cold_from_bundle(served, work, home, origin_url, node, checkout,
                 check(side)
                 remove(side)
                 result[side] = run
+                progress(result, side)
     finally:
         withdraw_bundles(served)
         # the bucket; its logs stay
