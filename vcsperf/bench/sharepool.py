@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from vcsperf.bench import benchcli
+from vcsperf.bench import benchcli, bundlegen
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
 from vcsperf.harness import history, objectstore, tools
@@ -376,11 +376,8 @@ def publish_stream_bundle(served, work, home, store, base_url):
                "--force"], env)
     seconds = time.monotonic() - start
     shutil.rmtree(output, ignore_errors=True)
-    pages = store.client().get_paginator("list_objects_v2").paginate(
-        Bucket=BUNDLE_BUCKET)
-    uploaded = sum(item["Size"] for page in pages
-                   for item in page.get("Contents", ()))
-    return {"seconds": seconds, "bytes": uploaded}
+    return {"seconds": seconds,
+            "bytes": bundlegen.bucket_bytes(store, BUNDLE_BUCKET)}
 
 
 def cold_from_bundle(served, work, home, origin_url, node, checkout,
