@@ -920,7 +920,14 @@ class _Run(pooledcheckout.PooledCheckout):
         without looking."""
         repo = repofactory.repository(self.ui, self.request.dest)
         if self.written_whole:
-            return hex(repo.dirstate.p1()), _written_whole_dirt(repo)
+            parent = repo.dirstate.p1()
+            # the manifest the update just read, not read again (a
+            # Firefox tree's is 33 MB of text); only the dirstate comes
+            # afresh from disk
+            known = self.repo.unfiltered()
+            source = known if known.changelog.hasnode(parent) else repo
+            return hex(parent), _written_whole_dirt(
+                repo.dirstate, source.unfiltered()[parent].manifest())
         purged = self.request.purge
         before = self.before
         match = None
@@ -1024,11 +1031,9 @@ def _tracks_exactly(dirstate, manifest):
     return tracked == len(manifest)
 
 
-def _written_whole_dirt(repo):
-    """What differs between the dirstate of a checkout the update wrote
-    whole and its parent's files, or None."""
-    dirstate = repo.dirstate
-    manifest = repo[dirstate.p1()].manifest()
+def _written_whole_dirt(dirstate, manifest):
+    """What differs between the ``dirstate`` of a checkout the update
+    wrote whole and its parent's files (``manifest``), or None."""
     entries = clean = 0
     for name, entry in dirstate.items():
         entries += 1

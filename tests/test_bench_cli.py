@@ -2,6 +2,7 @@
 a repository argument that is none."""
 
 import importlib
+import os
 import re
 
 import pytest
@@ -164,3 +165,50 @@ def test_sharepool_bench_beside_another_robustcheckout(hg, env, tmp_path):
         assert (proc.returncode, proc.stdout) == (255, "")
         assert proc.stderr.splitlines()[0] == message
     assert not (tmp_path / "w").exists()
+
+
+def test_sharepool_bench_cold_from_a_stream_clone_bundle(hg, env, tmp_path):
+    """``vcsperf bench sharepool --upstream --paths cold-bundle``:
+    ``hg bundlegen`` publishes a stream clone bundle to the real S3
+    server, hg serve hands out its manifest, and each side's cold
+    checkout takes the store from the bundle host (every byte bundlegen
+    uploaded, counted by the proxy in front of it) and only the rest from
+    the origin.  Both sides end at the revision asked for (the run checks), their checkouts
+    and pools are deleted once timed, the manifest is withdrawn from the
+    served copy, and the original repository gains no file."""
+    from hgext3rd import robustcheckout
+    from vcsperf.bench import sharepool
+
+    mozilla = "/tmp/vct/hgext/robustcheckout"
+    upstream = (mozilla if os.path.isdir(mozilla)
+                else os.path.dirname(robustcheckout.__file__)
+                + "/robustcheckout.py")
+    repo = tmp_path / "repo"
+    hg("init", repo)
+    for n in range(3):
+        (repo / ("d%d" % n)).mkdir()
+        # incompressible: the store outweighs what discovery sends
+        (repo / ("d%d" % n) / "f").write_bytes(os.urandom(8000))
+        hg("commit", "-q", "-A", "-m", "c%d" % n, cwd=repo)
+    before = sorted(p.name for p in (repo / ".hg").iterdir())
+    work = tmp_path / "w"
+    result = sharepool.bench_hg_upstream(
+        str(repo), str(work), upstream, 1, 1, 0, ["cold-bundle"])
+    published = result["cold_bundle"]["publish"]["bytes"]
+    assert published > 24000
+    for side in sharepool.SIDES:
+        bundled = result["cold_bundle"][side]
+        assert bundled["bundle_requests"] == 1, bundled
+        assert bundled["bundle_bytes"] == published, bundled
+        # the bundle's store is not sent again: discovery and phases only
+        assert 0 < bundled["origin_bytes"] < published, bundled
+        assert bundled["steps"]["clone"] > 0
+    assert sorted(os.listdir(work / "hg")) == []
+    assert not (work / "hg-served" / ".hg" / "clonebundles.manifest").exists()
+    assert sorted(p.name for p in (repo / ".hg").iterdir()) == before
+    report = sharepool.format_upstream_report(result)
+    for row in ("| cold from a stream clone bundle |",
+                "| bytes from the bundle host | %d | %d |" % (published,
+                                                           published),
+                "| clone | cold-bundle |"):
+        assert row in report, report

@@ -6,6 +6,7 @@ trickles, cuts its answers or lies.  After each, a rerun must finish:
 the requested revision, nothing modified, ``hg verify`` or ``git fsck``
 clean."""
 
+import filecmp
 import hashlib
 import os
 import shutil
@@ -28,8 +29,9 @@ from checkout_drivers import (
     module_hgserve,  # noqa: F401 (a fixture)
 )
 from vcsperf.core import pooling
+from vcsperf.harness import tools
 from vcsperf.harness.proxies import Fault, FlakyProxy
-from vcsperf.harness.servers import GitServer
+from vcsperf.harness.servers import FileServer, GitServer
 
 KINDS = ("clone", "pull", "update")
 #: A full campaign runs longer than the suite's timeout per test.
@@ -476,3 +478,121 @@ def test_gitbridge_survives_a_server_that_stalls_trickles_cuts_or_lies(
 def _url_key(url):
     """gitbridge's name for a URL in the pool."""
     return hashlib.sha256(url.encode()).hexdigest()[:20]
+
+
+# A clone bundle host that misbehaves ---------------------------------------
+
+#: Mozilla's robustcheckout, when version-control-tools is extracted there
+#: (contrib/robustcheckout_suite.py): it runs the same rounds.
+MOZILLA_ROBUSTCHECKOUT = "/tmp/vct/hgext/robustcheckout"
+
+
+@pytest.mark.campaign
+@pytest.mark.slow
+@_TIMEOUT
+def test_robustcheckout_from_a_clone_bundle_host_that_stalls_cuts_or_lies(
+        hg, hgserve, tmp_path, tally):
+    """A new pool cloned from a stream clone bundle that ``hg bundlegen``
+    published and ``hg serve`` advertises, as Firefox CI clones from
+    hg.mozilla.org's bundles, the bundle host (a web server behind a
+    proxy) stalling, cutting its answer, answering 500, trickling or
+    flipping bytes: ours, and Mozilla's when present, end with the
+    revision's tree (the store passing ``hg verify``) or one ``abort:``
+    line, within a bound; a rerun against the healed host finishes.
+    Mozilla's has no deadline for a host that trickles: that fault is
+    ours alone."""
+    from checkout_drivers import make_hg_source
+
+    source = make_hg_source(hg, tmp_path / "source")
+    node = source.nodes[-1]
+    output = tmp_path / "bundles"
+    home = tmp_path / "bundlegen-home"
+    home.mkdir()
+    sides = {"ours": ["--config", "extensions.robustcheckout="]}
+    if os.path.isdir(MOZILLA_ROBUSTCHECKOUT):
+        sides["mozilla"] = ["--config", "extensions.robustcheckout=%s"
+                            % MOZILLA_ROBUSTCHECKOUT, "--config",
+                            "robustcheckout.retryjittermin=0", "--config",
+                            "robustcheckout.retryjittermax=50"]
+    with FileServer(output) as files, FlakyProxy(files.url) as host:
+        (home / "hgrc").write_text(
+            "[extensions]\nbundlegen =\n[bundlegen]\noutput = %s\n"
+            "base-url = %s\nformats = stream\n" % (output, host.url))
+        bundlegen_env = tools.isolated_env(str(home), str(home / "hgrc"))
+        tools.hg(["-R", source, "bundlegen"], bundlegen_env)
+        server = hgserve(source, "--config", "extensions.clonebundles=")
+        # the last applies to both sides: their stores are verified then
+        faults = [Fault(".hg", trickle=0.3), Fault(".hg", cut=500),
+                  Fault(".hg", status=500), Fault(".hg", stall=0.5),
+                  Fault(".hg", flip=[100, 2000, -5])]
+        for fault in faults:
+            for side, config in sides.items():
+                if side == "mozilla" and fault.trickle:
+                    continue
+                pool, dest = tmp_path / "pool", tmp_path / "co"
+                pooling.discard(str(pool))
+                pooling.discard(str(dest))
+                command = hg.binary, *config, "robustcheckout", \
+                    "--sharebase", pool, "-r", node, server.url, dest
+                if side == "ours":
+                    # retries are tried elsewhere: one attempt each here
+                    command += ("--networkdeadline", "2",
+                                "--networkattempts", "1")
+                host.faults.clear()
+                host.add(Fault(fault.match, cut=fault.cut,
+                               status=fault.status, stall=fault.stall,
+                               trickle=fault.trickle, flip=fault.flip,
+                               times=None))
+                what = "%s, %r" % (side, fault)
+                try:
+                    faulted = subprocess.run(
+                        [str(arg) for arg in command], env=hg.env,
+                        capture_output=True, encoding="utf-8",
+                        errors="replace", timeout=60)
+                except subprocess.TimeoutExpired:
+                    tally.case(False, "%s: still running after 60 s" % what)
+                    continue
+                if faulted.returncode == 0:
+                    wrong = _bundle_checkout_problems(hg, source, dest, node)
+                elif campaign.is_clean_abort(faulted):
+                    wrong = []
+                else:
+                    wrong = ["exit %d: %s" % (faulted.returncode,
+                                              faulted.stderr[-400:])]
+                host.faults.clear()
+                rerun = subprocess.run([str(arg) for arg in command],
+                                       env=hg.env, capture_output=True,
+                                       encoding="utf-8", errors="replace",
+                                       timeout=60)
+                wrong += (["rerun: exit %d: %s" % (rerun.returncode,
+                                                    rerun.stderr[-400:])]
+                          if rerun.returncode else
+                          _bundle_checkout_problems(hg, source, dest, node))
+                if fault is faults[-1]:
+                    # the store each side's last rerun made
+                    (store,) = os.listdir(pool)
+                    verify = hg.proc("verify", "-q", "-R", pool / store)
+                    wrong += ["verify: %s" % verify.stderr[-300:]] * bool(
+                        verify.returncode)
+                tally.case(not wrong, "%s: %s" % (what, wrong))
+        # the rounds took the bundle host, not the origin's stream
+        assert [entry for entry in host.log if entry[2] == "passed"]
+    tally.check()
+
+
+def _bundle_checkout_problems(hg, source, dest, node):
+    """What is wrong with a checkout said to be done: its parent, and its
+    files against the source's (whose working directory is at ``node``)."""
+    wrong = []
+    parent = hg("log", "-R", dest, "-r", ".", "-T", "{node}")
+    if parent != node:
+        wrong.append("parent %s, not %s" % (parent, node))
+    pending = [filecmp.dircmp(source, dest, ignore=[".hg"])]
+    while pending:
+        compared = pending.pop()
+        if compared.left_only or compared.right_only or compared.diff_files:
+            wrong.append("%s differs: %s %s %s" % (
+                compared.right, compared.left_only, compared.right_only,
+                compared.diff_files))
+        pending += compared.subdirs.values()
+    return wrong

@@ -43,7 +43,8 @@ def _best_of(count, fn):
     return min(_timed(fn) for _ in range(count))
 
 
-def _bucket_bytes(server, bucket):
+def bucket_bytes(server, bucket):
+    """The bytes of every object in ``bucket``."""
     pages = server.client().get_paginator("list_objects_v2").paginate(
         Bucket=bucket)
     return sum(item["Size"] for page in pages
@@ -68,7 +69,7 @@ def measure_hg(source, work, server, core):
     ours = dict(core, **server.environ())
     full = _timed(lambda: tools.hg(["-R", repo, "bundlegen"], ours))
     noop = _best_of(3, lambda: tools.hg(["-R", repo, "bundlegen"], ours))
-    uploaded = sum(_bucket_bytes(server, "hg-" + name)
+    uploaded = sum(bucket_bytes(server, "hg-" + name)
                    for name, _ in REGIONS)
     results = {"full generation": {"seconds": full, "bytes": uploaded},
                "no-op refresh": {"seconds": noop}}
@@ -111,7 +112,7 @@ def measure_git(source, work, server, env):
     gitbridge = [tools.executable("gitbridge"), "bundlegen", "--repo", bare]
     full = _timed(lambda: tools.run(gitbridge, ours))
     noop = _best_of(3, lambda: tools.run(gitbridge, ours))
-    results = {"full generation": {"seconds": full, "bytes": _bucket_bytes(
+    results = {"full generation": {"seconds": full, "bytes": bucket_bytes(
                    server, "git-usw2")},
                "no-op refresh": {"seconds": noop}}
     dest = os.path.join(work, "git-clone")

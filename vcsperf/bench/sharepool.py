@@ -28,12 +28,21 @@ the tip (a stream clone when the server allows it, then the whole tree);
 reuse-purge: that checkout, with ``--junk`` unknown and ignored files
 added, moved to the tip with ``--purge``; ``--rounds`` times, the two
 sides in alternating order, each moved back untimed before a round.
+cold-bundle: into an empty pool again, the store from a stream clone
+bundle on object storage, as Firefox CI clones from hg.mozilla.org's
+bundles: ``hg bundlegen`` publishes one of the served repository to the S3
+server of ``vcsperf.harness.objectstore`` and ``hg serve`` hands out its
+clonebundles manifest; each side's row gives the bytes it took from the
+origin and from the bundle host (counted by a proxy in front of each).
 ``--paths`` picks them; reuse-purge alone reuses the checkouts that an
 earlier run left in ``--workdir`` (a cold checkout of a Firefox-sized
-tree takes many minutes on a loaded machine).  Each
+tree takes many minutes on a loaded machine).  Without reuse-purge, each
+cold checkout and its pool are deleted as soon as they are timed (a
+Firefox-sized one takes 6 GB).  Each
 row gives the wall time and the user+system CPU seconds (the steadier
 figure on a loaded machine), and the steps both extensions report in
-their ``PERFHERDER_DATA`` line.
+their ``PERFHERDER_DATA`` line; each path's rows are also printed to
+stderr as soon as it is done.
 """
 
 import json
@@ -46,10 +55,11 @@ import sys
 import tempfile
 import time
 
-from vcsperf.bench import benchcli
+from vcsperf.bench import benchcli, bundlegen
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
-from vcsperf.harness import history, tools
+from vcsperf.harness import history, objectstore, tools
+from vcsperf.harness.proxies import CountingProxy
 from vcsperf.harness.servers import GitServer, HgServer
 
 
@@ -168,8 +178,10 @@ def _one_store_plus(pool, checkouts):
 
 #: The sides of the upstream comparison, in the order of the first round.
 SIDES = ("upstream", "ours")
-#: What the upstream comparison times (``--paths``).
-PATHS = ("cold", "reuse-purge")
+#: What the upstream comparison times (``--paths``), in the order run.
+PATHS = ("cold", "reuse-purge", "cold-bundle")
+#: The bucket and prefix the cold-bundle path publishes to.
+BUNDLE_BUCKET, BUNDLE_PREFIX = "hg-bundles", "repo"
 
 
 def timed_run(args, env):
@@ -228,7 +240,8 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
                     else "no path to run", hint="--paths takes %s"
                     % ",".join(PATHS))
     d = lambda *names: os.path.join(work, "hg", *names)  # noqa: E731
-    if "cold" not in paths and not all(
+    keep = "reuse-purge" in paths
+    if keep and "cold" not in paths and not all(
             os.path.isdir(d("co-" + side)) for side in SIDES):
         raise Abort("reuse-purge alone needs the checkouts of an earlier "
                     "run in %s" % d(), hint="run with --paths "
@@ -252,20 +265,34 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
     served = os.path.join(work, "hg-served")
     if not os.path.isdir(served):
         hardlinked_copy(repo, served)
-    with HgServer(envs["ours"], served) as server:
+    # what an interrupted cold-bundle run published: the cold path clones
+    # from the origin alone
+    withdraw_bundles(served)
+    result = {"behind": behind, "junk": junk, "cold": {},
+              "reuse_purge": {side: [] for side in SIDES},
+              "cold_bundle": {}}
+    # hg serve offers the clonebundles manifest while there is one
+    with HgServer(envs["ours"], served, "--config",
+                  "extensions.clonebundles=") as server:
         tip, old = tools.run([hg, "log", "-R", served, "-r", "tip + tip~%d"
                               % behind, "-T", "{node}\n"],
                              envs["ours"]).split()
 
-        def checkout(side, node, purge=False):
-            args = [hg, "robustcheckout", "--sharebase", d("pool-" + side),
-                    "-r", node, server.url, d("co-" + side)]
+        def checkout(side, node, purge=False, url=server.url, kind=""):
+            args = [hg, "robustcheckout", "--sharebase",
+                    d("pool-" + kind + side), "-r", node, url,
+                    d("co-" + kind + side)]
             return timed_run(args + ["--purge"] * purge, envs[side])
 
-        cold = {side: checkout(side, old) for side in SIDES
-                if "cold" in paths}
-        reuse = {side: [] for side in SIDES}
-        for number in range(rounds if "reuse-purge" in paths else 0):
+        if "cold" in paths:
+            for side in SIDES:
+                result["cold"][side] = checkout(side, old)
+                progress(result, "cold")
+                if not keep:
+                    check_parent(hg, d("co-" + side), old, envs[side])
+                    discard(d("co-" + side), d("pool-" + side))
+        reuse = result["reuse_purge"]
+        for number in range(rounds if keep else 0):
             order = SIDES if number % 2 == 0 else SIDES[::-1]
             if number or "cold" not in paths:
                 for side in order:
@@ -273,15 +300,122 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
             for side in order:
                 add_junk(d("co-" + side), junk)
                 reuse[side].append(checkout(side, tip, purge=True))
-        parents = {side: tools.run([hg, "log", "-R", d("co-" + side), "-r",
-                                    ".", "-T", "{node}"], envs[side])
-                   for side in SIDES}
-    if "reuse-purge" in paths and set(parents.values()) != {tip}:
-        raise RuntimeError("checkouts ended at %s, not %s" % (parents, tip))
-    return {"changesets": int(tools.run(
+        if keep:
+            for side in SIDES:
+                check_parent(hg, d("co-" + side), tip, envs[side])
+            progress(result, "reuse_purge")
+        if "cold-bundle" in paths:
+            result["cold_bundle"] = cold_from_bundle(
+                served, work, home, server.url, old,
+                # the other order than cold's: neither side is always second
+                lambda side, url: checkout(side, old, url=url,
+                                           kind="bundle-"),
+                lambda side: check_parent(hg, d("co-bundle-" + side), old,
+                                          envs[side]),
+                lambda side: discard(d("co-bundle-" + side),
+                                     d("pool-bundle-" + side)))
+            progress(result, "cold_bundle")
+    result["changesets"] = int(tools.run(
         [hg, "log", "-R", served, "-r", "tip", "-T", "{rev}"],
-        envs["ours"])) + 1, "behind": behind, "junk": junk,
-        "cold": cold, "reuse_purge": reuse}
+        envs["ours"])) + 1
+    return result
+
+
+def check_parent(hg, checkout, node, env):
+    """The checkout stands on ``node``, or the run fails."""
+    parent = tools.run([hg, "log", "-R", checkout, "-r", ".", "-T",
+                        "{node}"], env)
+    if parent != node:
+        raise RuntimeError("%s ended at %s, not %s" % (checkout, parent,
+                                                       node))
+
+
+def discard(*paths):
+    """Delete checkouts and pools this benchmark made, once timed, with
+    rm (C, unlinkat): shutil.rmtree took 5 minutes over a Firefox-sized
+    checkout at load 8, and its pool more than 3."""
+    tools.run(["rm", "-rf", "--", *paths], None)
+
+
+def progress(result, key):
+    """A path's rows on stderr as soon as each is done: a run stopped
+    later (a machine window ends) keeps them."""
+    print(json.dumps({key: result[key]}), file=sys.stderr, flush=True)
+
+
+def withdraw_bundles(served):
+    """Remove the clonebundles manifest ``publish_stream_bundle`` wrote
+    into the served copy (the benchmark's own file)."""
+    for name in ("clonebundles.manifest", "clonebundles.manifest.old"):
+        path = os.path.join(served, ".hg", name)
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def publish_stream_bundle(served, work, home, store, base_url):
+    """Publish a stream clone bundle of ``served`` with ``hg bundlegen`` to
+    a bucket of ``store`` (an ``objectstore.ObjectServer``), the manifest
+    sending clients to ``base_url`` (a proxy in front of it); returns the seconds and the
+    bytes uploaded.  The configuration goes in a file of the benchmark's
+    (the served copy's ``.hg/hgrc`` may be a hardlink of the original's),
+    and the local copy of the bundle is deleted once uploaded."""
+    store.make_bucket(BUNDLE_BUCKET)
+    output = os.path.join(work, "bundlegen-output")
+    hgrc = os.path.join(home, "hgrc-bundlegen")
+    with open(hgrc, "w") as fh:
+        fh.write("\n".join([
+            "[extensions]", "bundlegen =", "[bundlegen]",
+            "output = %s" % output, "formats = stream",
+            "[bundlegen-destinations]",
+            "s3.url = s3://%s/%s" % (BUNDLE_BUCKET, BUNDLE_PREFIX),
+            "s3.region = %s" % objectstore.REGION,
+            "s3.endpoint = %s" % store.url.rstrip("/"),
+            "s3.base-url = %s" % base_url]) + "\n")
+    env = dict(tools.isolated_env(home, hgrc), **store.environ())
+    start = time.monotonic()
+    tools.run([tools.executable("hg"), "-R", served, "bundlegen",
+               "--force"], env)
+    seconds = time.monotonic() - start
+    shutil.rmtree(output, ignore_errors=True)
+    return {"seconds": seconds,
+            "bytes": bundlegen.bucket_bytes(store, BUNDLE_BUCKET)}
+
+
+def cold_from_bundle(served, work, home, origin_url, node, checkout,
+                     check, remove):
+    """The cold-bundle path: publish, then for each side (ours first) a
+    cold ``checkout(side, url)`` through a counting proxy in front of the
+    origin, the bundle downloaded through one in front of the object
+    store; ``check(side)`` then ``remove(side)``.  A side that took no
+    byte from the bundle host did not test it: the run fails."""
+    root = os.path.join(work, "s3")
+    result = {}
+    try:
+        with objectstore.ObjectServer(root) as store, \
+                CountingProxy(store.url) as bundles, \
+                CountingProxy(origin_url) as origin:
+            result["publish"] = publish_stream_bundle(
+                served, work, home, store, "%s%s/%s" % (
+                    bundles.url, BUNDLE_BUCKET, BUNDLE_PREFIX))
+            progress(result, "publish")
+            bundles.take()
+            for side in SIDES[::-1]:
+                origin.take()
+                run = checkout(side, origin.url)
+                run["origin_requests"], run["origin_bytes"] = origin.take()
+                run["bundle_requests"], run["bundle_bytes"] = bundles.take()
+                if not run["bundle_bytes"]:
+                    raise RuntimeError("%s's checkout took nothing from the "
+                                       "bundle host" % side)
+                check(side)
+                remove(side)
+                result[side] = run
+                progress(result, side)
+    finally:
+        withdraw_bundles(served)
+        # the bucket; its logs stay
+        shutil.rmtree(os.path.join(root, "data"), ignore_errors=True)
+    return result
 
 
 def median(values):
@@ -300,8 +434,12 @@ def format_upstream_report(result):
              "upstream CPU | ours CPU | ours / upstream |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     cold, reuse = result["cold"], result["reuse_purge"]
+    bundle = result.get("cold_bundle") or {}
     rows = [("cold (empty pool)", cold["upstream"], cold["ours"])
             ] if cold else []
+    if bundle:
+        rows.append(("cold from a stream clone bundle", bundle["upstream"],
+                     bundle["ours"]))
     for number, (up, ours) in enumerate(zip(reuse["upstream"],
                                             reuse["ours"])):
         rows.append(("reuse --purge, round %d" % (number + 1), up, ours))
@@ -316,9 +454,24 @@ def format_upstream_report(result):
                      "%.2f |" % (name, up["wall"], ours["wall"],
                                  ours["wall"] / up["wall"], up["cpu"],
                                  ours["cpu"], ours["cpu"] / up["cpu"]))
+    if bundle:
+        lines += ["", "stream clone bundle published by hg bundlegen in "
+                  "%.2f s, %d bytes on the object store; ours ran first" % (
+                      bundle["publish"]["seconds"],
+                      bundle["publish"]["bytes"]), "",
+                  "| cold from the bundle | upstream | ours |",
+                  "| --- | --- | --- |"]
+        for what, key in (("requests to the origin", "origin_requests"),
+                          ("bytes from the origin", "origin_bytes"),
+                          ("requests to the bundle host", "bundle_requests"),
+                          ("bytes from the bundle host", "bundle_bytes")):
+            lines.append("| %s | %d | %d |" % (
+                what, bundle["upstream"][key], bundle["ours"][key]))
     lines += ["", "| step (PERFHERDER_DATA, s) | path | upstream | ours |",
               "| --- | --- | --- | --- |"]
     runs = [("cold", cold["upstream"], cold["ours"])] if cold else []
+    if bundle:
+        runs.append(("cold-bundle", bundle["upstream"], bundle["ours"]))
     runs += [("reuse round %d" % (number + 1), up, ours)
              for number, (up, ours) in enumerate(zip(reuse["upstream"],
                                                      reuse["ours"]))]
@@ -508,8 +661,9 @@ def main(argv=None):
                         help="changesets the reused checkout is behind")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--paths", default="cold,reuse-purge",
-                        help="with --upstream: cold, reuse-purge or both "
-                        "(reuse-purge alone reuses --workdir's checkouts)")
+                        help="with --upstream: any of %s, comma-separated "
+                        "(reuse-purge alone reuses --workdir's checkouts)"
+                        % ", ".join(PATHS))
     parser.add_argument("--junk", type=int, default=2000,
                         help="unknown and ignored files purge removes each "
                         "round")

@@ -81,7 +81,8 @@ class ObjectServer(ChildServer):
     ``with`` block.  ``ACCESS_KEY``/``SECRET_KEY`` are its root user's."""
 
     def __init__(self, root):
-        self.root = os.fspath(root)
+        # absolute: versitygw resolves a relative log path elsewhere
+        self.root = os.path.abspath(root)
         self.data = os.path.join(self.root, "data")
         self.access_log = os.path.join(self.root, "access.log")
         os.makedirs(self.data, exist_ok=True)
