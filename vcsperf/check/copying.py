@@ -9,6 +9,7 @@ import os
 import shutil
 
 from vcsperf.core.errors import Abort
+from vcsperf.core.pooling import is_inside
 
 #: Copies of a repository that is being written to before the copy is
 #: made by pull instead.
@@ -192,12 +193,6 @@ def read_only_view(source, view):
                os.path.join(view, ".hg", "store"))
 
 
-def _inside(path, top):
-    """Whether ``path`` is ``top`` or under it, symlinks resolved."""
-    path, top = os.path.realpath(path), os.path.realpath(top)
-    return os.path.commonpath([path, top]) == top
-
-
 def refuse_places(source, git, resume, scratch):
     """Refuse a scratch or resume directory where the run would write
     into a repository under test, or whose removal would reach one."""
@@ -208,14 +203,14 @@ def refuse_places(source, git, resume, scratch):
         inner.append(dot_git if os.path.isdir(dot_git) else git)
     if resume:
         for repository in repositories:
-            if _inside(repository, resume):
+            if is_inside(repository, resume):
                 raise Abort("--resume %s holds the repository %s"
                             % (resume, repository),
                             hint="give --resume a directory outside "
                             "the repositories under test")
     for option, path in (("--resume", resume), ("--scratch", scratch)):
         for top in inner:
-            if path and _inside(path, top):
+            if path and is_inside(path, top):
                 raise Abort("%s %s is inside %s" % (option, path, top),
                             hint="give %s a directory outside the "
                             "repositories under test" % option)

@@ -54,6 +54,7 @@ from typing import (
     Tuple,
 )
 
+from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
 from vcsperf.core.settings import parse_bool
 
@@ -212,10 +213,9 @@ def check_output_outside(output: str, repository_files: Iterable[str],
     there, packs or deletes what it finds among them (``git gc``), and
     may take a bundle's name for one of its files.  Symbolic links are
     followed; ``output`` need not exist yet."""
-    real = os.path.realpath(output)
     for files in repository_files:
         top = os.path.realpath(files)
-        if os.path.commonpath([real, top]) == top:
+        if pooling.is_inside(output, top):
             raise Abort("output directory %s is inside the repository's "
                         "own files (%s)" % (output, top),
                         hint="%s keeps its files there, not bundles: give "

@@ -213,9 +213,11 @@ def valid_deadline(seconds: float) -> bool:
     return 0 < seconds <= MAX_NETWORK_DEADLINE
 
 
-def _inside(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(
-        directory.rstrip(os.sep) + os.sep)
+def is_inside(path: str, directory: str) -> bool:
+    """Whether ``path`` is ``directory`` or under it, symbolic links
+    resolved; neither need exist."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
 
 
 def _local_source(url: str | bytes) -> str | None:
@@ -237,11 +239,11 @@ def dest_overlap(dest: str | bytes, sharebase: str | bytes,
     checkout removes a DEST that is no share of the pool, so these are
     refused before anything is touched."""
     path = os.path.realpath(os.fsdecode(dest))
-    if _inside(path, os.path.realpath(os.fsdecode(sharebase))):
+    if is_inside(path, os.path.realpath(os.fsdecode(sharebase))):
         return "the share base"
     for url in sources:
         source = _local_source(url) if url else None
-        if source and (_inside(path, source) or _inside(source, path)):
+        if source and (is_inside(path, source) or is_inside(source, path)):
             return "the source"
     return None
 
