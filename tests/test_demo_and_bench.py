@@ -87,3 +87,45 @@ def test_group_dictionaries_benchmark_on_real_history(real_hg_repo, tmp_path):
     assert ratios["extension"] == pytest.approx(
         (by_extension["bytes"] + by_extension["dict_bytes"])
         / (results["one"]["bytes"] + results["one"]["dict_bytes"]))
+
+
+def test_store_benchmark_in_parts_on_real_history(real_hg_repo, tmp_path):
+    """The store benchmark as it is run at Firefox scale: two engines,
+    two commands, no chunk reads, then again on the copies it left
+    (``--reuse``); each timed run printed as it ends.  Every copy it
+    measured passes ``hg verify`` (the command it timed last)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    command = [tools.executable("vcsperf"), "bench", "zstdstore",
+               str(real_hg_repo), "--workdir", str(work), "--engines",
+               "zstd,zstd-dict", "--commands", "status,verify",
+               "--repeat", "0", "--rounds", "1"]
+    first = subprocess.run(command + ["--json", str(tmp_path / "a.json")],
+                           capture_output=True, text=True, check=True)
+    assert sorted(os.listdir(str(work))) == [
+        "hgrc", "zstd", "zstd-dict", "zstd-dict.prepare.json",
+        "zstd.prepare.json"]
+    assert first.stderr.splitlines() == [
+        "(%s, %s: %s s)" % (name, engine, seconds) for name, engine, seconds
+        in re.findall(r"\((status|verify), (zstd|zstd-dict): ([0-9.]+) s\)",
+                      first.stderr)]
+    assert len(first.stderr.splitlines()) == 4
+    figures = json.loads((tmp_path / "a.json").read_text())
+    assert set(figures["results"]["engines"]) == {"zstd", "zstd-dict"}
+    assert list(figures["results"]["commands"]["times"]) == [
+        "status", "verify"]
+    assert set(figures["ratios"]) == {"changelog_bytes", "total_bytes"}
+    assert "store bytes vs core zstd" in first.stdout
+    assert "read speed" not in first.stdout
+    prepared = (work / "zstd-dict.prepare.json").read_text()
+    again = subprocess.run(command + ["--reuse", "--commands", "status"],
+                           capture_output=True, text=True, check=True)
+    assert (work / "zstd-dict.prepare.json").read_text() == prepared
+    assert "train" in again.stdout and "verify " not in again.stdout
+    # a name it does not know: one abort line naming the choices
+    wrong = subprocess.run(command + ["--commands", "status,blame"],
+                           capture_output=True, text=True)
+    assert (wrong.returncode, wrong.stderr.splitlines()) == (255, [
+        "abort: unknown command: blame",
+        "(choose among: log desc, log -p 1000, annotate, update null->tip, "
+        "status, verify, clone --stream)"])

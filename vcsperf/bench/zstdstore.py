@@ -14,6 +14,14 @@ end-to-end commands (``COMMANDS``); reads and commands run in turns (zlib,
 zstd, zstd-dict, zlib...) so that a machine whose speed drifts shifts all
 three alike.
 Store bytes are ``harness.measure``'s, which ``vcsperf check`` takes too.
+
+At Firefox's size (463,000 revlog files, a 4.8 GB checkout) a whole run
+takes hours, so parts of it can be chosen: ``--engines zstd,zstd-dict``
+leaves zlib out, ``--commands "update null->tip,status"`` runs only those
+end-to-end commands, ``--repeat 0`` skips the chunk reads, and
+``--reuse`` measures the copies a run left in ``--workdir``.  Each timed
+run is also printed as it ends, so a run stopped midway keeps what it
+measured.
 """
 
 import json
@@ -25,6 +33,7 @@ import sys
 import time
 
 from vcsperf.bench import benchcli, chunkread, hgchunks
+from vcsperf.core.errors import Abort
 from vcsperf.harness import servers, tools
 from vcsperf.harness.measure import CLASSES, store_bytes
 
@@ -106,29 +115,34 @@ COMMANDS = (
 )
 
 
-def end_to_end(copies, envs, rounds):
-    """``{command: {engine: [seconds, ...]}}`` of ``COMMANDS``, each run
+def end_to_end(copies, envs, rounds, commands=COMMANDS):
+    """``{command: {engine: [seconds, ...]}}`` of ``commands``, each run
     ``rounds`` times for every engine in turns."""
     hg = tools.executable("hg")
     target = most_revised_file(copies["zstd"])
     times = {name: {engine: [] for engine in copies}
-             for name, _, _, _ in COMMANDS}
+             for name, _, _, _ in commands}
     served = {}
     try:
-        for engine, repo in copies.items():
-            served[engine] = servers.HgServer(envs[engine], repo)
-        for name, args, setup, teardown in COMMANDS:
+        # only clone --stream needs a server
+        if any("URL" in args for _, args, _, _ in commands):
+            for engine, repo in copies.items():
+                served[engine] = servers.HgServer(envs[engine], repo)
+        urls = {engine: server.url for engine, server in served.items()}
+        for name, args, setup, teardown in commands:
             for _ in range(rounds):
                 for engine, repo in copies.items():
                     dest = repo + ".clone"
                     shutil.rmtree(dest, ignore_errors=True)
                     argv = [hg] + [
-                        {"FILE": target, "URL": served[engine].url,
+                        {"FILE": target, "URL": urls.get(engine),
                          "DEST": dest}.get(a, a) for a in args]
                     if setup:
                         tools.hg(setup, envs[engine], cwd=repo)
                     seconds, _ = timed(argv, envs[engine], cwd=repo)
                     times[name][engine].append(seconds)
+                    print("(%s, %s: %.2f s)" % (name, engine, seconds),
+                          file=sys.stderr, flush=True)
                     if teardown:
                         tools.hg(teardown, envs[engine], cwd=repo)
                     shutil.rmtree(dest, ignore_errors=True)
@@ -162,47 +176,57 @@ def paired_ratio(commands, name, engine, base):
 
 
 def ratios(results, commands):
-    ours, zstd, zlib = (results[e] for e in ("zstd-dict", "zstd", "zlib"))
+    """The ratios of ``TARGETS`` that the run measured: read speeds need
+    the chunk reads, ``log_seconds`` the ``log desc`` command, the zlib
+    ratio the zlib copy."""
+    ours, zstd = results["zstd-dict"], results["zstd"]
+    found = {
+        "changelog_bytes": ours["store"]["changelog"]
+        / zstd["store"]["changelog"],
+        "total_bytes": ours["store"]["total"] / zstd["store"]["total"],
+    }
 
     def speed(r, name):
         read = r["reads"][name]
         return read["bytes"] / read["seconds"]
-    return {
-        "changelog_bytes": ours["store"]["changelog"]
-        / zstd["store"]["changelog"],
-        "total_bytes": ours["store"]["total"] / zstd["store"]["total"],
-        "changelog_speed": speed(ours, "changelog") / speed(zstd, "changelog"),
-        "changelog_speed_zlib": speed(ours, "changelog")
-        / speed(zlib, "changelog"),
-        "manifest_speed": speed(ours, "manifest") / speed(zstd, "manifest"),
-        "filelog_speed": speed(ours, "filelog") / speed(zstd, "filelog"),
-        "log_seconds": paired_ratio(commands, "log desc", "zstd-dict",
-                                    "zstd"),
-    }
+    if ours.get("reads") and zstd.get("reads"):
+        found.update(
+            changelog_speed=speed(ours, "changelog")
+            / speed(zstd, "changelog"),
+            manifest_speed=speed(ours, "manifest") / speed(zstd, "manifest"),
+            filelog_speed=speed(ours, "filelog") / speed(zstd, "filelog"))
+        if results.get("zlib", {}).get("reads"):
+            found["changelog_speed_zlib"] = speed(ours, "changelog") / speed(
+                results["zlib"], "changelog")
+    if "log desc" in commands["times"]:
+        found["log_seconds"] = paired_ratio(commands, "log desc",
+                                            "zstd-dict", "zstd")
+    return found
 
 
 def format_report(source, results, table_ratios):
     """The figures as tables, core Mercurial's engines first, then the
-    ratios against the targets."""
+    ratios against the targets the run measured."""
     engines = results["engines"]
     commands = results["commands"]
+    measured = [e for e in ENGINES if e in engines]
     lines = ["repository: %s" % source]
     lines.append("%-10s %10s %10s %10s %8s %10s | %9s %9s %9s"
                  % ("engine", "changelog", "manifest", "filelogs", "dicts",
                     "total KiB", "cl MB/s", "mf MB/s", "fl MB/s"))
-    for engine in ENGINES:
+    for engine in measured:
         r = engines[engine]
         s = r["store"]
-        speeds = [r["reads"][c]["bytes"] / r["reads"][c]["seconds"] / 1e6
+        speeds = ["%9.0f" % (r["reads"][c]["bytes"] / r["reads"][c]["seconds"]
+                             / 1e6) if r.get("reads") else "%9s" % "-"
                   for c in CLASSES]
-        lines.append("%-10s %10.0f %10.0f %10.0f %8.0f %10.0f | %9.0f %9.0f"
-                     " %9.0f"
+        lines.append("%-10s %10.0f %10.0f %10.0f %8.0f %10.0f | %s"
                      % (engine, s["changelog"] / 1024, s["manifest"] / 1024,
                         s["filelog"] / 1024, s["dictionaries"] / 1024,
-                        s["total"] / 1024, speeds[0], speeds[1], speeds[2]))
+                        s["total"] / 1024, " ".join(speeds)))
     lines.append("")
     lines.append("conversion (seconds, peak MiB)")
-    for engine in ENGINES:
+    for engine in measured:
         steps = engines[engine]["prepare"]
         lines.append("%-10s %s" % (engine, "  ".join(
             "%s %.1f s %.0f MiB" % (step, f["seconds"], f["peak_mib"])
@@ -210,26 +234,44 @@ def format_report(source, results, table_ratios):
     lines.append("")
     lines.append("end-to-end (median seconds; ratios are medians of paired "
                  "runs)  annotate: %s" % commands["file"])
-    lines.append("%-18s %9s %9s %9s | %9s %9s"
-                 % ("command", "zlib", "zstd", "zstd-dict", "/zstd",
-                    "/zlib"))
-    for name, _, _, _ in COMMANDS:
-        times = commands["times"][name]
-        lines.append("%-18s %9.2f %9.2f %9.2f | %9.3f %9.3f"
-                     % (name, statistics.median(times["zlib"]),
-                        statistics.median(times["zstd"]),
-                        statistics.median(times["zstd-dict"]),
-                        paired_ratio(commands, name, "zstd-dict", "zstd"),
-                        paired_ratio(commands, name, "zstd-dict", "zlib")))
+    lines.append("%-18s %s | %9s %9s" % (
+        "command", " ".join("%9s" % e for e in measured), "/zstd", "/zlib"))
+    for name, times in commands["times"].items():
+        lines.append("%-18s %s | %9.3f %9s" % (
+            name, " ".join("%9.2f" % statistics.median(times[e])
+                           for e in measured),
+            paired_ratio(commands, name, "zstd-dict", "zstd"),
+            "%9.3f" % paired_ratio(commands, name, "zstd-dict", "zlib")
+            if "zlib" in times else "-"))
     lines.append("")
-    lines += benchcli.target_lines(TARGETS, table_ratios, width=36)
+    lines += benchcli.target_lines(
+        [t for t in TARGETS if t[1] in table_ratios], table_ratios, width=36)
     return "\n".join(lines)
 
 
-def run(source, workdir, repeat=5, rounds=3, reuse=False):
+def _chosen(text, known, what):
+    """The comma-separated names of ``text`` (None: all of ``known``),
+    each one of ``known``; ``Abort`` on any other."""
+    if text is None:
+        return list(known)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise Abort("unknown %s: %s" % (what, ", ".join(unknown) or "none"),
+                    hint="choose among: %s" % ", ".join(known))
+    return names
+
+
+def run(source, workdir, repeat=5, rounds=3, reuse=False, engines=None,
+        commands=None):
     """Prepare one copy of ``source`` per engine under ``workdir`` (or, with
     ``reuse``, take those a previous run left there) and measure each;
     returns ``(results, ratios)``."""
+    chosen = _chosen(engines, ENGINES, "engine")
+    if not {"zstd", "zstd-dict"} <= set(chosen):
+        raise Abort("--engines must name zstd and zstd-dict",
+                    hint="the ratios are zstd-dict's against core zstd")
+    names = _chosen(commands, [c[0] for c in COMMANDS], "command")
     hgrc = os.path.join(workdir, "hgrc")
     with open(hgrc, "w") as fh:
         fh.write("[extensions]\nzstdstore =\n")
@@ -237,11 +279,11 @@ def run(source, workdir, repeat=5, rounds=3, reuse=False):
     # Core's engines are measured with no extension loaded at all.
     core = tools.isolated_env(workdir)
     envs = {engine: ours if engine == "zstd-dict" else core
-            for engine in ENGINES}
-    copies = {engine: os.path.join(workdir, engine) for engine in ENGINES}
-    engines = {}
-    for engine in ENGINES:
-        dest = copies[engine]
+            for engine in chosen}
+    copies = {engine: os.path.join(workdir, engine) for engine in ENGINES
+              if engine in chosen}
+    measured = {}
+    for engine, dest in copies.items():
         steps_file = dest + ".prepare.json"
         if reuse and os.path.exists(steps_file):
             with open(steps_file) as fh:
@@ -251,21 +293,29 @@ def run(source, workdir, repeat=5, rounds=3, reuse=False):
                             envs[engine])
             with open(steps_file, "w") as fh:
                 json.dump(steps, fh)
-        engines[engine] = {"prepare": steps, "store": store_bytes(dest)}
+        measured[engine] = {"prepare": steps, "store": store_bytes(dest)}
     for engine, reads in read_all(copies, envs, repeat).items():
-        engines[engine]["reads"] = reads
-    commands = end_to_end(copies, envs, rounds)
-    results = {"engines": engines, "commands": commands}
-    return results, ratios(engines, commands)
+        measured[engine]["reads"] = reads
+    timed_commands = end_to_end(copies, envs, rounds, [
+        c for c in COMMANDS if c[0] in names])
+    results = {"engines": measured, "commands": timed_commands}
+    return results, ratios(measured, timed_commands)
 
 
 def main(argv=None):
     return benchcli.main(sys.modules[__name__], [
         ("repeat", dict(type=int, default=5,
-                        help="read runs per class (best is kept)")),
+                        help="read runs per class (best is kept; 0 skips "
+                              "the reads)")),
         ("rounds", dict(type=int, default=3,
                         help="runs of each end-to-end command per engine")),
         ("reuse", dict(action="store_true",
                        help="measure the copies a previous run left in "
                             "--workdir instead of preparing them again")),
+        ("engines", dict(help="comma-separated engines to prepare and "
+                              "measure, zstd and zstd-dict among them "
+                              "(default: %s)" % ",".join(ENGINES))),
+        ("commands", dict(help="comma-separated end-to-end commands to "
+                               "time (default: all of %s)"
+                               % ", ".join(c[0] for c in COMMANDS))),
     ], argv)
