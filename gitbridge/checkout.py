@@ -210,8 +210,8 @@ class Request:
         sharebase = args.sharebase or config.get("share.pool")
         self.sharebase = sharebase and os.path.realpath(
             os.path.expanduser(sharebase))
-        self.url = args.url
-        self.upstream = args.upstream
+        self.url = _local_absolute(args.url)
+        self.upstream = args.upstream and _local_absolute(args.upstream)
         self.dest = os.path.abspath(args.dest)
         self.attempts = args.networkattempts or int(number(
             "network-attempts", pooling.DEFAULT_ATTEMPTS))
@@ -930,6 +930,15 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
 
 
 # Helpers ---------------------------------------------------------------------
+
+def _local_absolute(url):
+    """``url``, or the absolute path of a relative one naming a directory
+    here: git runs in the store, where a relative path names nothing (as
+    ``hg robustcheckout`` does, a relative source is the caller's)."""
+    if "://" in url or os.path.isabs(url) or not os.path.isdir(url):
+        return url
+    return os.path.abspath(url)
+
 
 def _transient(exc):
     if isinstance(exc, CommandError):

@@ -41,10 +41,15 @@ def build_parser(modules=FEATURE_MODULES):
 
 def main(argv=None):
     """The exit status; a reader of stdout that has gone (``| head``)
-    ends the command quietly, as SIGPIPE ends git's, status 141."""
+    ends the command quietly, as SIGPIPE ends git's, status 141; Ctrl-C
+    ends it with ``interrupted!`` and status 255, as it ends hg (what was
+    underway cleans up on the way out, as after any abort)."""
     try:
         status = _dispatch(argv)
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        print("interrupted!", file=sys.stderr, flush=True)
+        return 255
     except BrokenPipeError:
         if not _stdout_reader_gone():
             raise

@@ -117,8 +117,9 @@ def add_commands(subparsers):
         description=__doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=DEFAULT_DIR,
-                        help="the cache directory (default: %s in the git "
-                        "directory)" % DEFAULT_DIR)
+                        help="the cache directory; a relative one is in "
+                        "the git directory of the repository the command "
+                        "runs in (default: %s)" % DEFAULT_DIR)
     parser.add_argument("--max-size", default=DEFAULT_MAX_SIZE,
                         help="total size of the entries (default: %s)"
                         % DEFAULT_MAX_SIZE)

@@ -119,10 +119,11 @@ clone your network should take, with room to spare.  (The deadline
 reaches HTTP and HTTPS connections; an ``ssh://`` peer's pipes are not
 interrupted.)  A deadline is at most a year.
 
-A destination that is not a share of the pool is removed and checked
-out again, as Mozilla's robustcheckout does; one that is, holds or lies
-in a local source repository, or lies in the share base (a pooled
-store), is refused instead, before anything is touched.
+A destination that is not a share of a pooled store is removed and
+checked out again, as Mozilla's robustcheckout does; one that is, holds
+or lies in a local source repository or the share base (a pooled store,
+or the pool a purge would delete), is refused instead, before anything
+is touched.
 
 Locks.  Any number of processes may use one pool at once; exactly one of
 them clones a given store.  A lock found on DEST (its working directory

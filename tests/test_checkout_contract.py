@@ -78,6 +78,53 @@ def test_leaves_a_directory_that_is_not_a_checkout_alone(driver):
     driver.checkout("-b", driver.branch)
 
 
+def test_a_pool_inside_the_destination_is_refused(driver):
+    """An outside tester: ``gitbridge checkout --sharebase DEST/pool ...
+    DEST``, DEST a checkout with a note and an edit in it, found DEST no
+    share of that (new) pool and deleted the whole tree with the note and
+    the edit, then crashed on the lock it was making inside it; into a new
+    DEST it made DEST/pool, then refused DEST for holding files.  A purge
+    would delete the pool under its own stores.  Both commands refuse a
+    share base in DEST before anything is touched; a share base that is a
+    file is one abort line too, not a traceback."""
+    driver.checkout("-b", driver.branch)
+    dest = driver.dest
+    (dest / "NOTES.txt").write_text("my notes\n")
+    tracked = sorted(p for p in dest.rglob("*") if p.is_file()
+                     and driver.dotdir not in p.parts
+                     and p.name != "NOTES.txt")[0]
+    tracked.write_text("edited\n")
+    before = sorted(str(p.relative_to(dest)) for p in dest.rglob("*")
+                    if driver.dotdir not in p.parts)
+    for pool in (dest / "pool", dest):
+        proc = driver.checkout("-b", driver.branch, pool=pool, check=False)
+        assert proc.returncode == 255, proc.stderr
+        assert abort_line(proc).endswith(
+            "is or holds the share base; refusing to replace it"), \
+            proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*")
+                  if driver.dotdir not in p.parts) == before
+    assert (dest / "NOTES.txt").read_text() == "my notes\n"
+    assert tracked.read_text() == "edited\n"
+    new = driver.pool.parent / "new"
+    proc = driver.checkout("-b", driver.branch, dest=new, pool=new / "pool",
+                           check=False)
+    assert abort_line(proc).endswith(
+        "is or holds the share base; refusing to replace it"), proc.stderr
+    assert not new.exists()
+    afile = driver.pool.parent / "afile"
+    afile.write_text("not a pool\n")
+    proc = driver.checkout("-b", driver.branch, dest=new, pool=afile,
+                           check=False)
+    assert proc.returncode == 255 and "Traceback" not in proc.stderr, \
+        proc.stderr
+    assert proc.stderr.splitlines() == [
+        "abort: share base %s is not a directory" % afile,
+        "(give --sharebase or share.pool a directory of its own)"]
+    assert afile.read_text() == "not a pool\n" and not new.exists()
+
+
 # Damage, and what each repair says --------------------------------------------
 
 KILL_HOOK = """
@@ -446,6 +493,30 @@ def test_gives_up_after_the_network_attempts(driver):
     assert not driver.pool.exists() or not [
         name for name in os.listdir(driver.pool)
         if not name.endswith(".lock") and name != "checkouts"]
+
+
+def test_ctrl_c_midway_is_one_line_and_the_next_run_recovers(driver):
+    """An outside tester: Ctrl-C in ``gitbridge checkout`` printed a
+    whole KeyboardInterrupt traceback (hg prints ``interrupted!``).  Both
+    now end with that line and status 255, midway through a pull whose
+    answer stalls; the next run finishes the checkout."""
+    with FlakyProxy(driver.server_url) as proxy:
+        proxy.add(Fault("/", stall=30, times=None))
+        proc = subprocess.Popen(
+            driver.command("-b", driver.branch, url=driver.url_via(proxy)),
+            env=driver.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        deadline = time.monotonic() + 20
+        while not proxy.applied() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.applied(), "the checkout never reached the server"
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 255, err
+    assert err.splitlines()[-1] == "interrupted!", err
+    assert "Traceback" not in err
+    driver.checkout("-b", driver.branch)
+    assert driver.parent() == driver.revisions[-1]
 
 
 def _store_lacking_the_tip(d, url):

@@ -30,8 +30,8 @@ def gitbridge(env, home):
     binary = tools.executable("gitbridge")
     (home / ".gitconfig").write_text(GITCONFIG)
 
-    def run(*args, check=True):
-        proc = subprocess.run([binary, *map(str, args)], env=env,
+    def run(*args, check=True, cwd=None):
+        proc = subprocess.run([binary, *map(str, args)], env=env, cwd=cwd,
                               capture_output=True, text=True)
         if check and proc.returncode != 0:
             raise AssertionError("gitbridge failed:\n%s%s"
@@ -372,6 +372,32 @@ def test_a_destination_that_is_the_source_is_refused(git, gitbridge,
         "is or holds the source; refusing to replace it"), proc.stderr
     assert (source / "wip.txt").read_text() == "uncommitted\n"
     git("-C", source, "fsck", "--no-progress")
+
+
+def test_a_relative_source_and_a_missing_one(git, gitbridge, tmp_path):
+    """An outside tester: a relative source path (``hg robustcheckout``
+    takes one) failed with ``git fetch --quiet failed (128): and the
+    repository exists.``: git ran in the store, where the path named
+    nothing, and the abort showed the last line of git's advice, which
+    says the opposite of a missing repository.  A relative source is the
+    caller's; a missing one is named by git's ``fatal:`` line."""
+    source = tmp_path / "src"
+    git("init", "-q", "-b", "main", source)
+    (source / "readme.txt").write_text("one\n")
+    git("-C", source, "add", "readme.txt")
+    git("-C", source, "commit", "-q", "-m", "one")
+    gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b", "main",
+              "src", "co", cwd=tmp_path)
+    assert (tmp_path / "co" / "readme.txt").read_text() == "one\n"
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-b",
+                     "main", "nosuch", "co2", cwd=tmp_path, check=False)
+    assert proc.returncode == 255
+    assert proc.stderr.splitlines() == [
+        "abort: git ls-remote nosuch failed (128): fatal: 'nosuch' does not "
+        "appear to be a git repository",
+        "(git's reason is shown; run the command again with GIT_TRACE=1 "
+        "for the rest)"]
+    assert not (tmp_path / "co2").exists()
 
 
 def test_gitbridge_checkout_of_a_non_utf8_source_path(git, env, home,

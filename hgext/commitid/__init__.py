@@ -539,7 +539,7 @@ def commitid_lookup(ui, repo, *keys, **opts):
     With ``--remote`` the server looks the keys up, all in one request,
     with nothing cloned; it needs the commitid extension too, and
     answers at most 1,000 distinct keys, 1,000 changesets a key and 4 MB
-    (``hg help commitid``).  ``[http] timeout`` bounds a wait on a
+    (``hg help -e commitid``).  ``[http] timeout`` bounds a wait on a
     server that stalls.
 
     Returns 0 when every key matched a changeset, 1 otherwise.

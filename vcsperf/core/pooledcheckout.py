@@ -131,6 +131,10 @@ def check_request(error: Error, revision: Text | None, branch: Text | None,
         raise error("share base directory not defined; refusing to "
                     "operate", hint="define share.pool config option or "
                     "pass --sharebase")
+    if os.path.lexists(sharebase) and not os.path.isdir(sharebase):
+        raise error("share base %s is not a directory", sharebase,
+                    hint="give --sharebase or share.pool a directory of "
+                    "its own")
     if attempts < 1:
         raise error("--networkattempts must be at least 1")
     if not pooling.valid_deadline(network_deadline):

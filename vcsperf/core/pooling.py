@@ -234,12 +234,14 @@ def _local_source(url: str | bytes) -> str | None:
 def dest_overlap(dest: str | bytes, sharebase: str | bytes,
                  sources: Iterable[str | bytes | None]) -> str | None:
     """What removing DEST would destroy that no checkout made: "the share
-    base" when DEST is it or lies in it (a pooled store), "the source" when
-    DEST is, holds or lies in a local source repository; else None.  A
-    checkout removes a DEST that is no share of the pool, so these are
-    refused before anything is touched."""
+    base" when DEST is, holds or lies in it (a pooled store, or the pool a
+    purge would delete), "the source" when DEST is, holds or lies in a
+    local source repository; else None.  A checkout removes a DEST that is
+    no share of the pool, so these are refused before anything is
+    touched."""
     path = os.path.realpath(os.fsdecode(dest))
-    if is_inside(path, os.path.realpath(os.fsdecode(sharebase))):
+    base = os.path.realpath(os.fsdecode(sharebase))
+    if is_inside(path, base) or is_inside(base, path):
         return "the share base"
     for url in sources:
         source = _local_source(url) if url else None

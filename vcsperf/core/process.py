@@ -193,12 +193,17 @@ def git(*args: str, cwd: str | None = None,
 
 def git_abort(failure: CommandError) -> Abort:
     """The user's error for a failed ``git``: the command, its exit
-    status and the last line of what it wrote to stderr (the reason;
-    lines before it are progress and context)."""
+    status and the reason from what it wrote to stderr: its first
+    ``fatal:`` or ``error:`` line, else its last line (lines before are
+    progress and context; after a ``fatal:`` line git may add advice,
+    whose last line, "and the repository exists.", says nothing)."""
+    lines = failure.stderr.strip().splitlines() or [""]
+    reason = next((line for line in lines
+                   if line.startswith(("fatal: ", "error: "))), lines[-1])
     return Abort("git %s failed (%d): %s"
-                 % (" ".join(failure.cmd[1:3]), failure.returncode,
-                    (failure.stderr.strip().splitlines() or [""])[-1]),
-                 hint="the last line of git's message is shown")
+                 % (" ".join(failure.cmd[1:3]), failure.returncode, reason),
+                 hint="git's reason is shown; run the command again with "
+                 "GIT_TRACE=1 for the rest")
 
 
 def hg_output(repo_path: str, *args: str, env: Env = None) -> str:
