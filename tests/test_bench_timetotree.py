@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vcsperf.bench import timetotree
+from vcsperf.bench import quietdisk, timetotree
 from vcsperf.harness import tools
 
 PATHS = ["full clone (git clone --bare)", "run-task shallow",
@@ -236,13 +236,13 @@ def test_remove_tree_deletes_only_inside_and_settle_returns(tmp_path,
     os.symlink(outside, top / "to-outside-dir")
     os.symlink(outside / "kept", top / "d1" / "to-outside-file")
     # 6,000 files, the read-only one, and the link to a file
-    assert timetotree.remove_tree(str(top)) == 6002
+    assert quietdisk.remove_tree(str(top)) == 6002
     assert not os.path.lexists(top)
     assert (outside / "kept").read_text() == "someone's\n"
-    assert timetotree.remove_tree(str(top)) == 0  # already gone
+    assert quietdisk.remove_tree(str(top)) == 0  # already gone
     # the wait for a quiet disk is bounded (CI's disk is never quiet);
     # where no block device is behind the directory, sync is all
-    monkeypatch.setattr(timetotree, "QUIET_DEADLINE", 1.0)
-    assert 0 <= timetotree.settle(str(tmp_path)) < 1.0 + 20
+    monkeypatch.setattr(quietdisk, "QUIET_DEADLINE", 1.0)
+    assert 0 <= quietdisk.settle(str(tmp_path)) < 1.0 + 20
     if os.path.isdir("/dev/shm"):
-        assert 0 <= timetotree.settle("/dev/shm") < 20
+        assert 0 <= quietdisk.settle("/dev/shm") < 20

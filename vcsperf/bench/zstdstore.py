@@ -26,13 +26,12 @@ measured.
 
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import time
 
-from vcsperf.bench import benchcli, chunkread, hgchunks
+from vcsperf.bench import benchcli, chunkread, hgchunks, quietdisk
 from vcsperf.core.errors import Abort
 from vcsperf.harness import servers, tools
 from vcsperf.harness.measure import CLASSES, store_bytes
@@ -87,11 +86,12 @@ def prepare(source, dest, engine, env):
 
 
 def most_revised_file(repo):
-    """The file of the tip manifest with the most revisions."""
+    """The file of the tip manifest with the most revisions, and how many
+    files the tip has."""
     hgrepo = hgchunks.open_repo(repo)
     files = hgrepo[b"tip"].manifest().keys()
     return max(files, key=lambda f: len(hgrepo.file(f))).decode(
-        "utf-8", "surrogateescape")
+        "utf-8", "surrogateescape"), len(files)
 
 
 _TO_NULL = ["update", "-q", "-r", "null"]
@@ -117,9 +117,14 @@ COMMANDS = (
 
 def end_to_end(copies, envs, rounds, commands=COMMANDS):
     """``{command: {engine: [seconds, ...]}}`` of ``commands``, each run
-    ``rounds`` times for every engine in turns."""
+    ``rounds`` times for every engine in turns, the order reversed every
+    other round; before each timed run the disk settles (``quietdisk``)
+    after what the last one deleted: at Firefox scale a stream clone
+    timed right after another's 463,000 files were deleted took 136 to
+    199 s, otherwise 67 to 84 s, and the engine timed second always
+    came after the first's deletions."""
     hg = tools.executable("hg")
-    target = most_revised_file(copies["zstd"])
+    target, tip_files = most_revised_file(copies["zstd"])
     times = {name: {engine: [] for engine in copies}
              for name, _, _, _ in commands}
     served = {}
@@ -129,23 +134,32 @@ def end_to_end(copies, envs, rounds, commands=COMMANDS):
             for engine, repo in copies.items():
                 served[engine] = servers.HgServer(envs[engine], repo)
         urls = {engine: server.url for engine, server in served.items()}
+        deleted = 0
         for name, args, setup, teardown in commands:
-            for _ in range(rounds):
-                for engine, repo in copies.items():
+            for round_number in range(rounds):
+                order = list(copies.items())
+                if round_number % 2:
+                    order.reverse()
+                for engine, repo in order:
                     dest = repo + ".clone"
-                    shutil.rmtree(dest, ignore_errors=True)
+                    deleted += quietdisk.remove_tree(dest)
                     argv = [hg] + [
                         {"FILE": target, "URL": urls.get(engine),
                          "DEST": dest}.get(a, a) for a in args]
                     if setup:
                         tools.hg(setup, envs[engine], cwd=repo)
+                    quietdisk.settle(
+                        repo if deleted >= quietdisk.BIG_DELETE else None)
+                    deleted = 0
                     seconds, _ = timed(argv, envs[engine], cwd=repo)
                     times[name][engine].append(seconds)
                     print("(%s, %s: %.2f s)" % (name, engine, seconds),
                           file=sys.stderr, flush=True)
                     if teardown:
                         tools.hg(teardown, envs[engine], cwd=repo)
-                    shutil.rmtree(dest, ignore_errors=True)
+                        if teardown == _TO_NULL:
+                            deleted += tip_files
+                    deleted += quietdisk.remove_tree(dest)
     finally:
         for server in served.values():
             server.stop()
