@@ -45,7 +45,10 @@ and lists (unless ``server.compressionengines`` names engines and not
 large repository are mostly manifest lines, whose hashes bzip2 packs
 tighter (pulls of 1, 5 and 20 changesets of a Firefox-scale repository:
 3.7, 2.5 and 1.3 percent fewer bytes than zstd at level 17, in half its
-time), for 3 to 6 ms more decoding on the client.  zlib and uncompressed responses are stored as they are
+time), for 3 to 6 ms more decoding on the client.  When bzip2's bytes
+are at most 0.92 of zstd's at level 3 (a millisecond to find out), zstd
+at ``wirecache.level``, which rarely does better than that on such
+responses, is not tried: the response costs half the CPU to store.  zlib and uncompressed responses are stored as they are
 sent, in one piece up to 8 MB.
 
 Server configuration::
@@ -68,6 +71,8 @@ Server configuration::
   wait = 120
   # responses up to this size are also tried with bzip2: 0 (never) to 8m
   bzip2-up-to = 1m
+  # whole answers hg serve keeps in memory: 0 (none) to 1g
+  memory = 32m
 
 Several ``hg serve`` heads behind a load balancer, each serving its own
 copy of one repository, can share one cache on S3-compatible object
@@ -122,6 +127,24 @@ one too large to check before sending is checked as it is sent, and cut
 short before its end if it fails, so the client's pull fails and applies
 nothing.
 
+``hg serve`` also keeps whole HTTP answers in memory, up to
+``wirecache.memory`` bytes (each at most an eighth of it, least recently
+sent dropped first): those to ``capabilities``, to the discovery a pull
+sends in a ``batch`` (``heads``, ``known``, ``branchmap``, and
+``listkeys`` of bookmarks, phases and obsolescence markers) and to a
+``getbundle`` the disk cache serves, each under a key made of the
+repository's state, its requirements, the server's whole configuration
+(permissions included) and the whole request (method, path, every
+header).  A later request with that key is answered before hgweb
+parses it, in one write; a pull whose three answers are all there costs
+the server a third of the CPU of hgweb's.  Only GET requests without a
+body are answered so, by ``hg serve`` of one repository, and only while
+no extension adds permission checks (core's depend on the configuration
+alone: ``hg serve`` has no users); an answer is kept only when no
+transaction ran while hgweb computed it.  Removing the cache directory
+forgets them all, and a getbundle answer whose disk entry was replaced
+or removed is forgotten too.
+
 ``hg wirecache`` reports hits, misses, uncached responses, bytes sent
 from the cache, the CPU seconds they cost when computed, and the number
 and size of the entries (``-T json`` for scripts).  Each response is also
@@ -130,10 +153,14 @@ extension).
 """
 
 import bz2
+import collections
 import hashlib
 import itertools
 import os
+import threading
 import time
+import urllib.parse
+import weakref
 
 import zstandard
 from mercurial import (
@@ -148,6 +175,11 @@ from mercurial import (
     wireprotoserver,
     wireprototypes,
     wireprotov1server,
+)
+from mercurial.hgweb import (
+    common as hgwebcommon,
+    hgweb_mod,
+    server as hgwebserver,
 )
 from mercurial.i18n import _
 from mercurial.utils import stringutil
@@ -177,6 +209,7 @@ configitem(b'wirecache', b'min-size', default=b'4k')
 configitem(b'wirecache', b'level', default=17)
 configitem(b'wirecache', b'wait', default=120)
 configitem(b'wirecache', b'bzip2-up-to', default=b'1m')
+configitem(b'wirecache', b'memory', default=b'32m')
 configitem(b'wirecache', b'store', default=b'')
 configitem(b'wirecache', b'store.region', default=b'')
 configitem(b'wirecache', b'store.endpoint', default=b'')
@@ -189,6 +222,7 @@ _LEVELS = (1, 22)
 _WAIT = (0, 3600)
 _STORE_TIMEOUT = (1, 600)
 _BZIP2_UP_TO = (0, 8 << 20)
+_MEMORY = (0, 1 << 30)
 
 #: Engines whose stored responses are compressed at ``wirecache.level``.
 _ZSTD_ENGINES = (b'zstd', wirezstd.ENGINE)
@@ -214,8 +248,17 @@ def _store(ui):
                           hint=err.hint and pycompat.bytestr(err.hint))
 
 
+#: The local cache of each ``ui`` (of a repository hgweb serves): its
+#: settings read once, as hgweb reads its configuration once per
+#: repository object.
+_local_caches = weakref.WeakKeyDictionary()
+
+
 def _cache(repo):
     ui = repo.ui
+    cache = _local_caches.get(ui)
+    if cache is not None:
+        return cache
     path = util.expandpath(ui.config(b'wirecache', b'path'))
     if not os.path.isabs(path):
         path = repo.vfs.join(path)
@@ -227,8 +270,10 @@ def _cache(repo):
         wait=_hgconfig.config_int(ui, b'wirecache', b'wait', *_WAIT))
     store = _store(ui)
     if store is None:
-        return responsecache.ResponseCache(pycompat.fsdecode(path),
-                                           **settings)
+        cache = responsecache.ResponseCache(pycompat.fsdecode(path),
+                                            **settings)
+        _local_caches[ui] = cache
+        return cache
 
     def warn(line):
         ui.log(b'wirecache', b'%s\n', pycompat.bytestr(line))
@@ -262,6 +307,7 @@ def check_config(ui, repo):
     _hgconfig.config_bool(ui, b'wirecache', b'enabled')
     _level(ui)
     _bzip2_up_to(ui)
+    _memory(ui)
     if repo is not None:
         _cache(repo)
 
@@ -400,11 +446,23 @@ def _named(name, data):
     return b'%c%s%s' % (len(name), name, data)
 
 
-def compress_http(chunks, engine, opts, bzip2_up_to):
+#: bzip2 wins clearly when its bytes are at most this share of zstd's at
+#: ``_PROBE_LEVEL``: zstd at ``wirecache.level`` is then not tried (the
+#: Firefox-scale pulls of 1 to 20 changesets, mostly manifest lines: zstd
+#: at level 17 makes 0.92 of level 3's bytes in 20 ms, bzip2 0.90 in 10).
+_BZIP2_CLEAR_WIN = 0.92
+_PROBE_LEVEL = 3
+
+
+def compress_http(chunks, engine, opts, bzip2_up_to, chosen=None):
     """A response compressed by ``engine`` for the cache, prefixed with
     the name of the engine it is sent with: in one piece, its size known,
-    up to ``WHOLE_UP_TO``, then compressed with bzip2 too if it is at
-    most ``bzip2_up_to`` bytes (0: never), and the smaller is kept."""
+    up to ``WHOLE_UP_TO``, then, if it is at most ``bzip2_up_to`` bytes
+    (0: never), compressed with bzip2 too and the smaller kept; bzip2
+    alone when it wins clearly over zstd at ``_PROBE_LEVEL``.  ``chosen``
+    (a dict) is given ``engine``, ``size`` and ``probe`` (zstd's bytes
+    at that level, when tried)."""
+    chosen = {} if chosen is None else chosen
     chunks = iter(chunks)
     head, size = [], 0
     for chunk in chunks:
@@ -416,6 +474,16 @@ def compress_http(chunks, engine, opts, bzip2_up_to):
         data = b''.join(head)
         del head[:]
         name = engine.name()
+        other = None
+        if size <= bzip2_up_to:
+            other = bz2.compress(data, _BZIP2_LEVEL)
+            probe = len(zstandard.ZstdCompressor(
+                level=_PROBE_LEVEL).compress(data))
+            chosen['probe'] = probe
+            if len(other) <= _BZIP2_CLEAR_WIN * probe:
+                chosen.update(engine=_WIRE_BZIP2, size=len(other))
+                yield _named(_WIRE_BZIP2, other)
+                return
         if name == b'zstd':
             # Core's engine streams without the size; one frame either
             # way, decoded by any zstd reader.
@@ -423,12 +491,12 @@ def compress_http(chunks, engine, opts, bzip2_up_to):
                 level=opts.get(b'level', 3)).compress(data)
         else:
             compressed = b''.join(engine.compressstream(iter([data]), opts))
-        if size <= bzip2_up_to:
-            other = bz2.compress(data, _BZIP2_LEVEL)
-            if len(other) < len(compressed):
-                name, compressed = _WIRE_BZIP2, other
+        if other is not None and len(other) < len(compressed):
+            name, compressed = _WIRE_BZIP2, other
+        chosen.update(engine=name, size=len(compressed))
         yield _named(name, compressed)
         return
+    chosen.update(engine=engine.name())
     yield _named(engine.name(), b'')
     yield from engine.compressstream(itertools.chain(head, chunks), opts)
 
@@ -455,6 +523,8 @@ class _Encoding:
 
     def __init__(self, repo, proto):
         level = _level(repo.ui)
+        #: What ``compress_http`` chose, once it has compressed.
+        self.chosen = {}
         if proto.name == wireprototypes.SSHV1:
             opts = wirezstd.ssh_options(proto)
             if opts is None:
@@ -490,7 +560,7 @@ class _Encoding:
                       b'named %s' % b','.join(sorted(engines)),
                       b'bzip2 up to %d' % bzip2_up_to]
         self.compress = lambda chunks: compress_http(chunks, engine, opts,
-                                                     bzip2_up_to)
+                                                     bzip2_up_to, self.chosen)
 
         # An entry written by another hand (its digest is keyed by its
         # name, which anyone who can write the cache knows) may name any
@@ -632,6 +702,11 @@ def _compute(orig, repo, proto, others, cache, filling, encoding,
         _account(repo.ui, cache, filling.key, b'uncached', 0, 0.0,
                  fingerprint_cpu)
         return orig(repo, proto, dict(others))
+    chosen = encoding.chosen
+    if 'probe' in chosen:
+        repo.ui.log(b'wirecache', b'compressed with %s: %d bytes; zstd at '
+                    b'level %d: %d\n', chosen['engine'], chosen['size'],
+                    _PROBE_LEVEL, chosen['probe'])
     _account(repo.ui, cache, filling.key,
              b'miss' if filling.stored else b'uncached', filling.size,
              filling.cpu, fingerprint_cpu)
@@ -639,6 +714,12 @@ def _compute(orig, repo, proto, others, cache, filling, encoding,
 
 
 def _account(ui, cache, key, outcome, size, cpu, fingerprint_cpu):
+    if outcome in (b'hit', b'miss'):
+        watch = getattr(_watching, 'answer', None)
+        if watch is not None:
+            # The whole answer may be kept in memory: it is one the
+            # cache serves.
+            watch.getbundle = (key, size, cpu)
     counters = {b'hit': {'hits': 1, 'bytes_saved': size, 'cpu_saved': cpu},
                 b'miss': {'misses': 1},
                 b'uncached': {'uncached': 1},
@@ -648,6 +729,367 @@ def _account(ui, cache, key, outcome, size, cpu, fingerprint_cpu):
            b'getbundle %s key %s: %d bytes, %.3f s CPU computing, '
            b'%.4f s CPU keying\n', outcome, key[:12].encode(), size, cpu,
            fingerprint_cpu)
+
+
+# Whole answers in memory ---------------------------------------------------
+#
+# A pull is three requests (capabilities, a batch of discovery commands,
+# getbundle); answering the first two, and a getbundle from the disk cache,
+# costs hgweb more than reading the answer does.  hg serve keeps the whole
+# HTTP answers (status, headers, body) to GET requests of commands that
+# only read the repository, under a key made of the repository's state, the
+# whole configuration and the whole request, and sends them again from
+# memory before hgweb parses the request.
+
+
+#: Commands whose answer is a function of the repository's state (the
+#: parts of ``state_parts`` and its requirements), the configuration and
+#: the request; ``listkeys`` only for the namespaces of core named in
+#: ``_READ_NAMESPACES``.  (``lookup`` is not: it reads local tags.)
+_READ_COMMANDS = {b'capabilities', b'heads', b'known', b'branchmap',
+                  b'listkeys'}
+_READ_NAMESPACES = {b'bookmarks', b'phases', b'obsolete', b'namespaces'}
+#: Bytes of a request's headers beyond which it is not looked up.
+_REQUEST_UP_TO = 64 << 10
+
+_watching = threading.local()
+
+
+def _memory(ui):
+    return _hgconfig.config_bytes(ui, b'wirecache', b'memory', *_MEMORY)
+
+
+class _Answer:
+    """A whole HTTP answer; ``getbundle``: the disk cache's key, size and
+    CPU seconds of the response it holds, counted as a hit when sent;
+    ``cache_dir`` and ``entry``: what ``_still_valid`` checks."""
+
+    __slots__ = ('key', 'status', 'headers', 'body', 'getbundle',
+                 'cache_dir', 'entry')
+
+    def __init__(self, status, headers, body, getbundle, cache_dir, entry):
+        self.key = None
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.getbundle = getbundle
+        self.cache_dir = cache_dir
+        self.entry = entry
+
+
+class _Answers:
+    """Answers by key, least recently sent first, at most ``limit``
+    bytes of bodies together; one answer at most an eighth of it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._answers = collections.OrderedDict()
+        self._size = 0
+
+    def get(self, key):
+        with self._lock:
+            answer = self._answers.get(key)
+            if answer is not None:
+                self._answers.move_to_end(key)
+            return answer
+
+    def forget(self, answer):
+        with self._lock:
+            if self._answers.get(answer.key) is answer:
+                del self._answers[answer.key]
+                self._size -= len(answer.body)
+
+    def put(self, key, answer, limit):
+        size = len(answer.body)
+        if size > limit // 8:
+            return
+        answer.key = key
+        with self._lock:
+            old = self._answers.pop(key, None)
+            if old is not None:
+                self._size -= len(old.body)
+            self._answers[key] = answer
+            self._size += size
+            while self._size > limit:
+                _, dropped = self._answers.popitem(last=False)
+                self._size -= len(dropped.body)
+
+
+_answers = _Answers()
+
+
+class _Watch:
+    """What hgweb's handling of one request saw: the answer's key parts
+    before and after it (equal when no transaction ran meanwhile), the
+    status, headers and body it sent."""
+
+    def __init__(self):
+        self.before = self.after = None
+        self.status = None
+        self.headers = None
+        self.chunks = []
+        self.size = 0
+        self.getbundle = None
+
+
+def _parse(query):
+    # latin-1: each byte one character, whatever a request holds.
+    return urllib.parse.parse_qs(query, keep_blank_values=True,
+                                 encoding='latin-1')
+
+
+def _request_args(handler, query):
+    """The wire protocol arguments of a GET request: its query string and
+    the ``X-HgArg-N`` headers hg sends them in (an argument given twice
+    has two values)."""
+    joined = [query]
+    for number in itertools.count(1):
+        value = handler.headers.get('X-HgArg-%d' % number)
+        if value is None:
+            break
+        joined.append(value)
+    return _parse('&'.join(joined))
+
+
+def _read_command(query, args):
+    """The request's command if its answer is one ``_READ_COMMANDS``
+    covers, or a getbundle (kept only when the disk cache serves it);
+    None otherwise.  hgweb takes the command from the query string alone
+    (without one, the request is for the web interface)."""
+    cmds = _parse(query).get('cmd')
+    if not cmds or len(cmds) != 1 or args.get('cmd') != cmds:
+        return None
+    cmd = cmds[0].encode('latin-1')
+    if cmd == b'getbundle':
+        return cmd
+    if cmd == b'batch':
+        batched = args.get('cmds')
+        if batched is None or len(batched) != 1:
+            return None
+        for pair in batched[0].encode('latin-1').split(b';'):
+            name, _sep, rest = pair.partition(b' ')
+            if not _reads_command(name, rest.split(b','),
+                                  wireprototypes.unescapebatcharg):
+                return None
+        return cmd
+    others = [b'%s=%s' % (name.encode('latin-1'), value.encode('latin-1'))
+              for name, values in args.items() if name != 'cmd'
+              for value in values]
+    return cmd if _reads_command(cmd, others, lambda value: value) else None
+
+
+def _reads_command(name, args, unescape):
+    if name not in _READ_COMMANDS:
+        return False
+    if name != b'listkeys':
+        return True
+    for arg in args:
+        key, _sep, value = arg.partition(b'=')
+        if unescape(key) == b'namespace':
+            return unescape(value) in _READ_NAMESPACES
+    return False
+
+
+#: Set by opening a repository, on some of hgweb's copies and not others;
+#: only bundle repositories read it.
+_MAIN_REPO_ROOT = (b'bundle', b'mainreporoot')
+
+
+def _answer_state(repo):
+    """The parts of the repository an answer of ``_READ_COMMANDS`` depends
+    on, and the server's whole configuration (permissions included)."""
+    return (state_parts(repo)
+            + [b' '.join(sorted(repo.requirements)),
+               util.version(), _hgcompat.VERSION,
+               repr(sorted(item for item in repo.ui.walkconfig()
+                           if item[:2] != _MAIN_REPO_ROOT)).encode()])
+
+
+def _request_parts(handler):
+    parts = [handler.command.encode('latin-1'),
+             handler.path.encode('latin-1')]
+    for name, value in handler.headers.items():
+        parts.append(b'%s: %s' % (name.lower().encode('latin-1'),
+                                  value.encode('latin-1')))
+    return parts
+
+
+def _fast_eligible(handler):
+    """The command of ``handler``'s request if it may be answered from
+    memory (None otherwise): a GET
+    without a body of a read-only command, to hg serve's single
+    repository, whose permissions core decides from the configuration
+    alone (no extension added a permission hook)."""
+    app = handler.server.application
+    if (handler.command != 'GET' or not isinstance(app, hgweb_mod.hgweb)
+            or hgwebcommon.permhooks != [hgwebcommon.checkauthz]):
+        return None
+    if handler.headers.get('Content-Length') not in (None, '0'):
+        return None
+    if handler.headers.get('Expect') is not None:
+        return None
+    if sum(len(name) + len(value)
+           for name, value in handler.headers.items()) > _REQUEST_UP_TO:
+        return None
+    path, _sep, query = handler.path.partition('?')
+    prefix = pycompat.sysstr(handler.server.prefix)
+    if path not in (prefix, prefix + '/') and not (
+            prefix == '' and path == '/'):
+        return None
+    return _read_command(query, _request_args(handler, query))
+
+
+def _do_get(orig, handler):
+    cmd = _fast_eligible(handler)
+    if cmd is None:
+        return orig(handler)
+    app = handler.server.application
+    with app._obtainrepo() as repo:
+        ui = repo.ui
+        limit = _memory(ui)
+        if not limit or not _hgconfig.config_bool(ui, b'wirecache',
+                                                  b'enabled'):
+            return orig(handler)
+        cache = _cache(repo)
+        key = responsecache.make_key(_answer_state(repo)
+                                     + _request_parts(handler))
+        answer = _answers.get(key)
+        if answer is not None and _still_valid(answer, cache):
+            ui.log(b'wirecache', b'%s answered from memory\n', cmd)
+            _send_answer(handler, answer)
+            if answer.getbundle is not None:
+                disk_key, size, cpu = answer.getbundle
+                _account(ui, cache, disk_key, b'hit', size, cpu, 0.0)
+            return None
+    return _answer_and_keep(orig, handler, cmd, cache, limit)
+
+
+def _cache_dir_id(cache, make=False):
+    """The cache directory's identity (``make``: made if missing), None
+    when it is missing or cannot be made."""
+    try:
+        if make:
+            os.makedirs(cache.root, exist_ok=True)
+        st = os.stat(cache.root)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _entry_id(cache, disk_key):
+    """The identity of the disk entry of a getbundle answer (replaced
+    whole, by a rename, when it changes), None when it is missing."""
+    try:
+        st = os.stat(cache.entry_path(disk_key))
+    except OSError:
+        return None
+    return st.st_ino, st.st_size
+
+
+def _still_valid(answer, cache):
+    """Whether the cache directory an answer was kept beside is still
+    there (removing it empties the memory too) and, for a getbundle, its
+    disk entry still the one it was read from; one that is not is
+    forgotten.  A hit marks the disk entry as used, for the size
+    bound."""
+    valid = answer.cache_dir == _cache_dir_id(cache)
+    if valid and answer.getbundle is not None:
+        disk_key = answer.getbundle[0]
+        valid = answer.entry == _entry_id(cache, disk_key)
+        if valid:
+            try:
+                os.utime(cache.entry_path(disk_key))
+            except OSError:
+                pass  # read-only: the order of eviction is older
+    if not valid:
+        _answers.forget(answer)
+    return valid
+
+
+def _send_answer(handler, answer):
+    """``answer`` sent as hg serve sends one (status line, its
+    ``Server`` and ``Date`` headers and access log line), its length
+    given, in one write."""
+    code, message = answer.status.split(' ', 1)
+    handler.send_response(int(code), message)
+    for name, value in answer.headers:
+        handler.send_header(name, value)
+    handler.send_header('Content-Length', str(len(answer.body)))
+    handler._headers_buffer.append(b'\r\n' + answer.body)
+    handler.flush_headers()
+
+
+def _answer_and_keep(orig, handler, cmd, cache, limit):
+    """hgweb answers the request; the answer is kept if it was a whole 200
+    computed while the repository did not change, before its last bytes
+    are sent (the client's next request may ask for it again)."""
+    watch = _watching.answer = _Watch()
+    start_response = handler._start_response
+    write = handler._write
+    done = handler._done
+    held = []
+
+    def watched_start_response(status, headers, exc_info=None):
+        watch.status = status
+        watch.headers = [(name, value) for name, value in headers
+                         if name.lower() != 'content-length']
+        return start_response(status, headers, exc_info)
+
+    def watched_write(data):
+        if watch.size <= limit // 8:
+            watch.chunks.append(data)
+            watch.size += len(data)
+        if held:
+            write(held.pop())
+        held.append(data)
+
+    def watched_done():
+        try:
+            _keep(handler, watch, cmd, cache, limit)
+        finally:
+            if held:
+                write(held.pop())
+            done()
+
+    handler._start_response = watched_start_response
+    handler._write = watched_write
+    handler._done = watched_done
+    try:
+        orig(handler)
+    finally:
+        del handler._start_response, handler._write, handler._done
+        _watching.answer = None
+
+
+def _keep(handler, watch, cmd, cache, limit):
+    cache_dir = _cache_dir_id(cache, make=True)
+    if (watch.before is None or watch.before != watch.after
+            or watch.status is None or not watch.status.startswith('200 ')
+            or watch.size > limit // 8 or cache_dir is None
+            or (cmd == b'getbundle') != (watch.getbundle is not None)):
+        return
+    entry = None
+    if watch.getbundle is not None:
+        entry = _entry_id(cache, watch.getbundle[0])
+        if entry is None:
+            return
+    key = responsecache.make_key(watch.before + _request_parts(handler))
+    _answers.put(key, _Answer(watch.status, watch.headers,
+                              b''.join(watch.chunks), watch.getbundle,
+                              cache_dir, entry),
+                 limit)
+
+
+def _runwsgi(orig, app, req, res, repo):
+    watch = getattr(_watching, 'answer', None)
+    if watch is None:
+        return orig(app, req, res, repo)
+    watch.before = _answer_state(repo)
+
+    def answer():
+        yield from orig(app, req, res, repo)
+        watch.after = _answer_state(repo)
+    return answer()
 
 
 # The command -----------------------------------------------------------
@@ -726,3 +1168,6 @@ def extsetup(ui):
                             _getbundle)
     extensions.wrapfunction(wireprotoserver, '_httpresponsetype',
                             _httpresponsetype)
+    extensions.wrapfunction(hgwebserver._httprequesthandler, 'do_GET',
+                            _do_get)
+    extensions.wrapfunction(hgweb_mod.hgweb, '_runwsgi', _runwsgi)
