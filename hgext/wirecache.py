@@ -171,6 +171,7 @@ from mercurial import (
     pycompat,
     registrar,
     scmutil,
+    ui as uimod,
     util,
     wireprotoserver,
     wireprototypes,
@@ -764,11 +765,13 @@ class _Answer:
     CPU seconds of the response it holds, counted as a hit when sent;
     ``cache_dir`` and ``entry``: what ``_still_valid`` checks."""
 
-    __slots__ = ('key', 'status', 'headers', 'body', 'getbundle',
+    __slots__ = ('key', 'cmd', 'status', 'headers', 'body', 'getbundle',
                  'cache_dir', 'entry')
 
-    def __init__(self, status, headers, body, getbundle, cache_dir, entry):
+    def __init__(self, cmd, status, headers, body, getbundle, cache_dir,
+                 entry):
         self.key = None
+        self.cmd = cmd
         self.status = status
         self.headers = headers
         self.body = body
@@ -895,14 +898,49 @@ def _reads_command(name, args, unescape):
 _MAIN_REPO_ROOT = (b'bundle', b'mainreporoot')
 
 
+#: Changes of any ``ui``'s configuration so far: each change counts one
+#: before it and one after it (``_config_changing``).
+_config_changes = [0]
+#: ``ui`` -> (``_config_changes`` when it was read, its configuration).
+_configs = weakref.WeakKeyDictionary()
+
+
+_config_changes_lock = threading.Lock()
+
+
+def _count_config_change():
+    with _config_changes_lock:
+        _config_changes[0] += 1
+
+
+def _config_changing(orig, ui, *args, **kwargs):
+    _count_config_change()
+    try:
+        return orig(ui, *args, **kwargs)
+    finally:
+        _count_config_change()
+
+
+def _whole_config(ui):
+    """The whole configuration of ``ui``, read again only after a change
+    to any configuration (reading it is half the cost of a key)."""
+    changes = _config_changes[0]
+    known = _configs.get(ui)
+    if known is not None and known[0] == changes:
+        return known[1]
+    config = repr(sorted(item for item in ui.walkconfig()
+                         if item[:2] != _MAIN_REPO_ROOT)).encode()
+    if _config_changes[0] == changes:
+        _configs[ui] = (changes, config)
+    return config
+
+
 def _answer_state(repo):
     """The parts of the repository an answer of ``_READ_COMMANDS`` depends
     on, and the server's whole configuration (permissions included)."""
     return (state_parts(repo)
             + [b' '.join(sorted(repo.requirements)),
-               util.version(), _hgcompat.VERSION,
-               repr(sorted(item for item in repo.ui.walkconfig()
-                           if item[:2] != _MAIN_REPO_ROOT)).encode()])
+               util.version(), _hgcompat.VERSION, _whole_config(repo.ui)])
 
 
 def _request_parts(handler):
@@ -914,53 +952,54 @@ def _request_parts(handler):
     return parts
 
 
-def _fast_eligible(handler):
-    """The command of ``handler``'s request if it may be answered from
-    memory (None otherwise): a GET
-    without a body of a read-only command, to hg serve's single
+def _may_answer(handler):
+    """Whether ``handler``'s request may be answered from memory, as far
+    as cheap checks tell: a GET without a body, to hg serve's single
     repository, whose permissions core decides from the configuration
-    alone (no extension added a permission hook)."""
+    alone (no extension added a permission hook).  Whether its command
+    only reads (``_read_command``) is checked before an answer is kept:
+    an answer found in memory is one to a request that did."""
     app = handler.server.application
     if (handler.command != 'GET' or not isinstance(app, hgweb_mod.hgweb)
             or hgwebcommon.permhooks != [hgwebcommon.checkauthz]):
-        return None
+        return False
     if handler.headers.get('Content-Length') not in (None, '0'):
-        return None
+        return False
     if handler.headers.get('Expect') is not None:
-        return None
+        return False
     if sum(len(name) + len(value)
            for name, value in handler.headers.items()) > _REQUEST_UP_TO:
-        return None
-    path, _sep, query = handler.path.partition('?')
+        return False
+    path = handler.path.partition('?')[0]
     prefix = pycompat.sysstr(handler.server.prefix)
-    if path not in (prefix, prefix + '/') and not (
-            prefix == '' and path == '/'):
-        return None
-    return _read_command(query, _request_args(handler, query))
+    return path in (prefix, prefix + '/') or (prefix == '' and path == '/')
 
 
 def _do_get(orig, handler):
-    cmd = _fast_eligible(handler)
-    if cmd is None:
+    if not _may_answer(handler):
         return orig(handler)
-    app = handler.server.application
-    with app._obtainrepo() as repo:
+    with handler.server.application._obtainrepo() as repo:
         ui = repo.ui
         limit = _memory(ui)
-        if not limit or not _hgconfig.config_bool(ui, b'wirecache',
-                                                  b'enabled'):
-            return orig(handler)
-        cache = _cache(repo)
-        key = responsecache.make_key(_answer_state(repo)
-                                     + _request_parts(handler))
-        answer = _answers.get(key)
-        if answer is not None and _still_valid(answer, cache):
-            ui.log(b'wirecache', b'%s answered from memory\n', cmd)
-            _send_answer(handler, answer)
-            if answer.getbundle is not None:
-                disk_key, size, cpu = answer.getbundle
-                _account(ui, cache, disk_key, b'hit', size, cpu, 0.0)
-            return None
+        enabled = limit and _hgconfig.config_bool(ui, b'wirecache',
+                                                  b'enabled')
+        if enabled:
+            cache = _cache(repo)
+            key = responsecache.make_key(_answer_state(repo)
+                                         + _request_parts(handler))
+            answer = _answers.get(key)
+            if answer is not None and _still_valid(answer, cache):
+                ui.log(b'wirecache', b'%s answered from memory\n',
+                       answer.cmd)
+                _send_answer(handler, answer)
+                if answer.getbundle is not None:
+                    disk_key, size, cpu = answer.getbundle
+                    _account(ui, cache, disk_key, b'hit', size, cpu, 0.0)
+                return None
+    query = handler.path.partition('?')[2]
+    cmd = enabled and _read_command(query, _request_args(handler, query))
+    if not cmd:
+        return orig(handler)
     return _answer_and_keep(orig, handler, cmd, cache, limit)
 
 
@@ -1074,7 +1113,7 @@ def _keep(handler, watch, cmd, cache, limit):
         if entry is None:
             return
     key = responsecache.make_key(watch.before + _request_parts(handler))
-    _answers.put(key, _Answer(watch.status, watch.headers,
+    _answers.put(key, _Answer(cmd, watch.status, watch.headers,
                               b''.join(watch.chunks), watch.getbundle,
                               cache_dir, entry),
                  limit)
@@ -1171,3 +1210,7 @@ def extsetup(ui):
     extensions.wrapfunction(hgwebserver._httprequesthandler, 'do_GET',
                             _do_get)
     extensions.wrapfunction(hgweb_mod.hgweb, '_runwsgi', _runwsgi)
+    # Every way core changes a configuration: setconfig and readconfig
+    # end in fixconfig, configoverride restores by restoreconfig.
+    for name in ('setconfig', 'fixconfig', 'restoreconfig'):
+        extensions.wrapfunction(uimod.ui, name, _config_changing)

@@ -17,7 +17,7 @@ import urllib.parse
 
 import pytest
 import zstandard
-from mercurial import bundle2, hg as hgmod, ui as uimod
+from mercurial import bundle2, extensions, hg as hgmod, ui as uimod
 
 from hgext3rd import wirecache
 from netservers import write_ssh_wrapper
@@ -774,3 +774,21 @@ def test_memory_setting_is_checked_and_zero_keeps_nothing(served, hg,
     hg("clone", "-q", "-U", server.url, tmp_path / "again")
     assert answered_from_memory(served) == 0
     assert stats(hg, served)["hits"] == 1
+
+
+def test_the_configuration_in_keys_is_read_again_after_every_change():
+    """The whole configuration is part of an answer's key; it is read
+    once per ``ui`` until any configuration changes (setconfig, an
+    override and its end)."""
+    ui = uimod.ui.load()
+    ui.setconfig(b"extensions", b"wirecache", b"")
+    extensions.loadall(ui)
+    # The module hg loaded, whose extsetup ran.
+    loaded = extensions.find(b"wirecache")
+    before = loaded._whole_config(ui)
+    assert loaded._whole_config(ui) is before
+    with ui.configoverride({(b"web", b"allow-pull"): b"no"}):
+        assert b"allow-pull" in loaded._whole_config(ui)
+    assert loaded._whole_config(ui) == before
+    ui.setconfig(b"web", b"deny_read", b"*")
+    assert b"deny_read" in loaded._whole_config(ui)
