@@ -945,6 +945,7 @@ def _answer_state(repo):
 
 def _request_parts(handler):
     parts = [handler.command.encode('latin-1'),
+             handler.request_version.encode('latin-1'),
              handler.path.encode('latin-1')]
     for name, value in handler.headers.items():
         parts.append(b'%s: %s' % (name.lower().encode('latin-1'),
@@ -961,6 +962,7 @@ def _may_answer(handler):
     an answer found in memory is one to a request that did."""
     app = handler.server.application
     if (handler.command != 'GET' or not isinstance(app, hgweb_mod.hgweb)
+            or handler.request_version not in ('HTTP/1.0', 'HTTP/1.1')
             or hgwebcommon.permhooks != [hgwebcommon.checkauthz]):
         return False
     if handler.headers.get('Content-Length') not in (None, '0'):

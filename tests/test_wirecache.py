@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import threading
 import time
 import urllib.parse
@@ -621,6 +622,21 @@ def ask(url, cmd, args=None, headers=None, path=None):
         conn.close()
 
 
+def raw(url, request):
+    """What the server at ``url`` sends for the bytes ``request`` until
+    it closes the connection."""
+    parts = urllib.parse.urlsplit(url)
+    data = b""
+    with socket.create_connection((parts.hostname, parts.port),
+                                  timeout=60) as sock:
+        sock.sendall(request)
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return data
+            data += chunk
+
+
 def answered_from_memory(repo, at_least=0):
     """How many answers the server's log says it sent from memory, once
     there are ``at_least`` (blackbox writes its lines a moment after the
@@ -708,6 +724,16 @@ def test_answers_from_memory_follow_every_change_to_the_repository(
     assert answered_from_memory(served) == answered
     # (core's hgweb fails on the query that is no UTF-8, on both servers)
     assert "wirecache" not in (tmp_path / "served.error.log").read_text()
+    # Clients of HTTP/1.0 (answered from memory too) and 0.9 (never).
+    for request in (b"GET /?cmd=capabilities HTTP/1.0\r\n\r\n",
+                    b"GET /?cmd=capabilities\r\n\r\n"):
+        want = raw(cacheless.url, request)
+        for _ in range(3):
+            got = raw(cached.url, request)
+            assert got.split(b"\r\n")[0] == want.split(b"\r\n")[0]
+            assert got.partition(b"\r\n\r\n")[2] == \
+                want.partition(b"\r\n\r\n")[2]
+    answered = answered_from_memory(served, answered + 2)
     with open(served / ".hg" / "hgrc", "a") as fh:
         fh.write("[web]\nallow-pull = no\n")
     # The configuration is read again with the repository: a new state.
