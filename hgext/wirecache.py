@@ -1199,6 +1199,13 @@ def wirecache(ui, repo, **opts):
 
 def _serve(orig, ui, repo, *args, **opts):
     check_config(repo.ui if repo is not None else ui, repo)
+    # Loaded now, before hg serve's threads: demandimport loads a module
+    # at its first use, and a thread using it while another loads it
+    # found it without its classes.
+    for module, name in ((sharedresponsecache, 'SharedResponseCache'),
+                         (responsecache, 'ResponseCache'),
+                         (zstandard, 'ZstdCompressor'), (bz2, 'compress')):
+        getattr(module, name)
     return orig(ui, repo, *args, **opts)
 
 
