@@ -136,8 +136,10 @@ sends in a ``batch`` (``heads``, ``known``, ``branchmap``, and
 repository's state, its requirements, the server's whole configuration
 (permissions included) and the whole request (method, path, every
 header).  A later request with that key is answered before hgweb
-parses it, in one write; a pull whose three answers are all there costs
-the server a third of the CPU of hgweb's.  Only GET requests without a
+parses it, in one write: a pull whose three answers are all there costs
+the server about half the CPU of hgweb's answers (1.6 ms instead of 2.8
+on the pip history), and 32 clients pulling a Firefox-scale push cost
+0.17 of core's CPU instead of 0.32.  Only GET requests without a
 body are answered so, by ``hg serve`` of one repository, and only while
 no extension adds permission checks (core's depend on the configuration
 alone: ``hg serve`` has no users); an answer is kept only when no
