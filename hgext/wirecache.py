@@ -979,10 +979,10 @@ def _may_answer(handler):
     return path in (prefix, prefix + '/') or (prefix == '' and path == '/')
 
 
-def _do_get(orig, handler):
-    if not _may_answer(handler):
-        return orig(handler)
-    with handler.server.application._obtainrepo() as repo:
+def _do_get(orig, self):
+    if not _may_answer(self):
+        return orig(self)
+    with self.server.application._obtainrepo() as repo:
         ui = repo.ui
         limit = _memory(ui)
         enabled = limit and _hgconfig.config_bool(ui, b'wirecache',
@@ -990,21 +990,21 @@ def _do_get(orig, handler):
         if enabled:
             cache = _cache(repo)
             key = responsecache.make_key(_answer_state(repo)
-                                         + _request_parts(handler))
+                                         + _request_parts(self))
             answer = _answers.get(key)
             if answer is not None and _still_valid(answer, cache):
                 ui.log(b'wirecache', b'%s answered from memory\n',
                        answer.cmd)
-                _send_answer(handler, answer)
+                _send_answer(self, answer)
                 if answer.getbundle is not None:
                     disk_key, size, cpu = answer.getbundle
                     _account(ui, cache, disk_key, b'hit', size, cpu, 0.0)
                 return None
-    query = handler.path.partition('?')[2]
-    cmd = enabled and _read_command(query, _request_args(handler, query))
+    query = self.path.partition('?')[2]
+    cmd = enabled and _read_command(query, _request_args(self, query))
     if not cmd:
-        return orig(handler)
-    return _answer_and_keep(orig, handler, cmd, cache, limit)
+        return orig(self)
+    return _answer_and_keep(orig, self, cmd, cache, limit)
 
 
 def _cache_dir_id(cache, make=False):
@@ -1123,14 +1123,14 @@ def _keep(handler, watch, cmd, cache, limit):
                  limit)
 
 
-def _runwsgi(orig, app, req, res, repo):
+def _runwsgi(orig, self, req, res, repo):
     watch = getattr(_watching, 'answer', None)
     if watch is None:
-        return orig(app, req, res, repo)
+        return orig(self, req, res, repo)
     watch.before = _answer_state(repo)
 
     def answer():
-        yield from orig(app, req, res, repo)
+        yield from orig(self, req, res, repo)
         watch.after = _answer_state(repo)
     return answer()
 
