@@ -139,11 +139,17 @@ header).  A later request with that key is answered before hgweb
 parses it, in one write: a pull whose three answers are all there costs
 the server about half the CPU of hgweb's answers (1.6 ms instead of 2.8
 on the pip history), and 32 clients pulling a Firefox-scale push cost
-0.17 of core's CPU instead of 0.32.  Only GET requests without a
-body are answered so, by ``hg serve`` of one repository, and only while
-no extension adds permission checks (core's depend on the configuration
-alone: ``hg serve`` has no users); an answer is kept only when no
-transaction ran while hgweb computed it.  Removing the cache directory
+0.17 of core's CPU instead of 0.32.  An answer is kept only when the
+commands hgweb ran for it were those alone, and no transaction ran
+meanwhile.  Nothing is answered from memory (hgweb answers it) for a
+request other than a GET of HTTP/1.0 or 1.1 to ``hg serve`` of one
+repository, for one with a body or a header announcing one
+(``Content-Length`` other than 0, ``Transfer-Encoding``, ``Expect``,
+``X-HgArgs-Post``), a header name holding ``_``, or headers over 64 KB;
+and nothing at all while an extension adds a permission hook or wraps
+a function hgweb's permission checks go through (an address check,
+say): core's permissions depend on the configuration alone (both its
+trusted and untrusted settings are in the key).  Removing the cache directory
 forgets them all, and a getbundle answer whose disk entry was replaced
 or removed is forgotten too.
 
@@ -782,9 +788,21 @@ class _Answer:
         self.entry = entry
 
 
+#: Bytes an answer costs beyond its key, status, headers and body (its
+#: objects and its place in the table; measured at about 600).
+_ANSWER_OVERHEAD = 1024
+
+
+def _answer_size(answer):
+    return (_ANSWER_OVERHEAD + len(answer.key) + len(answer.status)
+            + len(answer.body)
+            + sum(len(name) + len(value) for name, value in answer.headers))
+
+
 class _Answers:
     """Answers by key, least recently sent first, at most ``limit``
-    bytes of bodies together; one answer at most an eighth of it."""
+    bytes together (``_answer_size``: an empty body costs too); one
+    answer at most an eighth of it."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -802,22 +820,22 @@ class _Answers:
         with self._lock:
             if self._answers.get(answer.key) is answer:
                 del self._answers[answer.key]
-                self._size -= len(answer.body)
+                self._size -= _answer_size(answer)
 
     def put(self, key, answer, limit):
-        size = len(answer.body)
+        answer.key = key
+        size = _answer_size(answer)
         if size > limit // 8:
             return
-        answer.key = key
         with self._lock:
             old = self._answers.pop(key, None)
             if old is not None:
-                self._size -= len(old.body)
+                self._size -= _answer_size(old)
             self._answers[key] = answer
             self._size += size
             while self._size > limit:
                 _, dropped = self._answers.popitem(last=False)
-                self._size -= len(dropped.body)
+                self._size -= _answer_size(dropped)
 
 
 _answers = _Answers()
@@ -826,10 +844,15 @@ _answers = _Answers()
 class _Watch:
     """What hgweb's handling of one request saw: the answer's key parts
     before and after it (equal when no transaction ran meanwhile), the
-    status, headers and body it sent."""
+    status, headers and body it sent; the commands it ran (``ran``: the
+    top-level one first, ``top``: how many top-level ones) and the
+    namespaces ``listkeys`` read."""
 
     def __init__(self):
         self.before = self.after = None
+        self.ran = []
+        self.top = 0
+        self.namespaces = []
         self.status = None
         self.headers = None
         self.chunks = []
@@ -843,56 +866,53 @@ def _parse(query):
                                  encoding='latin-1')
 
 
-def _request_args(handler, query):
-    """The wire protocol arguments of a GET request: its query string and
-    the ``X-HgArg-N`` headers hg sends them in (an argument given twice
-    has two values)."""
-    joined = [query]
-    for number in itertools.count(1):
-        value = handler.headers.get('X-HgArg-%d' % number)
-        if value is None:
-            break
-        joined.append(value)
-    return _parse('&'.join(joined))
+def _ran(name):
+    watch = getattr(_watching, 'answer', None)
+    if watch is not None:
+        watch.ran.append(name)
+    return watch
 
 
-def _read_command(query, args):
-    """The request's command if its answer is one ``_READ_COMMANDS``
-    covers, or a getbundle (kept only when the disk cache serves it);
-    None otherwise.  hgweb takes the command from the query string alone
-    (without one, the request is for the web interface)."""
-    cmds = _parse(query).get('cmd')
-    if not cmds or len(cmds) != 1 or args.get('cmd') != cmds:
+def _dispatch(orig, repo, proto, command, *args, **kwargs):
+    watch = _ran(command)
+    if watch is not None:
+        watch.top += 1
+    return orig(repo, proto, command, *args, **kwargs)
+
+
+def _batch(orig, repo, proto, cmds, others):
+    # The commands as batch splits them (it fails on any other form).
+    for pair in cmds.split(b';'):
+        _ran(pair.split(b' ', 1)[0])
+    return orig(repo, proto, cmds, others)
+
+
+def _listkeys(orig, repo, proto, namespace):
+    watch = getattr(_watching, 'answer', None)
+    if watch is not None:
+        watch.namespaces.append(namespace)
+    return orig(repo, proto, namespace)
+
+
+def _only_read(watch):
+    """The command hgweb ran for the request if its answer may be kept:
+    one top-level command, and every command it ran (a batch's too) one
+    of ``_READ_COMMANDS``, its ``listkeys`` namespaces all in
+    ``_READ_NAMESPACES``; or a getbundle (kept only when the disk cache
+    served it).  Read from what hgweb ran, not from the request: hgweb
+    reads arguments in ways a second reading could miss."""
+    if watch.top != 1:
         return None
-    cmd = cmds[0].encode('latin-1')
+    cmd = watch.ran[0]
     if cmd == b'getbundle':
-        return cmd
-    if cmd == b'batch':
-        batched = args.get('cmds')
-        if batched is None or len(batched) != 1:
-            return None
-        for pair in batched[0].encode('latin-1').split(b';'):
-            name, _sep, rest = pair.partition(b' ')
-            if not _reads_command(name, rest.split(b','),
-                                  wireprototypes.unescapebatcharg):
-                return None
-        return cmd
-    others = [b'%s=%s' % (name.encode('latin-1'), value.encode('latin-1'))
-              for name, values in args.items() if name != 'cmd'
-              for value in values]
-    return cmd if _reads_command(cmd, others, lambda value: value) else None
-
-
-def _reads_command(name, args, unescape):
-    if name not in _READ_COMMANDS:
-        return False
-    if name != b'listkeys':
-        return True
-    for arg in args:
-        key, _sep, value = arg.partition(b'=')
-        if unescape(key) == b'namespace':
-            return unescape(value) in _READ_NAMESPACES
-    return False
+        return cmd if len(watch.ran) == 1 else None
+    ran = watch.ran[1:] if cmd == b'batch' else watch.ran
+    if (not ran or any(name not in _READ_COMMANDS for name in ran)
+            or ran.count(b'listkeys') != len(watch.namespaces)
+            or any(namespace not in _READ_NAMESPACES
+                   for namespace in watch.namespaces)):
+        return None
+    return cmd
 
 
 #: Set by opening a repository, on some of hgweb's copies and not others;
@@ -930,8 +950,11 @@ def _whole_config(ui):
     known = _configs.get(ui)
     if known is not None and known[0] == changes:
         return known[1]
-    config = repr(sorted(item for item in ui.walkconfig()
-                         if item[:2] != _MAIN_REPO_ROOT)).encode()
+    # Both views: hgweb reads some settings as trusted only and others
+    # (web.*, the permissions among them) from untrusted files too.
+    config = repr([sorted(item for item in ui.walkconfig(untrusted=untrusted)
+                          if item[:2] != _MAIN_REPO_ROOT)
+                   for untrusted in (False, True)]).encode()
     if _config_changes[0] == changes:
         _configs[ui] = (changes, config)
     return config
@@ -955,24 +978,70 @@ def _request_parts(handler):
     return parts
 
 
+#: Headers of a request that may carry a body or arguments hgweb reads
+#: from it (``X-HgArgs-Post`` even without a ``Content-Length``).
+_BODY_HEADERS = ('content-length', 'transfer-encoding', 'expect',
+                 'x-hgargs-post')
+
+
+def _permission_path():
+    """Every function hgweb's permission checks of a wire protocol request
+    go through (an extension wrapping any may decide from what is not in
+    an answer's key, the client's address say)."""
+    return ((hgweb_mod.hgweb, 'run_wsgi'), (hgweb_mod.hgweb, '_runwsgi'),
+            (hgweb_mod.hgweb, 'check_perm'),
+            (wireprotoserver, 'handlewsgirequest'),
+            (wireprotoserver, '_callhttp'),
+            (wireprotoserver.httpv1protocolhandler, 'checkperm'),
+            (wireprotov1server, 'dispatch'),
+            (hgwebcommon, 'checkauthz'), (hgwebcommon, 'hashiddenaccess'))
+
+
+#: Core's functions of ``_permission_path``, as this module found them.
+_CORE_PERMISSION_PATH = [getattr(container, name)
+                         for container, name in _permission_path()]
+
+
+def _core_permissions():
+    """Whether hgweb's permission checks are core's alone: its hooks
+    core's one, and each function of ``_permission_path`` core's, or
+    core's wrapped by this module only."""
+    if hgwebcommon.permhooks != [hgwebcommon.checkauthz]:
+        return False
+    for (container, name), core in zip(_permission_path(),
+                                       _CORE_PERMISSION_PATH):
+        if getattr(core, '_origfunc', None) is not None:
+            return False  # wrapped before this module was loaded
+        function = getattr(container, name)
+        while getattr(function, '_unboundwrapper', None) in _OWN_WRAPPERS:
+            function = function._origfunc
+        if function is not core:
+            return False
+    return True
+
+
 def _may_answer(handler):
     """Whether ``handler``'s request may be answered from memory, as far
-    as cheap checks tell: a GET without a body, to hg serve's single
+    as cheap checks tell: a GET without a body or any header announcing
+    one, no header name hg serve would read otherwise than it is spelt
+    (``X_HgArg_1`` is ``X-HgArg-1`` to hgweb), to hg serve's single
     repository, whose permissions core decides from the configuration
-    alone (no extension added a permission hook).  Whether its command
-    only reads (``_read_command``) is checked before an answer is kept:
-    an answer found in memory is one to a request that did."""
+    alone (``_core_permissions``).  Whether its commands only read
+    (``_only_read``) is checked before an answer is kept: an answer found
+    in memory is one to a request that did."""
     app = handler.server.application
     if (handler.command != 'GET' or not isinstance(app, hgweb_mod.hgweb)
             or handler.request_version not in ('HTTP/1.0', 'HTTP/1.1')
-            or hgwebcommon.permhooks != [hgwebcommon.checkauthz]):
+            or not _core_permissions()):
         return False
-    if handler.headers.get('Content-Length') not in (None, '0'):
-        return False
-    if handler.headers.get('Expect') is not None:
-        return False
-    if sum(len(name) + len(value)
-           for name, value in handler.headers.items()) > _REQUEST_UP_TO:
+    size = 0
+    for name, value in handler.headers.items():
+        size += len(name) + len(value)
+        lowered = name.lower()
+        if '_' in name or (lowered in _BODY_HEADERS
+                           and (lowered, value) != ('content-length', '0')):
+            return False
+    if size > _REQUEST_UP_TO:
         return False
     path = handler.path.partition('?')[0]
     prefix = pycompat.sysstr(handler.server.prefix)
@@ -1000,11 +1069,9 @@ def _do_get(orig, self):
                     disk_key, size, cpu = answer.getbundle
                     _account(ui, cache, disk_key, b'hit', size, cpu, 0.0)
                 return None
-    query = self.path.partition('?')[2]
-    cmd = enabled and _read_command(query, _request_args(self, query))
-    if not cmd:
+    if not enabled or 'cmd' not in _parse(self.path.partition('?')[2]):
         return orig(self)
-    return _answer_and_keep(orig, self, cmd, cache, limit)
+    return _answer_and_keep(orig, self, cache, limit)
 
 
 def _cache_dir_id(cache, make=False):
@@ -1062,7 +1129,7 @@ def _send_answer(handler, answer):
     handler.flush_headers()
 
 
-def _answer_and_keep(orig, handler, cmd, cache, limit):
+def _answer_and_keep(orig, handler, cache, limit):
     """hgweb answers the request; the answer is kept if it was a whole 200
     computed while the repository did not change, before its last bytes
     are sent (the client's next request may ask for it again)."""
@@ -1088,7 +1155,7 @@ def _answer_and_keep(orig, handler, cmd, cache, limit):
 
     def watched_done():
         try:
-            _keep(handler, watch, cmd, cache, limit)
+            _keep(handler, watch, cache, limit)
         finally:
             if held:
                 write(held.pop())
@@ -1104,7 +1171,10 @@ def _answer_and_keep(orig, handler, cmd, cache, limit):
         _watching.answer = None
 
 
-def _keep(handler, watch, cmd, cache, limit):
+def _keep(handler, watch, cache, limit):
+    cmd = _only_read(watch)
+    if cmd is None:
+        return
     cache_dir = _cache_dir_id(cache, make=True)
     if (watch.before is None or watch.before != watch.after
             or watch.status is None or not watch.status.startswith('200 ')
@@ -1133,6 +1203,11 @@ def _runwsgi(orig, self, req, res, repo):
         yield from orig(self, req, res, repo)
         watch.after = _answer_state(repo)
     return answer()
+
+
+#: This module's wrappers of ``_permission_path``'s functions.
+#: wirezstd's compresses SSH answers alone.
+_OWN_WRAPPERS = {_runwsgi, _dispatch, wirezstd._dispatch}
 
 
 # The command -----------------------------------------------------------
@@ -1221,6 +1296,11 @@ def extsetup(ui):
     extensions.wrapfunction(hgwebserver._httprequesthandler, 'do_GET',
                             _do_get)
     extensions.wrapfunction(hgweb_mod.hgweb, '_runwsgi', _runwsgi)
+    extensions.wrapfunction(wireprotov1server, 'dispatch', _dispatch)
+    extensions.wrapfunction(wireprotov1server.commands[b'batch'], 'func',
+                            _batch)
+    extensions.wrapfunction(wireprotov1server.commands[b'listkeys'], 'func',
+                            _listkeys)
     # Every way core changes a configuration: setconfig and readconfig
     # end in fixconfig, configoverride restores by restoreconfig.
     for name in ('setconfig', 'fixconfig', 'restoreconfig'):

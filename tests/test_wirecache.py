@@ -708,10 +708,15 @@ def test_answers_from_memory_follow_every_change_to_the_repository(
         hg(*stock, "-R", served, *change)
     check()
     answered = answered_from_memory(served, answered + len(requests))
+    # Two commands named: hgweb runs one, whose answer may be kept.
+    path = "/?cmd=capabilities&cmd=heads"
+    want = ask(cacheless.url, None, path=path)
+    for _ in range(3):
+        assert ask(cached.url, None, path=path) == want
+    answered = answered_from_memory(served, answered + 2)
     # What hgweb would not answer as a read-only command: its own answer
     # each time (the web interface's, an error), never one from memory.
-    for path, headers in (("/?cmd=capabilities&cmd=heads", None),
-                          ("/?cmd=%FFcapabilities", None),
+    for path, headers in (("/?cmd=%FFcapabilities", None),
                           ("/", {"X-HgArg-1": "cmd=capabilities"}),
                           ("/?cmd=lookup", {"X-HgArg-1": "key=tip"}),
                           ("/?cmd=capabilities", {"Expect": "100-continue"}),
@@ -818,3 +823,192 @@ def test_the_configuration_in_keys_is_read_again_after_every_change():
     assert loaded._whole_config(ui) == before
     ui.setconfig(b"web", b"deny_read", b"*")
     assert b"deny_read" in loaded._whole_config(ui)
+
+
+#: A request sent after each hostile one on the same connection: its
+#: answer must come (a body left unread would be taken for it).
+FOLLOWER = (b"GET /?cmd=heads HTTP/1.1\r\nHost: localhost\r\n"
+            b"Connection: close\r\n\r\n")
+
+
+def pipelined(url, request):
+    """The answers (status line, body) the server at ``url`` sends for
+    ``request`` followed by ``FOLLOWER`` on one connection."""
+    data = raw(url, request + FOLLOWER)
+    answers = []
+    while data:
+        head, _sep, data = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        fields = dict(line.lower().split(b": ", 1) for line in lines[1:])
+        if b"content-length" in fields:
+            length = int(fields[b"content-length"])
+            body, data = data[:length], data[length:]
+        elif fields.get(b"transfer-encoding") == b"chunked":
+            body = b""
+            while True:
+                size, _sep, data = data.partition(b"\r\n")
+                size = int(size, 16)
+                body, data = body + data[:size], data[size + 2:]
+                if not size:
+                    break
+        else:
+            body, data = data, b""
+        answers.append((lines[0], body))
+    return answers
+
+
+def same_as_hgweb(cached, cacheless, requests, times=3):
+    """Each raw request (followed by ``FOLLOWER``) gets from the server
+    with the cache what the one without it sends, ``times`` times."""
+    for request in requests:
+        want = pipelined(cacheless.url, request)
+        assert len(want) == 2 and want[-1][0].startswith(b"HTTP/1.1 200")
+        for _ in range(times):
+            assert pipelined(cached.url, request) == want, request
+
+
+def get(path, *headers, body=b""):
+    return (b"GET %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n%s"
+            % (path, b"".join(b"%s\r\n" % header for header in headers),
+               body))
+
+
+#: Requests hgweb reads otherwise than a plain reading would: an
+#: argument in a header spelt with underscores (``X_HgArg_1`` is
+#: ``X-HgArg-1`` to hg serve), split over two headers (joined with
+#: nothing between), or in the body of a GET without a Content-Length.
+#: Each has hgweb run ``lookup`` (which reads local tags) besides
+#: ``heads``.
+HGARG_SPELLINGS = [
+    get(b"/?cmd=batch&cmds=heads+",
+        b"X_HgArg_1: cmds=heads+%3Blookup+key%3Dfoo"),
+    get(b"/?cmd=batch", b"X-HgArg-1: cmds=heads+",
+        b"X-HgArg-2: %3Blookup+key%3Dbar"),
+    get(b"/?cmd=batch&cmds=heads+", b"X-HgArgs-Post: 30",
+        body=b"cmds=heads+%3Blookup+key%3Dfoo"),
+]
+
+
+def test_memory_answers_are_hgwebs_whatever_the_arguments_spelling(
+        served, hg, hgserve):
+    """What hgweb ran decides whether an answer is kept, however the
+    request spells its arguments: each of ``HGARG_SPELLINGS``, asked
+    before and after ``hg tag --local`` (no transaction), gets hgweb's
+    answer, and the request after it on the connection its own; a batch
+    of read-only commands split over two headers is still answered from
+    memory."""
+    cached = hgserve(served)
+    cacheless = hgserve(served, "--config", "wirecache.enabled=no")
+    split = get(b"/?cmd=batch", b"X-HgArg-1: cmds=heads+",
+                b"X-HgArg-2: %3Bknown+nodes%3D")
+    same_as_hgweb(cached, cacheless, HGARG_SPELLINGS + [split])
+    # The followers (all but the first) and the split batch (twice).
+    assert answered_from_memory(served, 13) == 13
+    assert _server_log(served).count("batch answered from memory") == 2
+    hg("tag", "-R", served, "--local", "-r", "0", "foo")
+    hg("tag", "-R", served, "--local", "-r", "1", "bar")
+    same_as_hgweb(cached, cacheless, HGARG_SPELLINGS)
+    for request in HGARG_SPELLINGS:
+        assert b"1 " in pipelined(cached.url, request)[0][1]
+
+
+#: An extension checking the client's address in a wrapper of the wire
+#: protocol's permission check (not a permission hook).
+ADDRESS_CHECK = '''\
+from mercurial import extensions, wireprotoserver
+from mercurial.hgweb import common
+
+
+def _checkperm(orig, self, perm):
+    if self._req.remotehost != b'127.0.0.1':
+        raise common.ErrorResponse(common.HTTP_FORBIDDEN, b'not from here')
+    return orig(self, perm)
+
+
+def extsetup(ui):
+    extensions.wrapfunction(wireprotoserver.httpv1protocolhandler,
+                            'checkperm', _checkperm)
+'''
+
+
+def ask_from(url, source, path="/?cmd=capabilities"):
+    """The status line and body of a GET of ``path`` sent from the
+    address ``source``."""
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=60,
+                                  source_address=(source, 0)) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Connection: close\r\n\r\n" % path.encode())
+        data = b""
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\r\n")[0], data.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="gives a file to another user")
+def test_memory_answers_follow_untrusted_settings_and_address_checks(
+        served, hg, hgserve, tmp_path):
+    """A pull ban in a repository hgrc hg serve does not trust (hgweb
+    reads ``web.*`` from it all the same) is obeyed once written, as
+    without the cache; an extension wrapping the wire protocol's
+    permission check (refusing other addresses than 127.0.0.1) turns
+    memory answers off: 127.0.0.2 is refused every time."""
+    # What the served repository's hgrc holds, given on the command line
+    # (hg serve loads no extension an untrusted hgrc names).
+    trusted = ("--config", "extensions.wirecache=", "--config",
+               "extensions.blackbox=", "--config", "blackbox.track=wirecache")
+    hgrc = served / ".hg" / "hgrc"
+    hgrc.write_text("[web]\nallow-pull = true\n")
+    os.chown(hgrc, 65534, -1)  # nobody's
+    cached = hgserve(served, *trusted)
+    cacheless = hgserve(served, *trusted, "--config", "wirecache.enabled=no")
+    paths = ["/?cmd=capabilities", "/?cmd=batch&cmds=heads+%3Bknown+nodes%3D"]
+    for path in paths:
+        want = ask(cacheless.url, None, path=path)
+        for _ in range(3):
+            assert ask(cached.url, None, path=path) == want
+    assert answered_from_memory(served, 4) == 4
+    hgrc.write_text(hgrc.read_text().replace("allow-pull = true",
+                                             "allow-pull = false"))
+    # hgweb opens the repository again when its bookmarks file changed.
+    for _ in range(2):
+        time.sleep(1.1)
+        (served / ".hg" / "bookmarks").touch()
+    for path in paths:
+        want = ask(cacheless.url, None, path=path)
+        assert want[0] == 401
+        for _ in range(3):
+            assert ask(cached.url, None, path=path) == want
+    assert answered_from_memory(served) == 4
+
+    check = tmp_path / "addresscheck.py"
+    check.write_text(ADDRESS_CHECK)
+    hgrc.write_text(hgrc.read_text().replace("allow-pull = false",
+                                             "allow-pull = true"))
+    guarded = hgserve(served, *trusted, "--config",
+                      "extensions.addresscheck=%s" % check)
+    for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"):
+        status, body = ask_from(guarded.url, source)
+        assert status.startswith(b"HTTP/1.1 200" if source == "127.0.0.1"
+                                 else b"HTTP/1.1 403"), (source, status)
+    assert answered_from_memory(served) == 4
+
+
+def test_memory_bound_counts_each_answer_whole(served, hg, hgserve):
+    """Answers with an empty body (listkeys of bookmarks where there are
+    none) still cost their key, headers and objects: 64 distinct ones
+    with ``wirecache.memory=64k`` drop the first, whose request is then
+    computed again (each costs at least 1 KB: at most 64 are kept)."""
+    server = hgserve(served, "--config", "wirecache.memory=64k")
+    path = "/?cmd=listkeys&namespace=bookmarks"
+    for number in range(64):
+        status, _type, body = ask(server.url, None, path=path,
+                                  headers={"X-Pad": str(number)})
+        assert (status, body) == (200, b"")
+    ask(server.url, None, path=path, headers={"X-Pad": "0"})
+    ask(server.url, None, path=path, headers={"X-Pad": "63"})
+    assert answered_from_memory(served, 1) == 1
+    assert "listkeys answered from memory" in _server_log(served)
