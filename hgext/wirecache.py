@@ -788,8 +788,9 @@ class _Answer:
         self.entry = entry
 
 
-#: Bytes an answer costs beyond its key, status, headers and body (its
-#: objects and its place in the table; measured at about 600).
+#: Bytes an answer costs beyond its key, status, headers and body: its
+#: objects and its place in the table (20,000 answers with empty bodies
+#: grew hg serve by 20 MB, about 1 KB each).
 _ANSWER_OVERHEAD = 1024
 
 
