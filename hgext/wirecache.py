@@ -986,10 +986,14 @@ _BODY_HEADERS = ('content-length', 'transfer-encoding', 'expect',
 
 
 def _permission_path():
-    """Every function hgweb's permission checks of a wire protocol request
-    go through (an extension wrapping any may decide from what is not in
-    an answer's key, the client's address say)."""
-    return ((hgweb_mod.hgweb, 'run_wsgi'), (hgweb_mod.hgweb, '_runwsgi'),
+    """Every function hg serve's handling of a wire protocol request goes
+    through up to its permission checks, these included (an extension
+    wrapping any may decide from what is not in an answer's key, the
+    client's address say)."""
+    return ((hgwebserver._httprequesthandler, 'do_GET'),
+            (hgwebserver._httprequesthandler, 'do_hgweb'),
+            (hgweb_mod.hgweb, '__call__'),
+            (hgweb_mod.hgweb, 'run_wsgi'), (hgweb_mod.hgweb, '_runwsgi'),
             (hgweb_mod.hgweb, 'check_perm'),
             (wireprotoserver, 'handlewsgirequest'),
             (wireprotoserver, '_callhttp'),
@@ -1208,7 +1212,7 @@ def _runwsgi(orig, self, req, res, repo):
 
 #: This module's wrappers of ``_permission_path``'s functions.
 #: wirezstd's compresses SSH answers alone.
-_OWN_WRAPPERS = {_runwsgi, _dispatch, wirezstd._dispatch}
+_OWN_WRAPPERS = {_do_get, _runwsgi, _dispatch, wirezstd._dispatch}
 
 
 # The command -----------------------------------------------------------

@@ -934,6 +934,23 @@ def extsetup(ui):
     extensions.wrapfunction(wireprotoserver.httpv1protocolhandler,
                             'checkperm', _checkperm)
 '''
+#: The same check where hg serve hands the request to hgweb.
+ADDRESS_CHECK_IN_SERVER = '''\
+from mercurial import extensions
+from mercurial.hgweb import server
+
+
+def _do_hgweb(orig, self):
+    if self.client_address[0] != '127.0.0.1':
+        self.send_error(403)
+        return None
+    return orig(self)
+
+
+def extsetup(ui):
+    extensions.wrapfunction(server._httprequesthandler, 'do_hgweb',
+                            _do_hgweb)
+'''
 
 
 def ask_from(url, source, path="/?cmd=capabilities"):
@@ -959,8 +976,9 @@ def test_memory_answers_follow_untrusted_settings_and_address_checks(
     """A pull ban in a repository hgrc hg serve does not trust (hgweb
     reads ``web.*`` from it all the same) is obeyed once written, as
     without the cache; an extension wrapping the wire protocol's
-    permission check (refusing other addresses than 127.0.0.1) turns
-    memory answers off: 127.0.0.2 is refused every time."""
+    permission check, or hg serve's handing the request to hgweb
+    (refusing other addresses than 127.0.0.1), turns memory answers off:
+    127.0.0.2 is refused every time."""
     # What the served repository's hgrc holds, given on the command line
     # (hg serve loads no extension an untrusted hgrc names).
     trusted = ("--config", "extensions.wirecache=", "--config",
@@ -989,16 +1007,19 @@ def test_memory_answers_follow_untrusted_settings_and_address_checks(
             assert ask(cached.url, None, path=path) == want
     assert answered_from_memory(served) == 4
 
-    check = tmp_path / "addresscheck.py"
-    check.write_text(ADDRESS_CHECK)
     hgrc.write_text(hgrc.read_text().replace("allow-pull = false",
                                              "allow-pull = true"))
-    guarded = hgserve(served, *trusted, "--config",
-                      "extensions.addresscheck=%s" % check)
-    for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"):
-        status, body = ask_from(guarded.url, source)
-        assert status.startswith(b"HTTP/1.1 200" if source == "127.0.0.1"
-                                 else b"HTTP/1.1 403"), (source, status)
+    for number, text in enumerate((ADDRESS_CHECK, ADDRESS_CHECK_IN_SERVER)):
+        check = tmp_path / ("addresscheck%d.py" % number)
+        check.write_text(text)
+        guarded = hgserve(served, *trusted, "--config",
+                          "extensions.addresscheck=%s" % check)
+        for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"):
+            status, body = ask_from(guarded.url, source)
+            assert status.startswith(
+                b"HTTP/1.1 200" if source == "127.0.0.1"
+                else b"HTTP/1.1 403"), (number, source, status)
+        guarded.stop()
     assert answered_from_memory(served) == 4
 
 
