@@ -356,6 +356,34 @@ def _content_part(path):
     return digest
 
 
+def _bookmark_files(unfi):
+    # Every file bookmarks are read from: the repository's own (or its
+    # store's), and in a share made with ``hg share -B`` the source's.
+    return (unfi.vfs.join(b'bookmarks'), unfi.svfs.join(b'bookmarks'),
+            os.path.join(unfi.sharedpath, b'bookmarks'))
+
+
+def _fresh_bookmarks(unfi):
+    """Have ``unfi`` read its bookmarks again when a file they are read
+    from changed since it last did; returns those files' identities.
+
+    A repository keeps its bookmarks once read, and hgweb opens it again
+    only when the files it checks changed by the second: in a share made
+    with ``hg share -B`` neither sees the source's file (its file cache
+    stats the share's own, missing), so bookmarks read in the second of a
+    transaction's lock (a stream clone takes it) stayed those until the
+    next one.  hgweb alone reads them only for a request that needs them;
+    the keys read them for every request, which left such old bookmarks
+    in place far more often (a listkeys or ``clone -r BOOKMARK`` got
+    them).  Files are replaced by a rename: a new inode for each change."""
+    seen = tuple(_stat_part(path) for path in _bookmark_files(unfi))
+    if unfi.__dict__.get('_wirecache_bookmark_files') != seen:
+        unfi.__dict__.pop('_bookmarks', None)
+        unfi._filecache.pop(b'_bookmarks', None)
+        unfi.__dict__['_wirecache_bookmark_files'] = seen
+    return seen
+
+
 def state_parts(repo, shared=False):
     """What the repository (as ``repo``'s view shows it) holds that a
     pull response depends on, read from the objects the response is
@@ -383,6 +411,7 @@ def state_parts(repo, shared=False):
     parts.append(b'%d' % count)
     if count:
         parts.append(repr(markers._all[-1]).encode())
+    _fresh_bookmarks(unfi)
     parts.append(repr(sorted(unfi._bookmarks.items())).encode())
     undo = unfi.svfs.join(b'undo')
     parts.append(_content_part(undo) if shared else _stat_part(undo))
@@ -964,9 +993,14 @@ def _whole_config(ui):
 def _answer_state(repo):
     """The parts of the repository an answer of ``_READ_COMMANDS`` depends
     on, and the server's whole configuration (permissions included)."""
-    return (state_parts(repo)
-            + [b' '.join(sorted(repo.requirements)),
-               util.version(), _hgcompat.VERSION, _whole_config(repo.ui)])
+    parts = state_parts(repo)
+    # The bookmark files read by state_parts: a bookmark moved while
+    # hgweb answered makes its key after the answer another.
+    bookmark_files = repo.unfiltered().__dict__['_wirecache_bookmark_files']
+    return (parts + [b' '.join(bookmark_files),
+                     b' '.join(sorted(repo.requirements)),
+                     util.version(), _hgcompat.VERSION,
+                     _whole_config(repo.ui)])
 
 
 def _request_parts(handler):
@@ -1199,6 +1233,9 @@ def _keep(handler, watch, cache, limit):
 
 
 def _runwsgi(orig, self, req, res, repo):
+    # Bookmarks read by an earlier key are read again if they changed,
+    # for requests never looked up too (hgweb would have read them now).
+    _fresh_bookmarks(repo.unfiltered())
     watch = getattr(_watching, 'answer', None)
     if watch is None:
         return orig(self, req, res, repo)

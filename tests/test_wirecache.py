@@ -1038,3 +1038,42 @@ def test_memory_bound_counts_each_answer_whole(served, hg, hgserve):
     ask(server.url, None, path=path, headers={"X-Pad": "63"})
     assert answered_from_memory(served, 1) == 1
     assert "listkeys answered from memory" in _server_log(served)
+
+
+def test_a_share_serves_the_bookmarks_its_source_moved(served, hg, hgserve,
+                                                       tmp_path):
+    """A share made with ``hg share -B`` reads its bookmarks from the
+    source, whose file neither the share's file cache nor hgweb's check
+    of the repository watches: a bookmark moved in the source in the
+    second hgweb last opened the repository is still seen, through
+    listkeys, a discovery batch never kept and ``hg clone -r BOOKMARK``,
+    as a server without the cache that had not read it sees it."""
+    share_ext = ("--config", "extensions.share=")
+    hg(*share_ext, "bookmark", "-R", served, "-r", "0", "bm")
+    share = tmp_path / "share"
+    hg(*share_ext, "share", "-q", "-U", "-B", served, share)
+    configure(share, extra="share =")
+    memory = ("--config", "wirecache.memory=32m")
+    cached = hgserve(share, *memory)
+    cacheless = hgserve(share, "--config", "wirecache.enabled=no")
+    bookmarks = ("listkeys", {"namespace": "bookmarks"})
+    batch = ("batch", {"cmds": "listkeys namespace=bookmarks;lookup key=bm"})
+    for _ in range(2):
+        ask(cached.url, "capabilities")
+        ask(cached.url, *bookmarks)
+    assert answered_from_memory(share, 2) >= 2
+    store = served / ".hg" / "store"
+    before = os.stat(store)
+    hg(*share_ext, "bookmark", "-R", served, "-f", "-r", "1", "bm")
+    # The move as if in that second: hgweb checks the store's time by the
+    # second, and sees no change.
+    os.utime(store, ns=(before.st_atime_ns, before.st_mtime_ns))
+    moved = hg("log", "-R", served, "-r", "bm", "-T", "{node}")
+    for cmd, args in (bookmarks, batch):
+        want = ask(cacheless.url, cmd, args)
+        assert moved.encode() in want[2]
+        for _ in range(2):
+            assert ask(cached.url, cmd, args) == want
+    clone = tmp_path / "clone"
+    hg("clone", "-q", "-U", "-r", "bm", cached.url, clone)
+    assert hg("log", "-R", clone, "-r", "bm", "-T", "{node}") == moved
