@@ -71,8 +71,6 @@ Server configuration::
   wait = 120
   # responses up to this size are also tried with bzip2: 0 (never) to 8m
   bzip2-up-to = 1m
-  # whole answers hg serve keeps in memory: 0 (none) to 1g
-  memory = 32m
 
 Several ``hg serve`` heads behind a load balancer, each serving its own
 copy of one repository, can share one cache on S3-compatible object
@@ -127,29 +125,42 @@ one too large to check before sending is checked as it is sent, and cut
 short before its end if it fails, so the client's pull fails and applies
 nothing.
 
-``hg serve`` also keeps whole HTTP answers in memory, up to
-``wirecache.memory`` bytes (each at most an eighth of it, least recently
-sent dropped first): those to ``capabilities``, to the discovery a pull
+``hg serve`` can also keep whole HTTP answers in memory, off unless
+``wirecache.memory`` gives their size (each at most an eighth of it,
+least recently sent dropped first)::
+
+  [wirecache]
+  # whole answers hg serve keeps in memory: 0 (none, the default) to 1g
+  memory = 32m
+
+Turn it on only for a server where no extension decides per request
+what a client may see or ask (by its address, its user, or a file the
+extension reads): such an answer is sent before hgweb parses the
+request, so nothing an extension does there runs for it, and its key
+holds the repository's state, the configuration and the request alone.
+Core's permissions (``web.allow-pull``, ``web.deny_read``...) depend on
+the configuration alone, which is in the key.  Memory answers are also
+off while an extension adds a permission hook or wraps a function
+hgweb's permission checks go through, but an extension can decide
+elsewhere.
+
+The answers kept are those to ``capabilities``, to the discovery a pull
 sends in a ``batch`` (``heads``, ``known``, ``branchmap``, and
 ``listkeys`` of bookmarks, phases and obsolescence markers) and to a
 ``getbundle`` the disk cache serves, each under a key made of the
-repository's state, its requirements, the server's whole configuration
-(permissions included) and the whole request (method, path, every
-header).  A later request with that key is answered before hgweb
-parses it, in one write: a pull whose three answers are all there costs
-the server about half the CPU of hgweb's answers (1.6 ms instead of 2.8
-on the pip history), and 32 clients pulling a Firefox-scale push cost
-0.17 of core's CPU instead of 0.32.  An answer is kept only when the
-commands hgweb ran for it were those alone, and no transaction ran
-meanwhile.  Nothing is answered from memory (hgweb answers it) for a
-request other than a GET of HTTP/1.0 or 1.1 to ``hg serve`` of one
-repository, for one with a body or a header announcing one
-(``Content-Length`` other than 0, ``Transfer-Encoding``, ``Expect``,
-``X-HgArgs-Post``), a header name holding ``_``, or headers over 64 KB;
-and nothing at all while an extension adds a permission hook or wraps
-a function hgweb's permission checks go through (an address check,
-say): core's permissions depend on the configuration alone (both its
-trusted and untrusted settings are in the key).  Removing the cache directory
+repository's state, its requirements, the server's whole
+configuration (permissions included) and the whole request (method, path, every header).  A later
+request with that key is answered before hgweb parses it, in one
+write: a pull whose three answers are all there costs the server about
+half the CPU of hgweb's answers (1.6 ms instead of 2.8 on the pip
+history), and 32 clients pulling a Firefox-scale push cost 0.17 of
+core's CPU instead of 0.32.  An answer is kept only when the commands
+hgweb ran for it were those alone, and no transaction ran meanwhile.  Nothing is answered from
+memory (hgweb answers it) for a request other than a GET of HTTP/1.0
+or 1.1 to ``hg serve`` of one repository, for one with a body or a
+header announcing one (``Content-Length`` other than 0,
+``Transfer-Encoding``, ``Expect``, ``X-HgArgs-Post``), a header name
+holding ``_``, or headers over 64 KB.  Removing the cache directory
 forgets them all, and a getbundle answer whose disk entry was replaced
 or removed is forgotten too.
 
@@ -218,7 +229,7 @@ configitem(b'wirecache', b'min-size', default=b'4k')
 configitem(b'wirecache', b'level', default=17)
 configitem(b'wirecache', b'wait', default=120)
 configitem(b'wirecache', b'bzip2-up-to', default=b'1m')
-configitem(b'wirecache', b'memory', default=b'32m')
+configitem(b'wirecache', b'memory', default=b'0')
 configitem(b'wirecache', b'store', default=b'')
 configitem(b'wirecache', b'store.region', default=b'')
 configitem(b'wirecache', b'store.endpoint', default=b'')

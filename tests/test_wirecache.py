@@ -31,6 +31,7 @@ blackbox =
 [wirecache]
 level = %d
 wait = 30
+memory = 32m
 [blackbox]
 track = wirecache
 """
@@ -794,14 +795,20 @@ def test_memory_answers_are_forgotten_with_their_disk_entry(
     hg("verify", "-q", "-R", clients[3])
 
 
-def test_memory_setting_is_checked_and_zero_keeps_nothing(served, hg,
-                                                          hgserve, tmp_path):
+def test_memory_setting_is_checked_and_answers_are_off_by_default(
+        served, hg, hgserve, tmp_path):
+    """``wirecache.memory`` is checked when hg serve starts; without it
+    (memory answers are opt-in) nothing is answered from memory, and the
+    disk cache still serves the second clone."""
     proc = hg.proc("serve", "-R", served, "--config", "wirecache.memory=2g",
                    "-p", "0")
     assert proc.returncode != 0
     assert proc.stderr.splitlines()[0].startswith(
         "abort: wirecache.memory must be")
-    server = hgserve(served, "--config", "wirecache.memory=0")
+    hgrc = served / ".hg" / "hgrc"
+    hgrc.write_text(hgrc.read_text().replace("memory = 32m\n", ""))
+    assert "memory" not in hgrc.read_text()
+    server = hgserve(served)
     for _ in range(2):
         assert ask(server.url, "capabilities")[0] == 200
     hg("clone", "-q", "-U", server.url, tmp_path / "clone")
@@ -982,7 +989,8 @@ def test_memory_answers_follow_untrusted_settings_and_address_checks(
     # What the served repository's hgrc holds, given on the command line
     # (hg serve loads no extension an untrusted hgrc names).
     trusted = ("--config", "extensions.wirecache=", "--config",
-               "extensions.blackbox=", "--config", "blackbox.track=wirecache")
+               "extensions.blackbox=", "--config", "blackbox.track=wirecache",
+               "--config", "wirecache.memory=32m")
     hgrc = served / ".hg" / "hgrc"
     hgrc.write_text("[web]\nallow-pull = true\n")
     os.chown(hgrc, 65534, -1)  # nobody's
