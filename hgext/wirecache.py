@@ -154,8 +154,10 @@ request with that key is answered before hgweb parses it, in one
 write: a pull whose three answers are all there costs the server about
 half the CPU of hgweb's answers (1.6 ms instead of 2.8 on the pip
 history), and 32 clients pulling a Firefox-scale push cost 0.17 of
-core's CPU instead of 0.32.  An answer is kept only when the commands
-hgweb ran for it were those alone, and no transaction ran meanwhile.  Nothing is answered from
+core's CPU instead of 0.32.  An answer is kept only when it is a
+success (a 200, not an error or a refusal hgweb sends with it), when
+the commands hgweb ran for it were those alone, and no transaction ran
+meanwhile.  Nothing is answered from
 memory (hgweb answers it) for a request other than a GET of HTTP/1.0
 or 1.1 to ``hg serve`` of one repository, for one with a body or a
 header announcing one (``Content-Length`` other than 0,
@@ -1221,13 +1223,29 @@ def _answer_and_keep(orig, handler, cache, limit):
         _watching.answer = None
 
 
+#: The content type of a wire protocol error sent with a 200 (core's
+#: ``ooberror``: an extension refusing a client, a command failing).
+_ERROR_TYPE = pycompat.sysstr(wireprotoserver.HGERRTYPE)
+
+
+def _success(watch):
+    """Whether hgweb's answer was a success: a 200 that is not an error
+    sent with it (an extension's refusal of one client must reach the
+    next client no more than its answer to another would)."""
+    if watch.status is None or not watch.status.startswith('200 '):
+        return False
+    return not any(name.lower() == 'content-type'
+                   and value.split(';')[0].strip().lower() == _ERROR_TYPE
+                   for name, value in watch.headers)
+
+
 def _keep(handler, watch, cache, limit):
     cmd = _only_read(watch)
     if cmd is None:
         return
     cache_dir = _cache_dir_id(cache, make=True)
     if (watch.before is None or watch.before != watch.after
-            or watch.status is None or not watch.status.startswith('200 ')
+            or not _success(watch)
             or watch.size > limit // 8 or cache_dir is None
             or (cmd == b'getbundle') != (watch.getbundle is not None)):
         return

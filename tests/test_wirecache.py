@@ -1085,3 +1085,48 @@ def test_a_share_serves_the_bookmarks_its_source_moved(served, hg, hgserve,
     clone = tmp_path / "clone"
     hg("clone", "-q", "-U", "-r", "bm", cached.url, clone)
     assert hg("log", "-R", clone, "-r", "bm", "-T", "{node}") == moved
+
+
+#: A third-party check of the client's address in the wire commands
+#: themselves (no function the permission checks go through): its
+#: refusal is an error sent with a 200.
+COMMAND_CHECK = '''\
+from mercurial import extensions, wireprotov1server, wireprototypes
+
+
+def _guard(orig, repo, proto, *args):
+    if proto._req.remotehost != b'127.0.0.1':
+        return wireprototypes.ooberror(b'address not allowed')
+    return orig(repo, proto, *args)
+
+
+def extsetup(ui):
+    for name in (b'capabilities', b'heads', b'batch'):
+        extensions.wrapfunction(wireprotov1server.commands[name], 'func',
+                                _guard)
+'''
+
+
+def test_a_refusal_is_never_kept_for_the_next_client(served, hgserve,
+                                                     tmp_path):
+    """An error a command answers with a 200 (an extension's refusal of
+    127.0.0.2) is not kept: 127.0.0.1, asking next, gets the answer a
+    server without the cache gives it, then that answer from memory."""
+    check = tmp_path / "commandcheck.py"
+    check.write_text(COMMAND_CHECK)
+    loaded = ("--config", "extensions.commandcheck=%s" % check)
+    cached = hgserve(served, *loaded)
+    cacheless = hgserve(served, *loaded, "--config", "wirecache.enabled=no")
+    paths = ["/?cmd=capabilities", "/?cmd=heads",
+             "/?cmd=batch&cmds=heads+%3Bknown+nodes%3D"]
+    for path in paths:
+        want = ask_from(cacheless.url, "127.0.0.1", path)
+        assert want[0].startswith(b"HTTP/1.1 200") and b"not allowed" \
+            not in want[1]
+        for _ in range(2):
+            assert ask_from(cached.url, "127.0.0.2", path) == (
+                b"HTTP/1.1 200 Script output follows", b"address not allowed")
+        for _ in range(2):
+            assert ask_from(cached.url, "127.0.0.1", path) == want
+    # The second of 127.0.0.1's, each; never a refusal.
+    assert answered_from_memory(served, len(paths)) == len(paths)
