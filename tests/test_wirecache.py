@@ -1130,3 +1130,41 @@ def test_a_refusal_is_never_kept_for_the_next_client(served, hgserve,
             assert ask_from(cached.url, "127.0.0.1", path) == want
     # The second of 127.0.0.1's, each; never a refusal.
     assert answered_from_memory(served, len(paths)) == len(paths)
+
+
+def test_manifests_written_after_answers_were_kept_change_them(
+        served, hg, hgserve, proxy, tmp_path):
+    """Core reads two files beside the repository: clonebundles'
+    capabilities advertise clone bundles while
+    ``.hg/clonebundles.manifest`` exists, and getbundle sends a bundle
+    ``.hg/pullbundles.manifest`` lists instead of computing one.  Each
+    written after the answers it changes were kept (in memory, and on
+    disk for the getbundle) is obeyed, as by a server without the
+    cache."""
+    configure(served, extra="clonebundles =")
+    pair = Pair(hg, hgserve, proxy, served)
+    for _ in range(2):
+        assert ask(pair.cached.url, "capabilities") == ask(
+            pair.cacheless.url, "capabilities")
+    pair.clone(tmp_path / "one")
+    pair.clone(tmp_path / "two")
+    # The second capabilities, and the second clone's three requests.
+    assert answered_from_memory(served, 4) == 4
+    assert "getbundle answered from memory" in _server_log(served)
+    full = served / ".hg" / "full.hg"
+    hg("bundle", "-q", "-R", served, "--all", "-t", "none-v2", full)
+    (served / ".hg" / "pullbundles.manifest").write_text("full.hg\n")
+    pair.clone(tmp_path / "three")
+    for recorder in (pair.cached, pair.cacheless):
+        body = recorder.bodies("cmd=getbundle")[-1]
+        assert payload(body) == (b"none", full.read_bytes())
+    hg("verify", "-q", "-R", tmp_path / "three")
+    # Kept again (the pull bundles' manifest made other keys).
+    for _ in range(2):
+        ask(pair.cached.url, "capabilities")
+    (served / ".hg" / "clonebundles.manifest").write_text(
+        "http://example.invalid/full.hg BUNDLESPEC=zstd-v2\n")
+    want = ask(pair.cacheless.url, "capabilities")
+    assert b"clonebundles" in want[2]
+    for _ in range(2):
+        assert ask(pair.cached.url, "capabilities") == want
