@@ -142,8 +142,9 @@ holds the repository's state, the configuration and the request alone.
 Core's permissions (``web.allow-pull``, ``web.deny_read``...) depend on
 the configuration alone, which is in the key.  Memory answers are also
 off while an extension adds a permission hook or wraps a function
-hgweb's permission checks go through, but an extension can decide
-elsewhere.
+hgweb's permission checks or its choice of the visible changesets go
+through, but an extension can decide elsewhere (in a command's own
+function, say).
 
 The answers kept are those to ``capabilities``, to the discovery a pull
 sends in a ``batch`` (``heads``, ``known``, ``branchmap``, and
@@ -1048,10 +1049,14 @@ _BODY_HEADERS = ('content-length', 'transfer-encoding', 'expect',
 
 def _permission_path():
     """Every function hg serve's handling of a wire protocol request goes
-    through up to its permission checks, these included (an extension
-    wrapping any may decide from what is not in an answer's key, the
-    client's address say)."""
+    through up to its permission checks, these included, and the one
+    choosing the view a command sees (an extension wrapping any may decide
+    from what is not in an answer's key, the client's address say).  A
+    command's own function is not among them: memory answers are opt-in
+    for servers where no extension decides per request."""
     return ((hgwebserver._httprequesthandler, 'do_GET'),
+            (hgwebserver._httprequesthandler, 'do_POST'),
+            (hgwebserver._httprequesthandler, 'do_write'),
             (hgwebserver._httprequesthandler, 'do_hgweb'),
             (hgweb_mod.hgweb, '__call__'),
             (hgweb_mod.hgweb, 'run_wsgi'), (hgweb_mod.hgweb, '_runwsgi'),
@@ -1060,6 +1065,7 @@ def _permission_path():
             (wireprotoserver, '_callhttp'),
             (wireprotoserver.httpv1protocolhandler, 'checkperm'),
             (wireprotov1server, 'dispatch'),
+            (wireprotov1server, 'getdispatchrepo'),
             (hgwebcommon, 'checkauthz'), (hgwebcommon, 'hashiddenaccess'))
 
 

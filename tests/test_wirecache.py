@@ -959,6 +959,27 @@ def extsetup(ui):
                             _do_hgweb)
 '''
 
+#: The same check where hg serve's do_GET hands the request on (core's
+#: do_GET, do_HEAD and do_PUT call do_POST).
+ADDRESS_CHECK_IN_POST = ADDRESS_CHECK_IN_SERVER.replace(
+    "_do_hgweb", "_do_post").replace("'do_hgweb'", "'do_POST'")
+#: A view by the client's address: 127.0.0.1 (a mirror) sees secret
+#: changesets too.
+SECRET_VIEW = '''\
+from mercurial import extensions, wireprotov1server
+
+
+def _view(orig, repo, proto, *args, **kwargs):
+    view = orig(repo, proto, *args, **kwargs)
+    if proto._req.remotehost == b'127.0.0.1':
+        return view.filtered(b'visible')
+    return view
+
+
+def extsetup(ui):
+    extensions.wrapfunction(wireprotov1server, 'getdispatchrepo', _view)
+'''
+
 
 def ask_from(url, source, path="/?cmd=capabilities"):
     """The status line and body of a GET of ``path`` sent from the
@@ -984,8 +1005,9 @@ def test_memory_answers_follow_untrusted_settings_and_address_checks(
     reads ``web.*`` from it all the same) is obeyed once written, as
     without the cache; an extension wrapping the wire protocol's
     permission check, or hg serve's handing the request to hgweb
-    (refusing other addresses than 127.0.0.1), turns memory answers off:
-    127.0.0.2 is refused every time."""
+    (refusing other addresses than 127.0.0.1), or its view of the
+    changesets, turns memory answers off: 127.0.0.2 is refused every
+    time, and never sees the secret head 127.0.0.1 sees."""
     # What the served repository's hgrc holds, given on the command line
     # (hg serve loads no extension an untrusted hgrc names).
     trusted = ("--config", "extensions.wirecache=", "--config",
@@ -1017,7 +1039,8 @@ def test_memory_answers_follow_untrusted_settings_and_address_checks(
 
     hgrc.write_text(hgrc.read_text().replace("allow-pull = false",
                                              "allow-pull = true"))
-    for number, text in enumerate((ADDRESS_CHECK, ADDRESS_CHECK_IN_SERVER)):
+    for number, text in enumerate((ADDRESS_CHECK, ADDRESS_CHECK_IN_SERVER,
+                                   ADDRESS_CHECK_IN_POST)):
         check = tmp_path / ("addresscheck%d.py" % number)
         check.write_text(text)
         guarded = hgserve(served, *trusted, "--config",
@@ -1028,6 +1051,15 @@ def test_memory_answers_follow_untrusted_settings_and_address_checks(
                 b"HTTP/1.1 200" if source == "127.0.0.1"
                 else b"HTTP/1.1 403"), (number, source, status)
         guarded.stop()
+    view = tmp_path / "secretview.py"
+    view.write_text(SECRET_VIEW)
+    hg("phase", "-R", served, "--force", "--secret", "-r", "tip")
+    secret = hg("log", "-R", served, "-r", "tip", "-T", "{node}").encode()
+    viewed = hgserve(served, *trusted, "--config",
+                     "extensions.secretview=%s" % view)
+    for source in ("127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"):
+        status, body = ask_from(viewed.url, source, "/?cmd=heads")
+        assert (secret in body) == (source == "127.0.0.1"), source
     assert answered_from_memory(served) == 4
 
 
