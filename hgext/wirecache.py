@@ -161,12 +161,12 @@ history), and 32 clients pulling a Firefox-scale push cost 0.17 of
 core's CPU instead of 0.32.  An answer is kept only when it is a
 success (a 200, not an error or a refusal hgweb sends with it), when
 the commands hgweb ran for it were those alone, and no transaction ran
-meanwhile.  Nothing is answered from
-memory (hgweb answers it) for a request other than a GET of HTTP/1.0
-or 1.1 to ``hg serve`` of one repository, for one with a body or a
-header announcing one (``Content-Length`` other than 0,
-``Transfer-Encoding``, ``Expect``, ``X-HgArgs-Post``), a header name
-holding ``_``, or headers over 64 KB.  Removing the cache directory
+meanwhile.  Nothing is answered from memory (hgweb answers it) for a
+request other than a GET of HTTP/1.0 or 1.1 to ``hg serve`` of one
+repository, for one with a body or a header announcing one
+(``Content-Length`` other than 0, ``Transfer-Encoding``, ``Expect``,
+``X-HgArgs-Post``), a header name holding ``_``, or headers over 64
+KB.  Removing the cache directory
 forgets them all, and a getbundle answer whose disk entry was replaced
 or removed is forgotten too.
 
