@@ -158,7 +158,7 @@ request with that key is answered before hgweb parses it, in one
 write: a pull whose three answers are all there costs the server about
 half the CPU of hgweb's answers (1.6 ms instead of 2.8 on the pip
 history), and 32 clients pulling a Firefox-scale push cost 0.17 of
-core's CPU instead of 0.32.  An answer is kept only when it is a
+core's CPU instead of 0.33 with the disk cache alone.  An answer is kept only when it is a
 success (a 200, not an error or a refusal hgweb sends with it), when
 the commands hgweb ran for it were those alone, and no transaction ran
 meanwhile.  Nothing is answered from memory (hgweb answers it) for a
