@@ -39,7 +39,8 @@ def test_the_bench_measures_both_servers_and_checks_every_answer(
                      str(source), "--clients", "3", "--push", "2",
                      "--max-depth", "2", "--stream-pulls", "3",
                      "--stream-clients", "2", "--server-threads", "2",
-                     "--repeat", "2", "--json", str(report)],
+                     "--repeat", "2", "--memory-answers",
+                     "--json", str(report)],
                     dict(env, TMPDIR=str(scratch)), cwd=str(tmp_path))
     figures = json.loads(report.read_text())
     results, ratios = figures["results"], figures["ratios"]
@@ -68,7 +69,9 @@ def test_the_bench_measures_both_servers_and_checks_every_answer(
     assert results["checked"]["responses"] == 2 * 2 * (3 + 3)
     assert results["checked"]["real_pulls"] >= 3
     assert re.search(r"^checked: 24 answers", out, re.M)
-    assert "2 round(s) of each measurement per side" in out
+    assert "2 round(s) of each measurement per side; memory answers on" \
+        in out
+    assert results["memory_answers"] is True
     assert "(the targets are at 32 clients, not measured)" in out
     assert os.listdir(str(scratch)) == []
 

@@ -12,6 +12,12 @@ answered with the cache and without it, decoded and compared part by part.
 - many distinct requests (seeded random ``common`` sets) against a small
   ``wirecache.max-size``: every answer right, the cache within its bound;
 - unknown heads: the error a cacheless server sends, never stored;
+- requests hgweb reads otherwise than a plain reading would (arguments
+  in headers spelt with underscores or in lower case, given twice,
+  split, numbered from 01, in the body of a GET, with or without a
+  length, chunked), each running ``lookup`` of a local tag, asked before
+  and after ``hg tag --local``, with a request after it on the
+  connection: every answer the cacheless server's, none kept stale;
 - bzip2 only for a client that lists it; an entry rewritten (with a
   digest that matches: the key it is keyed by is its file's name) to
   name an engine its request did not accept, or none, is removed and the
@@ -30,7 +36,15 @@ import pytest
 from mercurial import bundle2, exchange, hg, ui as uimod
 
 import campaign
-from test_wirecache import configure, hashes_source, payload  # noqa: F401
+from test_wirecache import (  # noqa: F401
+    HGARG_SPELLINGS,
+    configure,
+    get,
+    hashes_source,
+    payload,
+    same_as_hgweb,
+    served,
+)
 from vcsperf.core import responsecache
 
 pytestmark = pytest.mark.campaign
@@ -311,3 +325,34 @@ def test_engines_a_client_lists_and_entries_naming_others(
         body = getbundle(url, heads, common, comp="zstd,zlib,none,bzip2")
         assert payload(body)[0] == engine, setting
         assert decoded(body) == reference
+
+
+#: Lookups of local tags (not in any key) spelt every way hg serve reads
+#: an argument, or might: hgweb decides what runs.
+LOOKUP = b"cmds=heads+%3Blookup+key%3Dfoo"
+SPELLINGS = HGARG_SPELLINGS + [
+    get(b"/?cmd=batch", b"x-hgarg-1: " + LOOKUP),
+    get(b"/?cmd=batch", b"X-HgArg-1: cmds=heads+", b"X-HgArg-1: " + LOOKUP),
+    get(b"/?cmd=batch", b"X-HgArg-1: " + LOOKUP, b"X_HgArg_1: cmds=heads+"),
+    get(b"/?cmd=batch&cmds=heads+", b"X-HgArg-01: " + LOOKUP),
+    get(b"/?cmd=batch", b"X-HgArg-1: cmds=heads+", b"X_HgArg_2: %3Blookup",
+        b"X-HgArg-3: +key%3Dfoo"),
+    get(b"/?cmd=batch&cmds=heads+", b"x_hgargs_post: %d" % len(LOOKUP),
+        body=LOOKUP),
+    get(b"/?cmd=batch&cmds=heads+", b"X-HgArgs-Post: %d" % len(LOOKUP),
+        b"Content-Length: %d" % len(LOOKUP), body=LOOKUP),
+    get(b"/?cmd=batch&cmds=heads+", b"X-HgArgs-Post: %d" % len(LOOKUP),
+        b"Content_Length: %d" % len(LOOKUP), body=LOOKUP),
+    get(b"/?cmd=batch&cmds=heads+", b"X-HgArgs-Post: %d" % len(LOOKUP),
+        b"Transfer-Encoding: chunked",
+        body=b"%x\r\n%s\r\n0\r\n\r\n" % (len(LOOKUP), LOOKUP)),
+]
+
+
+def test_request_spellings_hgweb_reads_otherwise(served, hg,  # noqa: F811
+                                                 hgserve):
+    cached = hgserve(served)
+    cacheless = hgserve(served, "--config", "wirecache.enabled=no")
+    same_as_hgweb(cached, cacheless, SPELLINGS, times=2, whole=False)
+    hg("tag", "-R", served, "--local", "-r", "0", "foo")
+    same_as_hgweb(cached, cacheless, SPELLINGS, times=2, whole=False)

@@ -71,6 +71,8 @@ REQUEST_TIMEOUT = 900
 SERVE_ARGS = ("--config", "web.allow-push=*", "--config",
               "web.push_ssl=false")
 SIDES = ("core", "wirecache")
+#: ``wirecache.memory`` of ``--memory-answers``.
+MEMORY_ANSWERS = "32m"
 #: The template whose output must match between a client and the server.
 LOG_TEMPLATE = "{rev}:{node} {phase} {bookmarks}\\n"
 
@@ -148,11 +150,14 @@ class Fleet:
     ``slots`` workers (``with`` stops them); the repository the push comes
     from (``full``); a client repository real pulls are made in."""
 
-    def __init__(self, source, work, push, slots, max_depth=1):
+    def __init__(self, source, work, push, slots, max_depth=1,
+                 memory_answers=False):
         self.work = work
         hgrc = os.path.join(work, "wirecache.hgrc")
         with open(hgrc, "w") as fh:
             fh.write("[extensions]\nwirecache =\n")
+            if memory_answers:
+                fh.write("[wirecache]\nmemory = %s\n" % MEMORY_ANSWERS)
         # Core is served with no extension loaded at all.
         self.env = {"core": tools.isolated_env(work),
                     "wirecache": tools.isolated_env(work, hgrc)}
@@ -453,15 +458,17 @@ _SHORT = {"server_cpu_per_client": "cpu", "bytes_per_client": "bytes",
 
 def run(source, workdir, clients="8,32,128", push=5, max_depth=20,
         stream_pulls=96, stream_clients=4, server_threads=8, seed=31,
-        repeat=1):
-    """Measure on hardlinked clones of ``source`` under ``workdir``;
-    returns ``(results, ratios)``."""
+        repeat=1, memory_answers=False):
+    """Measure on hardlinked clones of ``source`` under ``workdir``
+    (``memory_answers``: wirecache's hg serve keeps whole answers in
+    memory too); returns ``(results, ratios)``."""
     counts = _counts(clients)
     if min(max_depth, stream_pulls, stream_clients, server_threads,
            repeat) < 1:
         raise Abort("--max-depth, --stream-pulls, --stream-clients, "
                     "--server-threads and --repeat must be positive")
-    with Fleet(source, workdir, push, server_threads, max_depth) as fleet:
+    with Fleet(source, workdir, push, server_threads, max_depth,
+               memory_answers) as fleet:
         fleet.push()
         depths = stream_depths(stream_pulls, max_depth, seed)
         captured = {depth: fleet.capture(depth)
@@ -485,7 +492,7 @@ def run(source, workdir, clients="8,32,128", push=5, max_depth=20,
         results = {
             "changesets": fleet.tiprev + 1, "pushed": push,
             "server_threads": server_threads, "stream_seed": seed,
-            "repeat": repeat,
+            "repeat": repeat, "memory_answers": memory_answers,
             "rounds": rounds, "checked": dict(fleet.checked),
         }
     return results, ratios
@@ -507,9 +514,10 @@ def format_report(source, results, table_ratios):
         "repository: %s" % source,
         "%d changesets, the last %d pushed through wirecache's hg serve; "
         "each server behind a proxy of %d workers; %d round(s) of each "
-        "measurement per side"
+        "measurement per side; memory answers %s"
         % (results["changesets"], results["pushed"],
-           results["server_threads"], results.get("repeat", 1)), "",
+           results["server_threads"], results.get("repeat", 1),
+           "on" if results.get("memory_answers") else "off"), "",
         "%-34s %22s %26s %22s %22s" % (
             "per client, core / wirecache", "server CPU s (ratio)",
             "bytes (ratio)", "p50 latency s", "p95 latency s"),
@@ -565,4 +573,8 @@ def main(argv=None):
         ("repeat", dict(type=int, default=1, help="rounds of each "
                         "measurement per side, taken together (default "
                         "1)")),
+        ("memory-answers", dict(action="store_true", help="wirecache's "
+                                "hg serve also keeps whole answers in "
+                                "memory (wirecache.memory=%s)"
+                                % MEMORY_ANSWERS)),
     ], argv)

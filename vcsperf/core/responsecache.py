@@ -324,6 +324,10 @@ class ResponseCache:
     def _entry_path(self, key: str) -> str:
         return os.path.join(self.root, "entries", key[:2], key)
 
+    def entry_path(self, key: str) -> str:
+        """Where the entry of ``key`` is (or would be) on local disk."""
+        return self._entry_path(key)
+
     def _dir(self, *parts: str) -> str:
         """The directory ``parts`` of the cache, made if missing.  A
         symbolic link planted as one of its directories is replaced by a
