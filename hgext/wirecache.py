@@ -112,14 +112,17 @@ counters stay in ``wirecache.path``, per head.  Heads that share a store
 must apply the same changes: ``hg censor`` on one head changes what its
 responses hold without changing its changesets, and a later transaction
 identical on every head would give it the others' keys again (run it on
-every head, or give that head a store of its own).
+every head, or give that head a store of its own).  For the same reason
+each repository needs a store (a prefix) of its own: the keys of a store
+hold no repository's path, as each head's copy has its own.
 
 Pulls that the cache leaves alone: stream clones, responses the server
 sends uncompressed (errors, pull bundles), narrow pulls (core
 ``narrow``'s ``[narrowacl]`` decides what a narrow response holds by the
 user, who is not part of the key, and a cached response would skip that
-check), and every pull while an ``outgoing`` or ``preoutgoing`` hook is
-configured (a cached response would not run it).  A cache directory that is missing, read-only or full
+check), and every pull while an ``outgoing``, ``preoutgoing``,
+``listkeys`` or ``prelistkeys`` hook is configured (a cached response
+would not run it).  A cache directory that is missing, read-only or full
 is skipped: the response is computed as without the extension.  A stored
 entry that is truncated or changed is found by its checksum and removed;
 one too large to check before sending is checked as it is sent, and cut
@@ -252,8 +255,10 @@ _MEMORY = (0, 1 << 30)
 
 #: Engines whose stored responses are compressed at ``wirecache.level``.
 _ZSTD_ENGINES = (b'zstd', wirezstd.ENGINE)
-#: Hooks a response from the cache would not run.
-_PULL_HOOKS = (b'outgoing', b'preoutgoing')
+#: Hooks a response from the cache would not run: a getbundle runs the
+#: outgoing ones, and the listkeys ones for its bookmarks and phases part
+#: (a ``prelistkeys`` hook may refuse a client, by its address say).
+_PULL_HOOKS = (b'outgoing', b'preoutgoing', b'listkeys', b'prelistkeys')
 
 
 def _store(ui):
@@ -432,6 +437,13 @@ def state_parts(repo, shared=False):
     parts.append(repr(sorted(unfi._bookmarks.items())).encode())
     undo = unfi.svfs.join(b'undo')
     parts.append(_content_part(undo) if shared else _stat_part(undo))
+    # Two repositories with the same changesets can hold other file data
+    # (one with a revision censored; local clones have no undo file to
+    # tell them apart) and share an absolute ``wirecache.path``: the
+    # store's own path sets their keys apart.  A shared store's heads
+    # keep copies of one repository at paths of their own.
+    if not shared:
+        parts.append(os.path.realpath(unfi.svfs.base))
     if repo.ui.configbool(b'server', b'pullbundle'):
         # Core sends a bundle this file lists instead of computing one: a
         # file written after a response was stored makes other keys.
@@ -683,6 +695,10 @@ def _uncacheable(ui, proto, others):
         return True
     if _narrow(proto, others):
         return True
+    return _runs_pull_hooks(ui)
+
+
+def _runs_pull_hooks(ui):
     return any(name.split(b'.')[0] in _PULL_HOOKS
                for name, _value in ui.configitems(b'hooks'))
 
@@ -1286,14 +1302,23 @@ def _runwsgi(orig, self, req, res, repo):
     # for requests never looked up too (hgweb would have read them now).
     _fresh_bookmarks(repo.unfiltered())
     watch = getattr(_watching, 'answer', None)
-    if watch is None:
-        return orig(self, req, res, repo)
+    if watch is None or not _may_keep(repo.ui):
+        return orig(self, req, res, repo)  # never kept: no state before
     watch.before = _answer_state(repo)
 
     def answer():
         yield from orig(self, req, res, repo)
         watch.after = _answer_state(repo)
     return answer()
+
+
+def _may_keep(ui):
+    """Whether answers may be kept in memory under this configuration: no
+    hook an answer from memory would not run (``listkeys`` runs for the
+    discovery batch, and ``prelistkeys`` may refuse one client), and no
+    Content-Security-Policy nonce, which is new in every answer."""
+    return not (_runs_pull_hooks(ui)
+                or b'%nonce%' in (ui.config(b'web', b'csp') or b''))
 
 
 #: This module's wrappers of ``_permission_path``'s functions.

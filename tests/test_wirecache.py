@@ -488,6 +488,93 @@ def test_outgoing_hooks_run_for_every_pull(served, hg, hgserve, tmp_path):
     assert (item["hits"], item["misses"], item["entries"]) == (0, 0, 0)
 
 
+def test_listkeys_hooks_run_for_every_request(served, hg, hgserve,
+                                             tmp_path):
+    """A third outside attack: core runs ``prelistkeys`` (which may refuse)
+    and ``listkeys`` for every listkeys, the discovery batch's and a
+    getbundle's bookmarks part included; answers from memory, and
+    getbundles from the disk cache, ran neither, so a refusing hook let a
+    clone through.  With such a hook nothing is kept or served from
+    either, and the answers are a cacheless server's; a Content-Security-
+    Policy nonce, new in every answer, keeps answers out of memory too."""
+    flag = tmp_path / "refuse"
+    ran = tmp_path / "listkeys-ran"
+    with open(served / ".hg" / "hgrc", "a") as fh:
+        fh.write("[hooks]\nprelistkeys.gate = test ! -e %s\n"
+                 "listkeys.audit = echo listed >> %s\n" % (flag, ran))
+    cached = hgserve(served)
+    cacheless = hgserve(served, "--config", "wirecache.enabled=no")
+    batch = "/?cmd=batch&cmds=heads+%3Blistkeys+namespace%3Dbookmarks"
+    for _ in range(2):
+        for path in ("/?cmd=listkeys&namespace=bookmarks", batch):
+            assert ask(cached.url, None, path=path) == ask(
+                cacheless.url, None, path=path)
+    hg("clone", "-q", "-U", cached.url, tmp_path / "one")
+    flag.write_text("")
+    for url in (cached.url, cacheless.url):
+        proc = hg.proc("clone", "-q", "-U", url, tmp_path / "refused")
+        assert proc.returncode != 0 and not (tmp_path / "refused").exists()
+    assert answered_from_memory(served) == 0
+    item = stats(hg, served)
+    assert (item["hits"], item["entries"]) == (0, 0)
+    # every listkeys ran its hook, on both servers alike
+    assert ran.read_text().count("listed") >= 4
+    csp = served / ".hg" / "hgrc"
+    csp.write_text(csp.read_text().split("[hooks]")[0]
+                   + "[web]\ncsp = script-src 'nonce-%nonce%'\n")
+    cached = hgserve(served)
+    nonces = {_csp(cached.url) for _ in range(3)}
+    assert len(nonces) == 3 and None not in nonces
+    assert answered_from_memory(served) == 0
+
+
+def _csp(url):
+    """The Content-Security-Policy of a capabilities answer."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port,
+                                      timeout=60)
+    try:
+        conn.request("GET", "/?cmd=capabilities", headers=CLIENT_HEADERS)
+        response = conn.getresponse()
+        response.read()
+        return response.getheader("Content-Security-Policy")
+    finally:
+        conn.close()
+
+
+def test_forks_with_other_file_data_sharing_a_cache_path(hg, hgserve,
+                                                         tmp_path):
+    """A third outside attack: two local clones of one history, one with
+    a file revision censored, whose servers shared an absolute
+    ``wirecache.path``, made the same keys (no undo file in either), and
+    the censored fork served the other's secret.  The store's path is in
+    the key: each serves its own data."""
+    source = tmp_path / "source"
+    hg("init", source)
+    secret = source / "secret.txt"
+    secret.write_text("TOPSECRET\n" * 400)
+    hg("-R", source, "commit", "-q", "-A", "-m", "one", "-u", "t")
+    secret.write_text("redacted\n" * 400)
+    hg("-R", source, "commit", "-q", "-m", "two", "-u", "t")
+    work = tmp_path / "work"
+    hg("clone", "-q", source, work)
+    hg("--cwd", work, "--config", "extensions.censor=", "censor", "-r", "0",
+       "-t", "legal", "secret.txt")
+    # local clones, so neither has an undo file
+    fork, censored = tmp_path / "fork", tmp_path / "censored"
+    for repo, origin in ((fork, source), (censored, work)):
+        hg("clone", "-q", "-U", origin, repo)
+        (repo / ".hg" / "hgrc").write_text(
+            "[extensions]\nwirecache =\n[wirecache]\nmin-size = 0\n"
+            "path = %s\n" % (tmp_path / "shared-cache"))
+        assert not (repo / ".hg" / "store" / "undo").exists()
+    for repo, name in ((fork, "a"), (fork, "b"), (censored, "c")):
+        hg("clone", "-q", "-U", hgserve(repo).url, tmp_path / name)
+    proc = hg.proc("--cwd", tmp_path / "c", "cat", "-r", "0", "secret.txt")
+    assert "TOPSECRET" not in proc.stdout
+    assert "censored" in proc.stderr
+
+
 NARROW_SERVER_HGRC = """[extensions]
 narrow =
 wirecache =
