@@ -443,7 +443,7 @@ def state_parts(repo, shared=False):
     # store's own path sets their keys apart.  A shared store's heads
     # keep copies of one repository at paths of their own.
     if not shared:
-        parts.append(os.path.realpath(unfi.svfs.base))
+        parts.append(os.path.realpath(unfi.spath))
     if repo.ui.configbool(b'server', b'pullbundle'):
         # Core sends a bundle this file lists instead of computing one: a
         # file written after a response was stored makes other keys.
