@@ -1142,8 +1142,10 @@ def _do_get(orig, self):
     with self.server.application._obtainrepo() as repo:
         ui = repo.ui
         limit = _memory(ui)
-        enabled = limit and _hgconfig.config_bool(ui, b'wirecache',
-                                                  b'enabled')
+        # No key is made where no answer may be kept (hgweb's repository
+        # checks again, for the answer it keeps).
+        enabled = limit and _hgconfig.config_bool(
+            ui, b'wirecache', b'enabled') and _may_keep(ui)
         if enabled:
             cache = _cache(repo)
             key = responsecache.make_key(_answer_state(repo)
