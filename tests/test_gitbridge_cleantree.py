@@ -9,6 +9,8 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -20,6 +22,7 @@ from checkout_drivers import (
 )
 from gitbridge import cleantree
 from vcsperf.harness import tools
+from vcsperf.harness.proxies import Fault, FlakyProxy
 
 TREE = {"src/deep/er/leaf.txt": "leaf\n", "src/deep/file.txt": "file\n",
         "src/kept.c": "int x;\n", "lib/a.py": "a\n", "lib/b/c.py": "c\n",
@@ -175,7 +178,7 @@ def test_purge_from_the_record_is_git_clean(git, gitbridge, served,
     try:
         record = cleantree.read(str(ours / ".git" / cleantree.NAME))
         index = cleantree.index_checksum(str(ours / ".git" / "index"))
-        removed = cleantree.purge(str(ours), str(ours), record, index)
+        removed = cleantree.find(str(ours), str(ours), record, index).remove()
         out = git("-C", theirs, "clean", "-ffdx")
         assert listing(ours) == listing(theirs)
         assert removed == len(out.splitlines())
@@ -233,7 +236,7 @@ def test_a_stock_git_between_runs_makes_the_purge_git_clean(
     git("-C", dest, "rm", "-q", "--cached", "lib/a.py")
     record = cleantree.read(str(dest / ".git" / cleantree.NAME))
     with pytest.raises(cleantree.Fallback):
-        cleantree.purge(str(dest), str(dest), record, cleantree.index_checksum(
+        cleantree.find(str(dest), str(dest), record, cleantree.index_checksum(
             str(dest / ".git" / "index")))
     proc = gitbridge("--sharebase", pool, "-r", served.tip, "--purge",
                      "--timings", served.repo_url, dest)
@@ -289,8 +292,8 @@ def test_a_directory_changed_in_the_recording_tick_is_read(tmp_path, git):
     _commit, _index, dirs, stats = cleantree.read(path)
     at = 3 * dirs.index(b"d")
     assert list(stats[at:at + 3]) == [-1, -1, -1]
-    assert cleantree.purge(str(dest), str(dest), cleantree.read(path),
-                           index) == 1
+    assert cleantree.find(str(dest), str(dest), cleantree.read(path),
+                          index).remove() == 1
     assert sorted(os.listdir(dest / "d")) == ["tracked"]
 
 
@@ -405,3 +408,99 @@ def test_purge_from_record_reads_a_kept_directory_that_becomes_tracked(
     gitbridge("--sharebase", pool, "-r", after, "--purge",
               git_served.repo_url, dest)
     assert git("-C", dest, "clean", "-ffdxn") == ""
+
+
+def test_a_record_after_a_purge_keeps_only_untouched_directories(
+        git, gitbridge, served, tmp_path):
+    """After a purge from the record, the new record keeps the stat data
+    of the directories the purge found unchanged and the checkout did not
+    touch, and the rest are racy: junk put into any of them, even while
+    the run went on, is found by the next purge."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    path = str(dest / ".git" / cleantree.NAME)
+    before = cleantree.read(path)
+    tip = git_commit(git, served.work, {"lib/b/c.py": "changed\n"}, "c")
+    (dest / "src/deep/junk.o").write_text("x\n")
+    gitbridge("--sharebase", pool, "-r", tip, "--purge", served.repo_url,
+              dest)
+    after = cleantree.read(path)
+
+    def stat_data(record, name):
+        at = 3 * record[2].index(name)
+        return list(record[3][at:at + 3])
+    # untouched: kept as it was; changed (the purge read it) or touched
+    # (the checkout wrote in it): racy, read by the next purge
+    assert stat_data(after, b"docs") == stat_data(before, b"docs")
+    for name in (b"src/deep", b"lib/b", b""):
+        assert stat_data(after, name) == [-1, -1, -1]
+    junk_everywhere(dest)
+    (dest / "docs/junk.txt").write_text("x\n")
+    (dest / "lib/b/junk.o").write_text("x\n")
+    proc = gitbridge("--sharebase", pool, "-r", tip, "--purge", "--timings",
+                     served.repo_url, dest)
+    assert checkout_drivers.timings(proc, "checkout")[
+        "purge_from_record"] is True
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+
+
+def test_an_index_repaired_after_the_purge_was_found_is_git_clean(
+        git, gitbridge, served, tmp_path):
+    """What to purge is found beside the pull, from the index as it was;
+    an index the share checks then rebuild (damaged: its checksum does not
+    match) voids it: the purge runs git clean, and the tree ends clean."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+    junk_everywhere(dest)
+    index = dest / ".git" / "index"
+    data = bytearray(index.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    index.write_bytes(bytes(data))
+    proc = gitbridge("--sharebase", pool, "-r", tip, "--purge", "--timings",
+                     served.repo_url, dest)
+    assert "is damaged" in proc.stderr + proc.stdout
+    facts = checkout_drivers.timings(proc, "checkout")
+    assert facts["pulled"] is True and facts["purge_from_record"] is False
+    assert git("-C", dest, "rev-parse", "HEAD").strip() == tip
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+
+
+def test_junk_written_while_the_pull_runs_is_purged_next_time(
+        git, gitbridge, served, tmp_path):
+    """What to purge is found before the pull ends; files another process
+    writes into DEST after that (here while the server trickles its
+    pack) may stay for this run, but the record never says the
+    directories they went into are clean: the next purge removes them,
+    as git clean would."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + served.repo_url[len(served.url):]
+        gitbridge("--sharebase", pool, "-r", served.tip, url, dest)
+        tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+        junk_everywhere(dest)
+        proxy.add(Fault("command=fetch", trickle=0.002))
+        late = [dest / "src/deep/late.o", dest / "docs/late.txt",
+                dest / "late-top.txt"]
+
+        def write_late():
+            while not proxy.applied():
+                time.sleep(0.01)
+            for path in late:
+                path.write_text("late\n")
+        writer = threading.Thread(target=write_late)
+        writer.start()
+        try:
+            gitbridge("--sharebase", pool, "-r", tip, "--purge", url, dest)
+        finally:
+            writer.join(60)
+        assert all(path.exists() for path in late)
+        proc = gitbridge("--sharebase", pool, "-r", tip, "--purge",
+                         "--timings", url, dest)
+    assert checkout_drivers.timings(proc, "checkout")[
+        "purge_from_record"] is True
+    assert not any(path.exists() for path in late)
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
