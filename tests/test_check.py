@@ -117,6 +117,10 @@ def test_quick_check_on_real_history(env, real_hg_repo, real_git_repo,
     assert report["estimate"]["seconds"] > 0
     assert set(report["estimate"]["actual_seconds_by_part"]) == {
         "copy", *features}
+    busy = report["estimate"]["busy"]
+    assert busy["cores"] == os.cpu_count() and 0 <= busy["busy_cores"] <= \
+        busy["cores"] and busy["factor"] == pytest.approx(
+            1 + 0.55 * busy["busy_cores"] / busy["cores"], abs=0.01)
     assert _digest_tree(real_hg_repo / ".hg") == before
     # no lock taken on it either (one leaves no file, only a time)
     assert _directory_times(real_hg_repo / ".hg") == times
@@ -1013,3 +1017,39 @@ def test_the_survey_runs_nothing_the_repository_enables(hg, tmp_path):
                            "--slice", "0", "--repo", str(repo)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--slice takes a number" in proc.stderr
+
+
+def test_the_time_estimate_scales_with_the_load_per_core():
+    """The rates are an idle machine's: a run on a machine loaded beyond
+    its cores is estimated that many times longer, part by part."""
+    info = {"changesets": 4001, "files_at_tip": 408285,
+            "store_disk_bytes": 3 * 10**9, "store_files": 440940,
+            "checkout_disk_bytes": 5 * 10**9, "python_files_at_tip": 10052,
+            "slice": {"files": 1505, "checkout_disk_bytes": 31387648,
+                      "python_files": 223}}
+    from vcsperf.check import estimates
+    idle = estimates.seconds(check_features.FEATURES, info, True, None)
+    busy = estimates.seconds(check_features.FEATURES, info, True, None, 3.0)
+    assert set(idle) == set(busy) == {"copy", *FEATURES, "git checkouts"}
+    for part, seconds in idle.items():
+        assert seconds > 0 and abs(busy[part] - 3 * seconds) <= 0.15
+
+
+def test_the_estimate_sees_cores_kept_busy_by_others():
+    """Two busy loops on the machine (real processes, as another job's
+    would be) raise the factor the estimate is scaled by."""
+    from vcsperf.check import estimates
+    cores = os.cpu_count()
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(2)]
+    try:
+        time.sleep(0.5)
+        factor, busy, found_cores = estimates.busy_factor()
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert found_cores == cores
+    assert busy >= min(2, cores) * 0.7
+    assert factor == pytest.approx(
+        1 + estimates.SLOWDOWN_PER_BUSY_CORE * busy / cores)

@@ -6,6 +6,7 @@ they are per, here.  The report compares both with what the run took."""
 import json
 import os
 import tempfile
+import time
 
 from vcsperf.check import checkcmds, sample, tree
 from vcsperf.check.commitid import rewritten
@@ -56,8 +57,8 @@ DISK_UNITS = {
 #: slice's files, and the slice's first changeset), writing the slice's
 #: changesets and its first tree.  The survey and the fingerprint of the
 #: original's files are measured, not estimated (``runner``).
-COPY_SECONDS_PER = {"run": 0.5, "store kfiles": 0.015, "tip kfiles": 0.02,
-                    "changesets": 0.036, "kfiles": 0.5}
+COPY_SECONDS_PER = {"run": 0.2, "store kfiles": 0.0095, "tip kfiles": 0.007,
+                    "changesets": 0.0028, "kfiles": 1.0}
 
 
 def _walk_hg(top):
@@ -323,10 +324,49 @@ def disk_needed(parts, features):
     return disk_peak(parts, features) + DISK_MARGIN
 
 
-def seconds(features, info, quick, slice_size):
+#: How much longer a run takes per core's worth of other work on the
+#: machine: quick runs on the 2 cores beside others' jobs took 1.2 to 4.1
+#: times their idle time, 1 + 0.53 times the others' load per core at
+#: the median (15 runs, BENCHMARKS.md); two busy loops took 1.54 times.
+SLOWDOWN_PER_BUSY_CORE = 0.55
+#: How long the other processes' use of the cores is sampled.
+BUSY_SAMPLE_SECONDS = 1.0
+
+
+def busy_factor():
+    """``(factor, busy cores, cores)``: how many times an idle machine's
+    time the run should take now, from the cores other processes keep
+    busy, sampled over a second of ``/proc/stat`` (the load average lags
+    by a minute, and counts the run's own survey).  Where there is no
+    ``/proc/stat``, the factor is 1."""
+    cores = os.cpu_count() or 1
+    try:
+        first = _cpu_times()
+        time.sleep(BUSY_SAMPLE_SECONDS)
+        second = _cpu_times()
+    except (OSError, ValueError):
+        return 1.0, None, cores
+    total = sum(second) - sum(first)
+    idle = sum(second[3:5]) - sum(first[3:5])  # idle and iowait
+    busy = max(0.0, (total - idle) / total * cores) if total > 0 else 0.0
+    return (1 + SLOWDOWN_PER_BUSY_CORE * busy / cores, round(busy, 2),
+            cores)
+
+
+def _cpu_times():
+    """The machine's CPU times (user, nice, system, idle, iowait, ...)
+    from the first line of ``/proc/stat``."""
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()
+    if fields[:1] != ["cpu"]:
+        raise ValueError("no cpu line in /proc/stat")
+    return [int(field) for field in fields[1:9]]
+
+
+def seconds(features, info, quick, slice_size, busy=1.0):
     """``{part: seconds}`` the run should take on this machine: the copy
     and each of ``features``, their rates times the size of what they
-    work on."""
+    work on, times ``busy`` (``busy_factor``)."""
     files, _, python = _tree(info, quick, slice_size)
     amounts = {"MB": _work_bytes(info, quick, slice_size) / 1e6,
                "kfiles": files / 1000,
@@ -343,6 +383,6 @@ def seconds(features, info, quick, slice_size):
                "store MB": info["store_disk_bytes"] / 1e6}
     rates = {"copy": COPY_SECONDS_PER}
     rates.update((feature.name, feature.seconds_per) for feature in features)
-    return {part: round(per.get("run", 0) + sum(
-        rate * amounts[unit] for unit, rate in per.items() if unit != "run"),
+    return {part: round(busy * (per.get("run", 0) + sum(
+        rate * amounts[unit] for unit, rate in per.items() if unit != "run")),
         1) for part, per in rates.items()}

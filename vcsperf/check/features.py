@@ -101,16 +101,16 @@ def table(*features):
     return tuple(features)
 
 
-#: The rates are seconds and bytes on this machine, fitted to three runs
-#: with the 2 cores shared with other jobs at load 1 to 4 (BENCHMARKS.md:
-#: sympy and vct quick, vct full; the wire's per-changeset rate refitted to
-#: a later vct full run, once the base of its pull of the last 100 was
-#: stripped instead of pulled); the per-file rates (a revlog each, pulled,
-#: trained on, checked out) refitted to a quick run on the Firefox-scale
-#: repository's narrowed slice of 1,505 files at load 6 to 9 (issue 30),
-#: then lowered a fifth to a 40,000-file tree's slice of 1,795 files and
-#: the Firefox-scale one at load 4 to 7; at load 10 a run takes 3 to 8
-#: times as long.  The disk factors are fitted
+#: The time rates are seconds on this machine with nothing else running
+#: (``estimates.seconds`` scales them when it is busy), fitted by least
+#: squares of the relative error to four quick runs one after the other
+#: at load 1.4 to 1.7, the check's own (issue 30, BENCHMARKS.md): a
+#: 40,000-file tree's slice (200 changesets, 1,795 files), the
+#: Firefox-scale repository's (200 changesets, 1,505 files; its manifests
+#: and changelog are the whole history's, hence the store-size terms),
+#: pip's whole history (57 changesets, 513 files, weighted half) and the
+#: 1,000,000-changeset one's slice of 1,000 (weighted half).  The disk
+#: factors are fitted
 #: to the peaks of four quick runs (issue 30): pip's whole (57
 #: changesets, 513 files) and a slice of 20 of it, a 40,000-file tree's
 #: slice (200 changesets, 1,795 files) and the Firefox-scale
@@ -123,35 +123,33 @@ FEATURES = table(
     # recompressed.  Commit IDs (nothing of it timed but its last step)
     # run beside its training, conversion and verification.
     Feature("dictionaries", dictionaries.dictionaries,
-            seconds_per={"run": 7.4, "MB": 0.42, "kchangesets": 6.0,
-                         "kfiles": 8},
+            seconds_per={"run": 1.8, "MB": 0.35, "store kfiles": 0.0043},
             disk_per={"work": 0.3}, beside="commit IDs"),
     # A pulled clone, and the hardlinked clone the pull of the last 100
     # starts from, its stripped revlogs copied (a narrowed slice at
     # Firefox scale: 1.3 times the pulled bytes).
     Feature("wire", wire.wire,
-            seconds_per={"run": 16, "MB": 0.1, "kchangesets": 2.4,
-                         "kfiles": 8},
+            seconds_per={"run": 6.6, "MB": 0.18, "store kfiles": 0.0056},
             disk_per={"pulled": 0.6, "tree": 0.6}),
     # Every bundle (zstd-max, gzip, stream, core zstd-v2), each smaller
     # than the store, and a clone from each of the three, verified
     # together at the end.
     Feature("bundles", bundles.bundles,
-            seconds_per={"run": 6, "MB": 2.2, "kchangesets": 1.9},
+            seconds_per={"run": 5.9, "MB": 0.5, "store kfiles": 0.012},
             disk_per={"work": 3.8}),
     # The pool, the checkouts, and a plain clone beside them.
     Feature("checkouts", checkouts.checkouts,
-            seconds_per={"run": 6, "MB": 0.27, "kfiles": 6.4,
-                         "kchangesets": 2.4},
+            seconds_per={"run": 0.8, "MB": 0.1, "kfiles": 2.5,
+                         "kchangesets": 0.77, "store kfiles": 0.014},
             disk_per={"pulled": 0.35, "checkouts": 0.85}),
     # Writing to a hardlinked revlog copies it first: the rewritten
     # revlogs, up to the whole store, and a working directory.
     Feature("commit IDs", commitid.commitid,
-            seconds_per={"kfiles": 8, "rewritten": 0.3},
+            seconds_per={"MB": 0.15, "rewritten": 0.23},
             disk_per={"work": 0.2, "tree": 1.6}),
     # The Python files at tip.
     Feature("importer", importer.importer,
-            seconds_per={"run": 1.5, "Python kfiles": 10},
+            seconds_per={"run": 0.4, "Python kfiles": 3.5},
             disk_per={"tree": 1}),
     Feature("git checkouts", checkouts.git_checkouts,
             seconds_per={"run": 10, "kfiles": 5},

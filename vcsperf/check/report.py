@@ -181,7 +181,9 @@ def build(check, changed, caches, seconds):
             "seconds_by_part": estimate["seconds"],
             "actual_seconds_by_part": _seconds_by_part(check.steps),
             "actual_vs_estimate": round(seconds / total, 3)
-            if total else None},
+            if total else None,
+            # the load the estimate was scaled for (None: an older run's)
+            "busy": estimate.get("busy")},
         "features": check.features,
         "steps": check.steps,
         "peak_memory": {

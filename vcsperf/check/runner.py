@@ -352,8 +352,9 @@ class Check:
                 hint="give --scratch a directory with more room, on the "
                 "repository's filesystem if you can (copies are then "
                 "hardlinks)")
+        busy, busy_cores, cores = estimates.busy_factor()
         seconds = estimates.seconds(self._features(), info, self.quick,
-                                    self.slice_size)
+                                    self.slice_size, busy)
         # What the run has taken before its estimate, and the original's
         # files read again at its end, as long as they took now: at
         # 400,000 files, a minute or two that no rate of a feature has.
@@ -365,7 +366,10 @@ class Check:
             "started": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"),
             "free": free, "estimate": {"disk": disk, "disk_needed": need,
-                                       "seconds": seconds},
+                                       "seconds": seconds, "busy": {
+                                           "factor": round(busy, 2),
+                                           "busy_cores": busy_cores,
+                                           "cores": cores}},
             "prepared": [], "features": [], "steps": [
                 {"feature": "copy", "step": SURVEY_STEP,
                  "seconds": round(survey_seconds, 3),
@@ -494,6 +498,12 @@ class Check:
                                  self.state["estimate"]["disk_needed"]),
                              pooling.format_bytes(self.state["free"]),
                              self.scratch))
+        busy = self.state["estimate"].get("busy")
+        if busy and busy["factor"] >= 1.05:
+            self.console.say("(other processes keep %.1f of the %d cores "
+                             "busy: the estimate is %.2f times an idle "
+                             "machine's)" % (busy["busy_cores"],
+                                             busy["cores"], busy["factor"]))
 
     @contextlib.contextmanager
     def _doing_feature(self, feature, steps):
