@@ -17,7 +17,10 @@ directory of the commit's tree.  After a purge from the record, a
 directory the purge found unchanged and the checkout did not touch keeps
 its stat data unexamined, and every other is recorded racy: at Firefox's
 size that saves an lstat of 40,000 directories, and nothing written into
-DEST while the run went on is ever recorded clean.  It is used only while the index's
+DEST while that run went on is recorded clean.  A record made afresh
+(after a new checkout, or ``git clean``) reads its clock once the
+checkout is verified: what another process writes into DEST during
+that checkout, while the run holds DEST's lock, may be missed.  It is used only while the index's
 checksum is unchanged (a stock ``git`` that wrote the index, even with
 the same entries, voids it).  Racy timestamps as in Git: a directory
 whose mtime or ctime is not before the recorded time may have changed in
@@ -42,6 +45,7 @@ import concurrent.futures
 import contextlib
 import glob
 import os
+import re
 import stat
 import subprocess
 import tempfile
@@ -49,6 +53,11 @@ import tempfile
 #: The record's file name under the checkout's git directory.
 NAME = "gitbridge-clean-tree"
 _MAGIC = b"gitbridge-clean-tree 1\n"
+#: The largest record read: 24 bytes of stat data and a name for each of
+#: 40,000 directories take 3 MB at Firefox's size.
+_LARGEST = 256 * 2**20
+#: A commit's full hash (SHA-1 or SHA-256).
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 #: Stat data no directory has: a directory recorded racily.
 _RACY = (-1, -1, -1)
 #: Stat data is kept as native 64-bit integers (the record is local).
@@ -209,18 +218,24 @@ def read(path):
     """``(commit, index checksum, directories, their stat data)`` of the
     record ``path`` (stat data: an array of inode, mtime and ctime in
     nanoseconds for each directory), or None when it is missing or not
-    one."""
+    one (a link, a FIFO or a device in its place is none)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
-    if not data.startswith(_MAGIC):
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = fh.read(_LARGEST + 1)
+    if not data.startswith(_MAGIC) or len(data) > _LARGEST:
         return None
     head, _, body = data[len(_MAGIC):].partition(b"\n")
     try:
         commit, index, _now, count = head.decode("ascii").split(" ")
         count = int(count)
+        if not _COMMIT.fullmatch(commit):
+            # it goes to git as an argument
+            return None
         stats = array.array(_ARRAY)
         size = 3 * count * stats.itemsize
         stats.frombytes(body[:size])
@@ -252,14 +267,20 @@ class Found:
     with; and which of the record's directories had their stat data
     unchanged, which a new record may keep (``still_recorded``)."""
 
-    def __init__(self, record, unchanged, files, trees, kept):
-        self.record, self.unchanged = record, unchanged
+    def __init__(self, dest, record, unchanged, read, files, trees, kept):
+        self.dest, self.record, self.unchanged = dest, record, unchanged
+        self.read = read
         self.files, self.trees, self.kept = files, trees, kept
         self.index = record[1]
 
     def remove(self):
         """Remove what was found; how many entries (a directory counts
-        once, as git clean says)."""
+        once, as git clean says).  It may have been found a while ago
+        (beside the pull): the directories it was found in are looked at
+        again first, and if one is no longer a directory below DEST (a
+        symbolic link put in its place, or in a parent's, would lead the
+        removal out of DEST), ``Fallback``."""
+        _real_directories(self.dest, self.read)
         removed = len(self.files) + len(self.trees)
         _remove(list(self.files), self.trees)
         return removed
@@ -312,15 +333,37 @@ def find(dest, store, record, index):
             else:
                 unchanged.append(at)
     recorded = set(dirs)
-    files, trees, kept = [], [], []
+    files, trees, kept, read = [], [], [], []
     while changed:
         tracked = _tracked(store, commit, changed)
         deeper = []
         for name in changed:
             deeper.extend(_untracked(dest, name, tracked[name], recorded,
                                      files, trees, kept))
+        read.extend(changed)
         changed = deeper
-    return Found(record, unchanged, files, trees, kept)
+    return Found(dest, record, unchanged, read, files, trees, kept)
+
+
+def _real_directories(dest, names):
+    """``Fallback`` unless each of ``names`` (relative to DEST) and each
+    of its parents is a directory, not a symbolic link to one."""
+    seen = set()
+    with _directory(dest) as top:
+        for name in names:
+            parts = name.split(b"/") if name else []
+            for end in range(1, len(parts) + 1):
+                path = b"/".join(parts[:end])
+                if path in seen:
+                    continue
+                try:
+                    mode = os.lstat(path, dir_fd=top).st_mode
+                except OSError as failure:
+                    raise Fallback(str(failure))
+                if not stat.S_ISDIR(mode):
+                    raise Fallback("%s is no longer a directory"
+                                   % os.fsdecode(path))
+                seen.add(path)
 
 
 def _under(name, gone):
@@ -383,6 +426,12 @@ def _remove(files, trees):
 
 
 def _walk(top, files, levels, depth):
+    try:
+        if not stat.S_ISDIR(os.lstat(top).st_mode):
+            # made a link since it was found: git clean's to remove
+            raise Fallback("%s is no longer a directory" % os.fsdecode(top))
+    except FileNotFoundError:
+        return
     levels[depth].append(top)
     try:
         entries = list(os.scandir(top))

@@ -297,21 +297,27 @@ def test_a_directory_changed_in_the_recording_tick_is_read(tmp_path, git):
     assert sorted(os.listdir(dest / "d")) == ["tracked"]
 
 
-@pytest.mark.parametrize("name", [b"../outside", b"/etc", b"a/../../x",
-                                  b"src/.git", b"a//b", b"."])
-def test_a_record_naming_what_no_tree_holds_is_no_record(tmp_path, git,
-                                                         name):
-    """A record whose directories are not paths a tree can hold (outside
-    DEST, in a .git) is read as none: the purge then runs git clean."""
+def one_file_repository(git, tmp_path):
+    """``(path, commit, index checksum, record path)`` of a new repository
+    holding one committed file."""
     dest = tmp_path / "repo"
     git("init", "-q", dest)
     (dest / "f").write_text("x\n")
     git("-C", dest, "add", "-A")
     git("-C", dest, "-c", "user.name=t", "-c", "user.email=t@example.com",
         "commit", "-q", "-m", "one")
-    commit = git("-C", dest, "rev-parse", "HEAD").strip()
-    index = cleantree.index_checksum(str(dest / ".git/index"))
-    path = str(dest / ".git" / cleantree.NAME)
+    return (dest, git("-C", dest, "rev-parse", "HEAD").strip(),
+            cleantree.index_checksum(str(dest / ".git/index")),
+            str(dest / ".git" / cleantree.NAME))
+
+
+@pytest.mark.parametrize("name", [b"../outside", b"/etc", b"a/../../x",
+                                  b"src/.git", b"a//b", b"."])
+def test_a_record_naming_what_no_tree_holds_is_no_record(tmp_path, git,
+                                                         name):
+    """A record whose directories are not paths a tree can hold (outside
+    DEST, in a .git) is read as none: the purge then runs git clean."""
+    dest, commit, index, path = one_file_repository(git, tmp_path)
     cleantree.write(path, str(dest), commit, index, [b"", b"src", name])
     assert cleantree.read(path) is None
     # a killed run's temporary record is removed by the next write
@@ -504,3 +510,69 @@ def test_junk_written_while_the_pull_runs_is_purged_next_time(
     assert not any(path.exists() for path in late)
     assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
                "--ignored") == ""
+
+
+def test_a_directory_made_a_link_while_the_pull_runs_leads_nowhere(
+        git, gitbridge, served, tmp_path):
+    """Finding: what to purge is found before the pull ends; a directory
+    it was found in (or an untracked directory it found) replaced by a
+    symbolic link to a directory outside DEST while the pull runs led the
+    removal there.  The directories are looked at again before anything
+    is removed: the purge runs git clean, nothing outside DEST is
+    touched, and the tree ends clean."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    outside = tmp_path / "outside"
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + served.repo_url[len(served.url):]
+        gitbridge("--sharebase", pool, "-r", served.tip, url, dest)
+        tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+        junk_everywhere(dest)
+        (dest / "lib/b/junk.o").write_text("x\n")
+        for name in ("src", "b"):
+            (outside / name).mkdir(parents=True)
+            for junk in ("junk.o", "untracked.txt", "new.o", "x"):
+                (outside / name / junk).write_text("precious\n")
+        proxy.add(Fault("command=fetch", trickle=0.002))
+
+        def swap():
+            while not proxy.applied():
+                time.sleep(0.01)
+            shutil.rmtree(dest / "build")
+            os.symlink(outside / "src", dest / "build")
+            shutil.rmtree(dest / "lib/b")
+            os.symlink(outside / "b", dest / "lib/b")
+        swapper = threading.Thread(target=swap)
+        swapper.start()
+        try:
+            proc = gitbridge("--sharebase", pool, "-r", tip, "--purge",
+                             "--timings", url, dest)
+        finally:
+            swapper.join(60)
+    assert checkout_drivers.timings(proc, "checkout")[
+        "purge_from_record"] is False
+    for name in ("src", "b"):
+        assert sorted(os.listdir(outside / name)) == [
+            "junk.o", "new.o", "untracked.txt", "x"]
+    assert git("-C", dest, "rev-parse", "HEAD").strip() == tip
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+
+
+@pytest.mark.parametrize("kind", ["option", "fifo", "endless"])
+def test_a_hostile_record_is_no_record(tmp_path, git, kind):
+    """A record whose commit is no hash (it goes to git as an argument:
+    ``--output=FILE`` would have git write FILE), a FIFO in its place
+    (reading it would wait forever) or a link to an endless device is
+    read as none, at once."""
+    dest, _commit, index, path = one_file_repository(git, tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    if kind == "option":
+        cleantree.write(path, str(dest), "--output=%s" % victim, index,
+                        [b""])
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink("/dev/zero", path)
+    assert cleantree.read(path) is None
+    assert victim.read_text() == "keep\n"
