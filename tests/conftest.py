@@ -271,7 +271,10 @@ def pytest_sessionfinish(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    rows = json.loads(node.workeroutput.get("campaign_rows", "[]"))
+    # a worker that crashed sent nothing: xdist reports the test it was
+    # running as failed and starts another
+    output = getattr(node, "workeroutput", None) or {}
+    rows = json.loads(output.get("campaign_rows", "[]"))
     _CAMPAIGN_WORKER_ROWS.extend(rows)
 
 
