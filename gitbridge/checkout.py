@@ -39,10 +39,10 @@ Where Git differs:
   (``gitbridge.cleantree``; the timings line says ``purge_from_record``),
   or runs ``git clean -ffdx`` where that record cannot be exact.  Those
   directories are read while the pull runs; nothing is removed before
-  it has succeeded.  The
-  verification reads HEAD: ``git checkout --force`` has compared every
-  tracked file with the index already; after ``git clean`` it also asks
-  ``git status`` for untracked and ignored files.
+  it has succeeded.  The verification reads HEAD: ``git checkout
+  --force`` has compared every tracked file with the index already;
+  after ``git clean`` it also asks ``git status`` for untracked and
+  ignored files.
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,

@@ -20,9 +20,9 @@ size that saves an lstat of 40,000 directories, and nothing written into
 DEST while that run went on is recorded clean.  A record made afresh
 (after a new checkout, or ``git clean``) reads its clock once the
 checkout is verified: what another process writes into DEST during
-that checkout, while the run holds DEST's lock, may be missed.  It is used only while the index's
-checksum is unchanged (a stock ``git`` that wrote the index, even with
-the same entries, voids it).  Racy timestamps as in Git: a directory
+that checkout, while the run holds DEST's lock, may be missed.  It is
+used only while the index's checksum is unchanged (a stock ``git`` that
+wrote the index, even with the same entries, voids it).  Racy timestamps as in Git: a directory
 whose mtime or ctime is not before the recorded time may have changed in
 the same clock tick as it was examined, so it counts as changed.  A
 change to a directory moves its ctime to the present, which

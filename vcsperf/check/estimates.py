@@ -30,7 +30,6 @@ TIME_UNITS = {
     "run": "the part itself, a fixed time",
     "MB": "MB of the store the features work on (the copy's, or with "
           "--quick the slice's)",
-    "store MB": "MB of the original store",
     "changesets": "changeset of the slice (writing it)",
     "kchangesets": "thousand changesets the features work on",
     "kfiles": "thousand files of the tree the features check out (the "
@@ -379,8 +378,7 @@ def seconds(features, info, quick, slice_size, busy=1.0):
                "kchangesets": min(slice_changesets(info, slice_size)
                                   if quick else float("inf"),
                                   info["changesets"]) / 1000,
-               "rewritten": rewritten(quick),
-               "store MB": info["store_disk_bytes"] / 1e6}
+               "rewritten": rewritten(quick)}
     rates = {"copy": COPY_SECONDS_PER}
     rates.update((feature.name, feature.seconds_per) for feature in features)
     return {part: round(busy * (per.get("run", 0) + sum(

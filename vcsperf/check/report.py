@@ -182,7 +182,8 @@ def build(check, changed, caches, seconds):
             "actual_seconds_by_part": _seconds_by_part(check.steps),
             "actual_vs_estimate": round(seconds / total, 3)
             if total else None,
-            # the load the estimate was scaled for (None: an older run's)
+            # what the estimate was scaled by for other processes' work
+            # (None: a run begun before it was)
             "busy": estimate.get("busy")},
         "features": check.features,
         "steps": check.steps,
