@@ -20,7 +20,16 @@ the list's own format read by Git's config parser:
   (nothing is written twice), after its prerequisites are checked in the
   store; Git checks every object's hash, the pack's checksum, and that
   every object the pack refers to is in it or in the store; its refs,
-  whose tips must be there, go to ``refs/bundles/``.  Those refs then
+  whose tips must be there, go to ``refs/bundles/``.
+- A bundle the list also names as packs (``gitbridgePart``, which
+  ``gitbridge bundlegen`` writes with ``bundlegen.parts``) is taken as
+  those packs instead, each streamed into its own ``git index-pack``, as
+  many at once as the machine has cores (at least two): one index-pack
+  reads its pack on one core.  The bundle's header, read first, gives
+  the refs; once every pack is in, ``git rev-list --objects`` must find
+  all the objects those refs reach.  If anything about the packs fails
+  (at most 64 a bundle are used), what they added is deleted and the
+  bundle itself is taken, with one line saying why.  Those refs then
   tell the origin what the store has; they are deleted once the origin's
   fetch has succeeded.  The store's
   ``gitbridge.bundletoken`` records the highest creation token applied.
@@ -43,6 +52,7 @@ origin lacks it): a bundle's pack may hold objects its refs do not
 reach.
 """
 
+import collections
 import http.client
 import os
 import re
@@ -63,6 +73,9 @@ from vcsperf.core.process import CommandError, git, run
 #: The most a bundle list may hold, and how many bundles it may name.
 MAX_LIST_BYTES = 1 << 20
 MAX_BUNDLES = 64
+#: The most packs a bundle is taken as; a list naming more for one
+#: bundle gets the bundle itself.
+MAX_PARTS = 64
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_LOW_SPEED = 65536.0
 DEFAULT_DEADLINE = 1800.0
@@ -90,6 +103,10 @@ class Failed(Exception):
     """Why seeding stopped: one line."""
 
 
+class _PacksFailed(Failed):
+    """Why a bundle's packs could not stand for it: one line."""
+
+
 class Limits:
     """The bounds of one seeding (``sharepool.bundle-*``)."""
 
@@ -110,6 +127,8 @@ class Seeded:
         self.refs = 0
         self.token = None
         self.failure = None
+        #: Why a bundle's packs were not used (one line each).
+        self.fallbacks = []
 
 
 def seed(store, list_url, limits, env=None):
@@ -121,16 +140,17 @@ def seed(store, list_url, limits, env=None):
     with pooling.StepDeadline(limits.deadline) as deadline, \
             deadline.watching(download.interrupt):
         try:
-            for uri, token in bundles_of(download, list_url):
+            for listed in bundles_of(download, list_url):
                 if deadline.expired:
                     raise Failed("past sharepool.bundle-deadline")
-                got, refs = _apply(store, download, uri, deadline, env,
-                                   MAX_REFS - seeded.refs)
+                got, refs = _apply_listed(store, download, listed, limits,
+                                          deadline, env,
+                                          MAX_REFS - seeded.refs, seeded)
                 seeded.bytes += got
                 seeded.refs += refs
                 seeded.bundles += 1
-                if token is not None:
-                    seeded.token = max(token, seeded.token or 0)
+                if listed.token is not None:
+                    seeded.token = max(listed.token, seeded.token or 0)
         except Failed as failure:
             seeded.failure = ("past sharepool.bundle-deadline (%gs)"
                               % limits.deadline if deadline.expired
@@ -141,6 +161,145 @@ def seed(store, list_url, limits, env=None):
     if seeded.bundles:
         git("config", SEEDED_KEY, "true", cwd=store)
     return seeded
+
+
+def _apply_listed(store, download, listed, limits, deadline, env, most_refs,
+                  seeded):
+    """Apply one bundle of the list: as its packs when it names some
+    (``_apply_parts``), else, or when they fail, as itself."""
+    if len(listed.parts) > 1:
+        try:
+            return _apply_parts(store, listed, limits, deadline, env,
+                                most_refs)
+        except _PacksFailed as failure:
+            if deadline.expired:
+                raise
+            seeded.fallbacks.append("%s; taking the bundle itself"
+                                    % failure)
+    return _apply(store, download, listed.uri, deadline, env, most_refs)
+
+
+def _apply_parts(store, listed, limits, deadline, env, most_refs):
+    """Take the bundle ``listed`` as its packs: the bundle's header (its
+    refs), then every pack into its own ``git index-pack`` side by side,
+    then a walk of all the objects the refs reach, which must all be
+    there.  A failure after the header is a ``_PacksFailed``, and what
+    the packs added is deleted: never a pack the store had before (a
+    pack's name is its objects', so a host can send an earlier bundle's
+    pack again as a part)."""
+    header = _Download(limits)
+    with deadline.watching(header.interrupt):
+        chunks = header.chunks(listed.uri, 1 << 62)
+        try:
+            stream = _Stream(chunks)
+            prerequisites, refs = _header(stream, listed.uri, most_refs)
+        finally:
+            chunks.close()
+    if prerequisites:
+        raise Failed("%s has prerequisites: its packs are not whole"
+                     % _short(listed.uri))
+    folder = os.path.join(store, "objects", "pack")
+    before = set(os.listdir(folder))
+    packs = []
+    try:
+        got = _index_side_by_side(store, listed.parts, limits, deadline,
+                                  env, packs)
+        _connected(store, [sha for sha, _name in refs], deadline)
+        _point_refs(store, refs, listed.uri, deadline)
+    except BaseException as failure:
+        _remove_packs(folder, [name for name in packs
+                               if "pack-%s.pack" % name not in before])
+        _remove_temporary_packs(store)
+        if isinstance(failure, Failed):
+            raise _PacksFailed(str(failure))
+        raise
+    return stream.got + got, len(refs)
+
+
+def _index_side_by_side(store, uris, limits, deadline, env, packs):
+    """Download each pack of ``uris`` into its own ``git index-pack``, as
+    many at once as there are cores (at least two); returns the bytes
+    downloaded.  Each pack indexed is added to ``packs`` (its name); the
+    first failure stops the others and is raised."""
+    pending = list(uris)
+    lock = threading.Lock()
+    failures, downloads, running, got = [], [], [], [0]
+
+    def stop_all():
+        for download in downloads:
+            download.interrupt()
+        for proc in list(running):
+            _kill(proc)
+
+    def work():
+        while True:
+            with lock:
+                if failures or not pending:
+                    return
+                uri = pending.pop(0)
+                download = _Download(limits)
+                downloads.append(download)
+            try:
+                with deadline.watching(download.interrupt):
+                    chunks = download.chunks(uri, 1 << 62)
+                    try:
+                        stream = _Stream(chunks)
+                        pack = _index_pack(store, stream.rest(), uri,
+                                           deadline, env, (), running)
+                    finally:
+                        chunks.close()
+                with lock:
+                    packs.append(pack)
+                    got[0] += stream.got
+            except BaseException as failure:
+                with lock:
+                    failures.append(failure)
+                stop_all()
+                return
+
+    workers = [threading.Thread(target=work, daemon=True,
+                                name="bundle pack")
+               for _ in range(min(len(pending),
+                                  max(2, os.cpu_count() or 2)))]
+    for worker in workers:
+        worker.start()
+    try:
+        for worker in workers:
+            worker.join()
+    except BaseException:  # Ctrl-C: no index-pack outlives the run
+        with lock:
+            failures.append(None)
+        stop_all()
+        for worker in workers:
+            worker.join()
+        raise
+    failure = next((f for f in failures if isinstance(f, Failed)),
+                   failures[0] if failures else None)
+    if failure is not None:
+        raise failure
+    return got[0]
+
+
+def _connected(store, shas, deadline):
+    """Fail unless every object ``shas`` reach is in the store."""
+    try:
+        run(["git", "rev-list", "--objects", "--quiet", "--stdin"],
+            _C_LOCALE, cwd=store, input="".join(s + "\n" for s in shas),
+            deadline=deadline)
+    except CommandError as failure:
+        raise Failed("its packs lack objects its refs reach (%s)" % (
+            failure.stderr.strip().splitlines() or ["?"])[0][:300])
+
+
+def _remove_packs(folder, packs):
+    """Delete the packs named ``packs`` (index-pack's names) from the
+    store's pack ``folder``, with their indexes."""
+    for name in packs:
+        for suffix in (".keep", ".idx", ".rev", ".pack"):
+            try:
+                os.unlink(os.path.join(folder, "pack-%s%s" % (name, suffix)))
+            except FileNotFoundError:
+                pass
 
 
 def _remove_temporary_packs(store):
@@ -170,12 +329,17 @@ def drop_refs(store):
             input="".join("delete %s\n" % name for name in names))
 
 
+class Listed(collections.namedtuple("Listed", "uri token parts")):
+    """A bundle to apply: its URI, its creation token (or None), and the
+    URIs of the packs it is also published as (none, or two or more)."""
+
+
 def bundles_of(download, list_url):
-    """``(uri, creation token or None)`` of each bundle to apply, in
-    order: the list's, or ``list_url`` itself when it is a bundle."""
+    """The ``Listed`` bundles to apply, in order: the list's, or
+    ``list_url`` itself when it is a bundle."""
     first = download.head(list_url, MAX_LIST_BYTES + 1)
     if first.startswith(BUNDLE_SIGNATURES):
-        return [(list_url, None)]
+        return [Listed(list_url, None, ())]
     if len(first) > MAX_LIST_BYTES:
         raise Failed("list is over %s" % format_bytes(MAX_LIST_BYTES))
     return parse_list(first, list_url)
@@ -194,7 +358,7 @@ def parse_list(data, list_url):
         raise Failed("not a bundle list (git config cannot read it)")
     except UnicodeError:
         raise Failed("not a bundle list (not UTF-8 text)")
-    top, entries = {}, {}
+    top, entries, parts = {}, {}, {}
     for item in out.split("\0"):
         key, _, value = item.partition("\n")
         section, _, rest = key.partition(".")
@@ -203,6 +367,8 @@ def parse_list(data, list_url):
         name, dot, field = rest.rpartition(".")
         if not dot:
             top[field] = value
+        elif field == "gitbridgepart":
+            parts.setdefault(name, []).append(value)
         else:
             entries.setdefault(name, {})[field] = value
     if top.get("version") != "1":
@@ -220,13 +386,16 @@ def parse_list(data, list_url):
             continue
         if by_token and not (token and _TOKEN.match(token)):
             continue
-        chosen.append((_absolute(list_url, uri),
-                       int(token) if by_token else None))
+        packs = parts.get(name, [])
+        packs = (() if len(packs) < 2 or len(packs) > MAX_PARTS else
+                 tuple(_absolute(list_url, pack) for pack in packs))
+        chosen.append(Listed(_absolute(list_url, uri),
+                             int(token) if by_token else None, packs))
         if len(chosen) > MAX_BUNDLES:
             raise Failed("list names over %d bundles" % MAX_BUNDLES)
     if by_token:
-        chosen.sort(key=lambda entry: entry[1])
-        if len({token for _uri, token in chosen}) != len(chosen):
+        chosen.sort(key=lambda entry: entry.token)
+        if len({entry.token for entry in chosen}) != len(chosen):
             raise Failed("two bundles have the same creationToken")
     if not chosen:
         raise Failed("list names no bundle it can use")
@@ -262,17 +431,28 @@ def _index(store, stream, uri, deadline, env, most_refs):
     if missing:
         raise Failed("%s: the store lacks its prerequisite commit %s"
                      % (_short(uri), missing[0]))
+    _index_pack(store, stream.rest(), uri, deadline, env,
+                ("--fix-thin", "--check-self-contained-and-connected"))
+    _point_refs(store, refs, uri, deadline)
+    return stream.got, len(refs)
+
+
+def _index_pack(store, pieces, uri, deadline, env, options, running=None):
+    """Stream ``pieces`` (a pack's bytes) into ``git index-pack`` with
+    ``options``; returns the name it gave the pack.  ``running``: a list
+    the process is on while it runs, for whoever must stop it."""
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen(
-            ["git", "index-pack", "--stdin", "--fix-thin",
-             "--check-self-contained-and-connected"], cwd=store,
+            ["git", "index-pack", "--stdin", *options], cwd=store,
             env=dict(env or os.environ, LC_ALL="C", GIT_TERMINAL_PROMPT="0"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
             start_new_session=True)
+        if running is not None:
+            running.append(proc)
         with deadline.watching(lambda: _kill(proc)):
             try:
                 try:
-                    for data in stream.rest():
+                    for data in pieces:
                         proc.stdin.write(data)
                 finally:
                     try:
@@ -287,12 +467,20 @@ def _index(store, stream, uri, deadline, env, most_refs):
                 raise
             out = proc.stdout.read().decode("ascii", "replace")
             status = proc.wait()
+            if running is not None:
+                running.remove(proc)
         errors.seek(0)
         said = errors.read(4096).decode("utf-8", "replace").strip()
     # 1: the pack refers to objects the store had (an incremental bundle)
     if status not in (0, 1) or not out.startswith(("pack\t", "keep\t")):
         raise Failed("%s: %s" % (_short(uri), (said.splitlines() or [
             "git index-pack exited with status %d" % status])[0][:300]))
+    return out.split("\t", 1)[1].strip()
+
+
+def _point_refs(store, refs, uri, deadline):
+    """Point ``refs/bundles/`` at the bundle's ``refs``, whose tips must
+    be in the store."""
     missing = _missing(store, [sha for sha, _name in refs], deadline)
     if missing:
         raise Failed("%s: its ref names %s, which it does not hold"
@@ -305,7 +493,6 @@ def _index(store, stream, uri, deadline, env, most_refs):
     except CommandError as failure:
         raise Failed("%s: %s" % (_short(uri), (
             failure.stderr.strip().splitlines() or ["?"])[0][:300]))
-    return stream.got, len(refs)
 
 
 def _header(stream, uri, most_refs):

@@ -578,6 +578,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                                      env=self.remote_env)
         self.timer.facts["bundles"] = seeded.bundles
         self.timer.facts["bundle_bytes"] = seeded.bytes
+        for fallback in seeded.fallbacks:
+            self.warn("(bundle packs not used: %s)", fallback)
         if seeded.failure:
             self.warn("(seeding from bundles stopped: %s; fetching %s "
                       "from the origin)", seeded.failure,

@@ -65,10 +65,10 @@ def test_any_bytes_as_a_bundle_list_are_refused_or_read(data, tally):
         tally.case(ok, "refusal of %r: %r" % (data, str(failure)))
         assert ok
         return
-    tokens = [token for _uri, token in chosen]
+    tokens = [listed.token for listed in chosen]
     ok = 0 < len(chosen) <= bundleseed.MAX_BUNDLES and all(
         uri.split(":", 1)[0].lower() in ("http", "https")
-        for uri, _token in chosen)
+        for listed in chosen for uri in (listed.uri, *listed.parts))
     if b"heuristic = creationToken" in data:
         ok = ok and tokens == sorted(tokens) and None not in tokens
     if b"mode = any" in data:
@@ -83,6 +83,28 @@ def test_a_list_of_too_many_bundles_is_refused():
         % (n, n, n) for n in range(bundleseed.MAX_BUNDLES + 1))
     with pytest.raises(bundleseed.Failed, match="over 64 bundles"):
         bundleseed.parse_list(data.encode(), "http://h/list")
+
+
+def test_a_bundles_packs_are_read_when_two_to_64():
+    """``gitbridgePart`` URIs resolve like ``uri``; one pack, or more
+    than ``MAX_PARTS``, leaves the bundle to be taken as itself."""
+    def entry(name, count):
+        return '[bundle "%s"]\n\turi = %s.bundle\n\tcreationToken = %d\n' % (
+            name, name, count) + "".join(
+            '\tgitbridgePart = "%s.part%d.pack"\n' % (name, n)
+            for n in range(count))
+    data = LIST_HEAD + entry("a", 3) + entry("b", 1) + entry(
+        "c", bundleseed.MAX_PARTS + 1)
+    chosen = bundleseed.parse_list(data.encode(), "https://h/git/list")
+    assert [(c.uri, c.parts) for c in chosen] == [
+        ("https://h/git/b.bundle", ()),
+        ("https://h/git/a.bundle", tuple(
+            "https://h/git/a.part%d.pack" % n for n in range(3))),
+        ("https://h/git/c.bundle", ())]
+    with pytest.raises(bundleseed.Failed, match="not http or https"):
+        bundleseed.parse_list((LIST_HEAD + entry("a", 2) + (
+            '\tgitbridgePart = "file:///etc/passwd"\n')).encode(),
+            "https://h/git/list")
 
 
 def _list(entries):
@@ -385,3 +407,135 @@ def test_bundles_that_name_too_many_refs_are_given_up(
         assert seeded.bundles == 1 and seeded.refs == 2
         assert len(git("-C", tmp_path / "store2", "for-each-ref",
                        bundleseed.REFS).splitlines()) == 2
+
+
+@pytest.fixture
+def published_parts(git, gitbridge, git_served, tmp_path):  # noqa: F811
+    """A full bundle published as itself and as three packs
+    (``bundlegen.parts``) to a file host behind a ``FlakyProxy``, the
+    origin one commit past it, lists whose packs lie beside it, and the
+    seeding's bounds set low.  Yields ``(proxy's base URL, proxy, origin's
+    tip, the checksum of the bundle's pack)``."""
+    output = tmp_path / "bundles"
+    output.mkdir()
+    with FileServer(output) as host, FlakyProxy(host.url) as proxy:
+        base = proxy.url.rstrip("/")
+        git("-C", git_served.repo, "config", "bundlegen.parts", "3")
+        gitbridge("bundlegen", "--repo", git_served.repo, "--output",
+                  output, "--base-url", base)
+        tip = git_commit(git, git_served.work, release_files(3, "/docs/\n"),
+                         "r3")
+        bundle = "%s/%s" % (base, next(output.glob("*.bundle")).name)
+        parts = ["%s/%s" % (base, p.name) for p in sorted(
+            output.glob("*.part*.pack"))]
+        assert len(parts) == 3
+        other = tmp_path / "other"
+        git("init", "-q", "-b", "main", other)
+        (other / "x").write_text("another history\n")
+        git("-C", other, "add", "x")
+        git("-C", other, "commit", "-q", "-m", "x")
+        (output / "other.pack").write_bytes(subprocess.run(
+            ["git", "-C", str(other), "pack-objects", "--stdout",
+             "--all"], input=b"", capture_output=True, check=True).stdout)
+
+        whole = next(output.glob("*.bundle")).read_bytes()
+        pack = whole[whole.index(b"\n\n") + 2:]
+        (output / "again.pack").write_bytes(pack)
+        (output / "cut.bundle").write_bytes(
+            whole[:whole.index(b"\n\n") + 2] + pack[:1000])
+
+        def listing(packs, uri=bundle, earlier=""):
+            return LIST_HEAD + earlier + '[bundle "full"]\n\turi = "%s"\n' \
+                '\tcreationToken = 2\n' % uri + "".join(
+                    '\tgitbridgePart = "%s"\n' % pack for pack in packs)
+        lists = {
+            # the bundle applied, then its pack again as a part of a cut
+            # bundle whose other part stalls (the first is in by then)
+            "pack-again": listing(
+                [base + "/again.pack", parts[1]],
+                base + "/cut.bundle", '[bundle "first"]\n\turi = "%s"\n'
+                '\tcreationToken = 1\n' % bundle),
+            "another-history": listing(parts[:2] + [base + "/other.pack"]),
+            "twice": listing(parts[:2] + parts[:1]),
+            "bundle-as-part": listing(parts[:2] + [bundle]),
+        }
+        for name, text in lists.items():
+            (output / name).write_text(text)
+        git("config", "--global", "sharepool.bundle-timeout", "1")
+        git("config", "--global", "sharepool.bundle-deadline", "6")
+        yield base, proxy, tip, pack[-20:]
+
+
+def test_a_bundles_packs_that_lie_give_way_to_the_bundle(
+        git, gitbridge, git_served, tmp_path, tally,  # noqa: F811
+        published_parts):
+    """Each case on a new pool: the packs are indexed side by side when
+    they are right; any pack that is missing, cut, corrupt, stalled, of
+    another history or not a pack makes the bundle itself apply, with one
+    line saying why, and leaves none of the packs' objects behind; every
+    case ends on the origin's tip, clean, with a sound store."""
+    base, proxy, tip, pack_checksum = published_parts
+    cases = [
+        ("packs right", "/bundle-list", [], None),
+        ("a pack missing", "/bundle-list",
+         [Fault(".part2.", status=404)], "HTTP 404"),
+        ("a pack cut", "/bundle-list", [Fault(".part3.", cut=300)],
+         "cut short"),
+        ("a pack corrupt", "/bundle-list", [Fault(".part1.", flip=[-30])],
+         ".part1."),
+        ("a pack stalls", "/bundle-list", [Fault(".part2.", stall=6)],
+         "timed out"),
+        ("a pack of another history", "/another-history", [],
+         "lack objects"),
+        ("a pack twice, one left out", "/twice", [], "lack objects"),
+        ("the bundle named as a pack", "/bundle-as-part", [], ".full."),
+        ("the bundle missing, its packs there", "/bundle-list",
+         [Fault(".full.", status=404)], "HTTP 404"),
+        ("a pack the store had", "/pack-again", [Fault(".part2.", stall=3)],
+         "timed out"),
+    ]
+    for number, (what, list_path, faults, says) in enumerate(cases):
+        proxy.add(*faults)
+        pool, dest = tmp_path / ("pool%d" % number), \
+            tmp_path / ("dest%d" % number)
+        started = time.monotonic()
+        proc = gitbridge("checkout", "--sharebase", pool, "--bundle-uri",
+                         base + list_path, "-r", tip, git_served.repo_url,
+                         dest, check=False)
+        seconds = time.monotonic() - started
+        said = [line for line in proc.stderr.splitlines()
+                if "bundle" in line]
+        ok = proc.returncode == 0 and seconds < 20 \
+            and "(seeded from 1 bundle" in proc.stdout
+        if says is None:
+            ok = ok and said == []
+        elif what.startswith("the bundle missing"):  # no refs, no packs
+            ok = proc.returncode == 0 and len(said) == 1 and said[
+                0].startswith(STOPPED) and says in said[0]
+        elif what == "a pack the store had":  # then a cut bundle
+            ok = proc.returncode == 0 and len(said) == 2 and said[
+                0].startswith("(bundle packs not used: ") and says in said[
+                0] and said[1].startswith(STOPPED) and "cut.bundle" in said[1]
+        else:
+            ok = ok and len(said) == 1 and said[0].startswith(
+                "(bundle packs not used: ") and says in said[0] \
+                and said[0].endswith("taking the bundle itself)")
+        if proc.returncode == 0:
+            store = [p for p in pool.iterdir() if p.name.endswith(".git")][0]
+            packs = sorted(name for name in os.listdir(
+                store / "objects" / "pack") if name.endswith(".pack"))
+            if what == "a pack the store had":
+                # named by its checksum, its last 20 bytes
+                ok = ok and "pack-%s.pack" % (
+                    pack_checksum.hex()) in packs
+            # the bundle's one pack (or its three), and the origin's
+            ok = ok and len(packs) <= (4 if says is None else 2) \
+                and not [n for n in packs if n.startswith("tmp_")]
+            ok = ok and git("-C", dest, "rev-parse", "HEAD").strip() == tip \
+                and git("-C", dest, "status", "--porcelain") == "" \
+                and git("-C", store, "for-each-ref", "refs/bundles/") == ""
+            git("-C", store, "fsck", "--connectivity-only")
+        tally.case(ok, "%s: rc %d, %.1f s, %r, %r" % (
+            what, proc.returncode, seconds, proc.stdout, proc.stderr))
+        proxy.faults.clear()
+    tally.check()

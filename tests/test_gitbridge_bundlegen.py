@@ -446,7 +446,8 @@ def test_the_documented_settings_parse_as_git_config(tmp_path, git):
     assert read["bundlegen.euc1.endpoint"] == "http://127.0.0.1:7070"
     assert read["bundlegen.metrics-dir"] == \
         "/var/lib/prometheus/node-exporter"
-    assert len(read) == 15
+    assert read["bundlegen.parts"] == "4"
+    assert len(read) == 16
 
 
 def _git_version(binary):
@@ -643,3 +644,107 @@ def test_a_stalled_object_server_ends_the_run_at_its_deadline(
     assert held, "the run never reached the server"
     assert not [n for n in os.listdir(tmp_path / "bundles")
                 if n.endswith(".bundle")]
+
+
+def test_full_bundles_are_published_as_packs_too_and_retired_with_them(
+        origin, git, gitbridge, objectserver, tmp_path):
+    """``bundlegen.parts``: each full bundle is also published as that
+    many packs, named in its section of the list, which a stock ``git
+    clone --bundle-uri`` ignores and ``gitbridge checkout --bundle-uri``
+    takes instead of the bundle; they are checked, uploaded again and
+    retired like the bundles."""
+    bare, work = origin
+    objectserver.make_bucket("git-bundles")
+    output = tmp_path / "bundles"
+    _configure(git, bare, objectserver, output, usw2="git-bundles")
+    git("-C", bare, "config", "bundlegen.incrementals", "1")
+    git("-C", bare, "config", "bundlegen.parts", "3")
+    run = lambda *a: gitbridge("bundlegen", "--repo", bare, *a,  # noqa
+                               check=False)
+    first = json.loads(run("--json").stdout)
+    parts = [p["file"] for p in first["bundle"]["parts"]]
+    assert len(parts) == 3 and all(re.match(
+        r"%d\.full\.part%d\.[0-9a-f]{16}\.pack$" % (first["bundle"]["token"],
+                                                    n + 1), name)
+        for n, name in enumerate(parts)), parts
+    assert objectserver.keys("git-bundles") == sorted(
+        ["repo/bundle-list", "repo/" + first["bundle"]["file"]]
+        + ["repo/" + name for name in parts])
+    list_url = objectserver.url + "git-bundles/repo/bundle-list"
+    listed = objectserver.client().get_object(
+        Bucket="git-bundles", Key="repo/bundle-list")["Body"].read().decode()
+    assert listed.count("\tgitbridgePart = ") == 3
+    # together the packs hold the bundle's history
+    store = tmp_path / "store"
+    git("init", "-q", "--bare", store)
+    for name in parts:
+        with open(output / name, "rb") as fh:
+            subprocess.run(["git", "-C", str(store), "index-pack",
+                            "--stdin"], stdin=fh, check=True,
+                           capture_output=True)
+    git("-C", store, "rev-list", "--objects", "--quiet",
+        git("-C", bare, "rev-parse", "main").strip())
+
+    _commit(git, work, 2, "second")
+    second = json.loads(run("--json").stdout)
+    assert second["kind"] == "incremental" and "parts" not in second[
+        "bundle"]
+    # a stock clone reads the list and takes the bundles, not the packs
+    before = len(objectserver.requests())
+    proc = git.proc("clone", "-q", "--bundle-uri=" + list_url, bare,
+                    tmp_path / "clone")
+    assert proc.returncode == 0, proc.stderr
+    gets = [k for op, b, k, s in objectserver.requests()[before:]
+            if op.endswith("GetObject")]
+    assert gets and not [k for k in gets if k.endswith(".pack")], gets
+    git("-C", tmp_path / "clone", "fsck", "--no-progress")
+    # gitbridge checkout takes the packs
+    before = len(objectserver.requests())
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool",
+                     "--bundle-uri", list_url, "-b", "main", str(bare),
+                     tmp_path / "dest", check=False)
+    assert proc.returncode == 0 and "bundle packs not used" not in \
+        proc.stderr, proc.stderr
+    gets = [k for op, b, k, s in objectserver.requests()[before:]
+            if op.endswith("GetObject")]
+    assert sorted(k for k in gets if k.endswith(".pack")) == sorted(
+        "repo/" + name for name in parts), gets
+
+    # a pack deleted on the destination goes up again
+    objectserver.client().delete_object(Bucket="git-bundles",
+                                        Key="repo/" + parts[1])
+    proc = run()
+    assert proc.returncode == 0 and "uploaded 1 missing bundles to usw2 " \
+        "again" in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+    assert "repo/" + parts[1] in objectserver.keys("git-bundles")
+    assert "fresh: 2 bundles" in gitbridge(
+        "bundlegen", "--repo", bare, "--check-fresh").stdout
+
+    # a new full bundle, then an incremental: the first one's packs retire
+    _commit(git, work, 1, "third")
+    third = json.loads(run("--json").stdout)
+    assert third["kind"] == "full" and len(third["bundle"]["parts"]) == 3
+    _commit(git, work, 1, "fourth")
+    fourth = json.loads(run("--json").stdout)
+    assert sorted(fourth["retired"]) == sorted(
+        [first["bundle"]["file"], second["bundle"]["file"]] + parts)
+    for name in parts:
+        assert not (output / name).exists()
+        assert "repo/" + name not in objectserver.keys("git-bundles")
+
+    # a pack changed in the output directory starts a new full bundle
+    changed = output / third["bundle"]["parts"][0]["file"]
+    data = bytearray(changed.read_bytes())
+    data[-1] ^= 1
+    changed.write_bytes(bytes(data))
+    git("-C", bare, "config", "bundlegen.incrementals", "6")
+    _commit(git, work, 1, "fifth")
+    fifth = json.loads(run("--json").stdout)
+    assert fifth["kind"] == "full" and fifth["reason"] == (
+        "%s of the list was changed in %s" % (changed.name, output))
+
+    for value in ("65", "x"):
+        git("-C", bare, "config", "bundlegen.parts", value)
+        proc = run()
+        assert campaign.is_clean_abort(proc) and "bundlegen.parts" in \
+            proc.stderr, proc.stderr

@@ -379,7 +379,7 @@ def selected_paths(text):
 
 
 def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
-        keep=False):
+        keep=False, bundle_parts=4):
     """The ``paths`` (``PATHS`` names), in one run; returns ``(results,
     ratios)``: the ratios whose paths all ran.  Each path's checkouts
     are removed before the next path, unless ``keep``."""
@@ -577,6 +577,8 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             # from its list and fetches the rest from the origin.
             output = os.path.join(work, "bundles")
             os.makedirs(output)
+            tools.run([git, "-C", served, "config", "bundlegen.parts",
+                       str(bundle_parts)], base_env)
             with FileServer(output) as host, \
                     CountingProxy(host.url) as counted:
                 def publish():
@@ -599,6 +601,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
                    bytes_from_bundle_host=host_bytes,
                    bundle_host_requests=host_requests,
                    bundle_bytes_published=pooling.disk_usage(output),
+                   bundle_parts=bundle_parts,
                    publish_seconds=round(publish_seconds, 3), **facts)
             deleted[0] += remove_tree(output)
             remove("cold-bundle", "pool-bundle")
@@ -770,12 +773,18 @@ def main(argv=None):
                         "(with --workdir) instead of removing them before "
                         "the next path: where removing 400,000 files takes "
                         "minutes, and there is disk for all of them")
+    parser.add_argument("--bundle-parts", type=int, default=4,
+                        help="bundlegen.parts of the cold-from-bundles "
+                        "path: how many packs the full bundle is also "
+                        "published as, for the checkout to index side by "
+                        "side (default 4; 0: the bundle alone)")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--workdir", help="where everything goes (default: "
                         "a temporary directory, removed afterwards)")
     args = parser.parse_args(argv)
-    if args.behind < 1 or args.junk_files < 0:
-        raise Abort("--behind must be 1 or more and --junk-files 0 or more")
+    if args.behind < 1 or args.junk_files < 0 or args.bundle_parts < 0:
+        raise Abort("--behind must be 1 or more, --junk-files and "
+                    "--bundle-parts 0 or more")
     paths = selected_paths(args.paths)
     repo = os.path.abspath(args.repo) if args.repo else None
     if repo:
@@ -790,7 +799,8 @@ def main(argv=None):
         summary, ratios = run(
             repo, work, args.behind, args.junk_files,
             [s for s in (args.sparse or "").split(",") if s] or None,
-            paths, keep=args.keep and bool(args.workdir))
+            paths, keep=args.keep and bool(args.workdir),
+            bundle_parts=args.bundle_parts)
         print(format_report(summary, ratios))
         if args.json:
             with open(args.json, "w") as fh:
