@@ -151,6 +151,8 @@ RECORD = "bundles.json"
 CONTENT_TYPE = "application/x-git-bundle"
 #: The most packs a full bundle is published as (``bundlegen.parts``).
 MOST_PARTS = 64
+#: What the names of a run's temporary files in the output start with.
+TEMPORARY = ".bundlegen-tmp-"
 #: The id of the one entry ``bundlegen.advertise`` writes in the served
 #: repository's ``bundle.*`` config.
 ADVERTISED_ID = "bundlegen"
@@ -607,6 +609,7 @@ def _generate(repo, settings, force, dry_run, say, uploads):
     network = bundlestore.Deadline(settings.upload_timeout,
                                    "bundlegen.upload-timeout")
     with lock:
+        _sweep_temporary(settings.output)
         generations = bundlestore.Generations(record_path)
         _check_record(generations, record_path)
         with network:
@@ -628,10 +631,8 @@ def _generate(repo, settings, force, dry_run, say, uploads):
         token = max(bundlestore.now(), latest["token"] + 1 if latest else 0)
         tips = _tips(repo)
         bundle = _write_bundle(repo, settings.output, token, kind,
-                               {} if kind == "full" else latest["tips"])
-        if kind == "full" and settings.parts > 1:
-            bundle["parts"] = _write_parts(repo, settings.output, bundle,
-                                           settings.parts)
+                               {} if kind == "full" else latest["tips"],
+                               settings.parts if kind == "full" else 0)
         chain = ([] if kind == "full" else latest["chain"]) + [bundle]
         with network:
             sent = _publish(settings, chain, bundle, latest, clients, say,
@@ -823,69 +824,86 @@ def _article(kind):
     return ("an " if kind == "incremental" else "a ") + kind
 
 
-def _write_bundle(repo, output, token, kind, old_tips):
+def _write_bundle(repo, output, token, kind, old_tips, parts):
     """Write the bundle (what the branches and tags hold beyond
-    ``old_tips``) under its final name; returns its record."""
-    temp = os.path.join(output, ".bundlegen-tmp-%d.bundle" % os.getpid())
-    excluded = sorted({sha for sha in old_tips.values()})
+    ``old_tips``), and with ``parts`` of 2 or more its packs, under their
+    final names; returns its record.  Everything is written under a
+    temporary name first (in a ``.bundlegen-tmp-*`` directory, which the
+    next run sweeps if this one is killed) and renamed last."""
+    work = tempfile.mkdtemp(prefix=TEMPORARY, dir=output)
+    temp = os.path.join(work, "bundle")
     started = time.monotonic()
+    record = None
     try:
-        git("bundle", "create", "-q", temp, "--branches", "--tags",
-            *(["--not", *excluded] if excluded else []), cwd=repo)
-        git("bundle", "verify", "-q", temp, cwd=repo)
-    except CommandError as err:
-        _unlink(temp)
-        raise Abort("git bundle failed: %s" % err.stderr.strip())
-    sha256, size = bundlestore.sha256_file(temp)
-    name = "%d.%s.%s.bundle" % (token, kind, sha256[:16])
-    os.replace(temp, os.path.join(output, name))
-    return {"file": name, "token": token, "kind": kind, "sha256": sha256,
-            "size": size, "seconds": round(time.monotonic() - started, 2)}
-
-
-def _write_parts(repo, output, bundle, count):
-    """The objects of the full ``bundle`` (just written in ``output``)
-    again as ``count`` packs, for clients that index them side by side;
-    returns their records.  The objects are those its refs reach, sorted
-    by path, so that the revisions of a file, which delta against each
-    other, share a pack, and cut where the packed sizes add up to a
-    ``count``-th each.  Nothing is held in memory per object: a
-    Firefox-sized history has millions."""
-    work = tempfile.mkdtemp(prefix=".bundlegen-parts-", dir=output)
-    started = time.monotonic()
-    parts = []
-    try:
-        tips = [line.split(" ", 1)[0] for line in git(
-            "bundle", "list-heads", os.path.join(output, bundle["file"]),
-            cwd=repo).splitlines()]
-        listing = os.path.join(work, "objects")
-        _sorted_objects(repo, tips, listing)
-        lists = _cut(listing, count, work)
-        for number, objects in enumerate(lists, 1):
-            temp = os.path.join(work, "part.pack")
-            with open(objects, "rb") as names, open(temp, "wb") as pack:
-                packed = subprocess.run(
-                    ["git", "pack-objects", "-q", "--stdout",
-                     "--delta-base-offset"], cwd=repo, stdin=names,
-                    stdout=pack, stderr=subprocess.PIPE)
-            if packed.returncode:
-                raise Abort("git pack-objects failed: %s" % (
-                    packed.stderr.decode("utf-8", "replace").strip()[:300]
-                    or "status %d" % packed.returncode))
-            sha256, size = bundlestore.sha256_file(temp)
-            name = "%d.full.part%d.%s.pack" % (bundle["token"], number,
-                                              sha256[:16])
-            os.replace(temp, os.path.join(output, name))
-            parts.append({"file": name, "sha256": sha256, "size": size})
+        excluded = sorted({sha for sha in old_tips.values()})
+        try:
+            git("bundle", "create", "-q", temp, "--branches", "--tags",
+                *(["--not", *excluded] if excluded else []), cwd=repo)
+            git("bundle", "verify", "-q", temp, cwd=repo)
+        except CommandError as err:
+            raise Abort("git bundle failed: %s" % err.stderr.strip())
+        sha256, size = bundlestore.sha256_file(temp)
+        packs = _write_parts(repo, temp, work, parts) if parts > 1 else []
+        record = {"file": "%d.%s.%s.bundle" % (token, kind, sha256[:16]),
+                  "token": token, "kind": kind, "sha256": sha256,
+                  "size": size,
+                  "seconds": round(time.monotonic() - started, 2)}
+        if packs:
+            record["parts"] = [
+                {"file": "%d.full.part%d.%s.pack" % (token, number,
+                                                     digest[:16]),
+                 "sha256": digest, "size": packed}
+                for number, (_path, digest, packed) in enumerate(packs, 1)]
+        for (path, _digest, _packed), part in zip(packs, record.get(
+                "parts", [])):
+            os.replace(path, os.path.join(output, part["file"]))
+        os.replace(temp, os.path.join(output, record["file"]))
     except BaseException:
-        for part in parts:
-            _unlink(os.path.join(output, part["file"]))
+        if record is not None:
+            _unlink_written(output, record)
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    bundle["seconds"] = round(bundle["seconds"] + time.monotonic()
-                              - started, 2)
-    return parts
+    return record
+
+
+def _sweep_temporary(output):
+    """Remove what a killed run left in ``output`` (under the lock: no
+    other run is writing there)."""
+    for name in os.listdir(output):
+        if name.startswith(TEMPORARY):
+            path = os.path.join(output, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                _unlink(path)
+
+
+def _write_parts(repo, bundle, work, count):
+    """The objects of the full ``bundle`` (a file) again as ``count``
+    packs in ``work``, for clients that index them side by side; returns
+    ``(path, sha256, size)`` of each.  The objects are those its refs
+    reach, sorted by path, so that the revisions of a file, which delta
+    against each other, share a pack, and cut where the packed sizes add
+    up to a ``count``-th each.  Nothing is held in memory per object: a
+    Firefox-sized history has millions."""
+    tips = [line.split(" ", 1)[0] for line in git(
+        "bundle", "list-heads", bundle, cwd=repo).splitlines()]
+    listing = os.path.join(work, "objects")
+    _sorted_objects(repo, tips, listing)
+    packs = []
+    for number, objects in enumerate(_cut(listing, count, work), 1):
+        path = os.path.join(work, "part%d.pack" % number)
+        with open(objects, "rb") as names, open(path, "wb") as pack:
+            packed = subprocess.run(
+                ["git", "pack-objects", "-q", "--stdout",
+                 "--delta-base-offset"], cwd=repo, stdin=names,
+                stdout=pack, stderr=subprocess.PIPE)
+        if packed.returncode:
+            raise Abort("git pack-objects failed: %s" % _last_line(
+                packed.stderr, packed.returncode))
+        packs.append((path, *bundlestore.sha256_file(path)))
+    return packs
 
 
 def _sorted_objects(repo, tips, listing):
@@ -905,26 +923,46 @@ def _sorted_objects(repo, tips, listing):
             stderr=errors[1])
         walk.stdout.close()
         with open(listing, "wb") as out:
-            order = subprocess.Popen(
-                ["sort", "-T", work], stdin=sizes.stdout, stdout=out,
-                stderr=errors[2], env=dict(os.environ, LC_ALL="C"))
+            try:
+                order = subprocess.Popen(
+                    ["sort", "-T", work], stdin=sizes.stdout, stdout=out,
+                    stderr=errors[2], env=dict(os.environ, LC_ALL="C"))
+            except OSError as err:
+                _kill_all(walk, sizes)
+                raise Abort("cannot run sort: %s" % err.strerror,
+                            hint="bundlegen.parts needs sort (coreutils) "
+                                 "on PATH")
         sizes.stdout.close()
         try:
             walk.stdin.write("".join(tip + "\n" for tip in tips).encode())
             walk.stdin.close()
         except BrokenPipeError:
             pass  # rev-list has stopped: its status says why
-        for proc, what, err in zip((walk, sizes, order),
-                                   ("git rev-list", "git cat-file", "sort"),
-                                   errors):
+        # the last that failed first: an earlier one may only have
+        # lost its reader (SIGPIPE)
+        for proc, what, err in reversed(list(zip(
+                (walk, sizes, order), ("git rev-list", "git cat-file",
+                                       "sort"), errors))):
             if proc.wait():
                 err.seek(0)
-                raise Abort("%s failed: %s" % (what, err.read(300).decode(
-                    "utf-8", "replace").strip() or "status %d"
-                    % proc.returncode))
+                raise Abort("%s failed: %s" % (what, _last_line(
+                    err.read(4096), proc.returncode)))
     finally:
         for err in errors:
             err.close()
+
+
+def _last_line(said, status):
+    """The last line a failed process said, where git and sort say why
+    (else its status)."""
+    lines = said.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:300] if lines else "status %d" % status
+
+
+def _kill_all(*procs):
+    for proc in procs:
+        proc.kill()
+        proc.wait()
 
 
 def _cut(listing, count, work):

@@ -6,9 +6,10 @@
 clones a new store, it first downloads the list's bundles over HTTP(S)
 and applies them, then fetches from the origin only what they lack, so a
 cold worker takes most of the history from object storage or a CDN.  Git
-2.39, Debian's, does not download bundle lists itself (``git clone
---bundle-uri`` there takes one bundle, and no creation tokens); this is
-the list's own format read by Git's config parser:
+2.39, Debian's, reads a bundle list only in ``git clone --bundle-uri``
+(without creation tokens, and never into an existing repository such as
+a pool's store); this is the list's own format read by Git's config
+parser:
 
 - ``bundle.version`` 1; ``bundle.mode`` ``all`` (every bundle, in order)
   or ``any`` (one is enough: the first); with ``bundle.heuristic =
@@ -28,8 +29,10 @@ the list's own format read by Git's config parser:
   reads its pack on one core.  The bundle's header, read first, gives
   the refs; once every pack is in, ``git rev-list --objects`` must find
   all the objects those refs reach.  If anything about the packs fails
-  (at most 64 a bundle are used), what they added is deleted and the
-  bundle itself is taken, with one line saying why.  Those refs then
+  (packs of a bundle with prerequisites too), what they added is
+  deleted and the bundle itself is taken, with one line saying why; a bundle named with
+  one pack, more than 64, or one that is not http or https is taken as
+  itself.  Those refs then
   tell the origin what the store has; they are deleted once the origin's
   fetch has succeeded.  The store's
   ``gitbridge.bundletoken`` records the highest creation token applied.
@@ -196,8 +199,8 @@ def _apply_parts(store, listed, limits, deadline, env, most_refs):
         finally:
             chunks.close()
     if prerequisites:
-        raise Failed("%s has prerequisites: its packs are not whole"
-                     % _short(listed.uri))
+        raise _PacksFailed("%s has prerequisites: its packs are not whole"
+                           % _short(listed.uri))
     folder = os.path.join(store, "objects", "pack")
     before = set(os.listdir(folder))
     packs = []
@@ -386,11 +389,9 @@ def parse_list(data, list_url):
             continue
         if by_token and not (token and _TOKEN.match(token)):
             continue
-        packs = parts.get(name, [])
-        packs = (() if len(packs) < 2 or len(packs) > MAX_PARTS else
-                 tuple(_absolute(list_url, pack) for pack in packs))
         chosen.append(Listed(_absolute(list_url, uri),
-                             int(token) if by_token else None, packs))
+                             int(token) if by_token else None,
+                             _packs(list_url, parts.get(name, []))))
         if len(chosen) > MAX_BUNDLES:
             raise Failed("list names over %d bundles" % MAX_BUNDLES)
     if by_token:
@@ -400,6 +401,18 @@ def parse_list(data, list_url):
     if not chosen:
         raise Failed("list names no bundle it can use")
     return chosen[:1] if mode == "any" else chosen
+
+
+def _packs(list_url, uris):
+    """The absolute URIs of a bundle's packs; none (the bundle is taken
+    as itself) for one pack, more than ``MAX_PARTS``, or any that is not
+    http or https."""
+    if not 2 <= len(uris) <= MAX_PARTS:
+        return ()
+    try:
+        return tuple(_absolute(list_url, uri) for uri in uris)
+    except Failed:
+        return ()
 
 
 def _absolute(list_url, uri):

@@ -748,3 +748,57 @@ def test_full_bundles_are_published_as_packs_too_and_retired_with_them(
         proc = run()
         assert campaign.is_clean_abort(proc) and "bundlegen.parts" in \
             proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("broken", ["sort fails", "sort missing",
+                                    "killed"])
+def test_a_run_stopped_while_writing_packs_leaves_nothing(
+        broken, origin, git, gitbridge, env, tmp_path):
+    """Outside tester's finding: a failure while the packs were written
+    left the full bundle under its final name, in no record, for good; a
+    killed run left its work directory.  Now a failed run removes what it
+    wrote, and the next run sweeps what a killed one left."""
+    bare, _work = origin
+    git("-C", bare, "config", "bundlegen.parts", "2")
+    output = tmp_path / "bundles"
+    tools_dir = tmp_path / "bin"
+    tools_dir.mkdir()
+    os.symlink(shutil.which("git"), tools_dir / "git")
+    command = [tools.executable("gitbridge"), "bundlegen", "--repo",
+               str(bare), "--output", str(output), "--base-url",
+               "https://cdn.example.com/b"]
+    path = dict(env, PATH=str(tools_dir))
+    if broken == "sort fails":
+        (tools_dir / "sort").write_text(
+            "#!/bin/sh\n/bin/cat >/dev/null\necho boom >&2\nexit 2\n")
+        (tools_dir / "sort").chmod(0o755)
+    if broken == "killed":
+        (tools_dir / "sort").write_text("#!/bin/sh\n/bin/sleep 60\n")
+        (tools_dir / "sort").chmod(0o755)
+        proc = subprocess.Popen(command, env=path, start_new_session=True)
+        for _ in range(200):
+            if glob.glob(str(output / ".bundlegen-tmp-*" / "objects")):
+                break
+            threading.Event().wait(0.05)
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        assert glob.glob(str(output / ".bundlegen-tmp-*"))
+    else:
+        proc = subprocess.run(command, env=path, capture_output=True,
+                              text=True)
+        assert campaign.is_clean_abort(proc), proc.stderr
+        assert ("sort failed: boom" if broken == "sort fails"
+                else "cannot run sort") in proc.stderr
+        assert "Traceback" not in proc.stderr
+    left = sorted(os.listdir(output))
+    if broken != "killed":
+        assert left == [".bundlegen.lock"] or left == [], left
+    # the next run, with sort, sweeps what is left and publishes
+    result = json.loads(gitbridge("bundlegen", "--repo", bare, "--output",
+                                  output, "--base-url",
+                                  "https://cdn.example.com/b",
+                                  "--json").stdout)
+    assert sorted(n for n in os.listdir(output)
+                  if not n.startswith(".bundlegen.lock")) == sorted(
+        ["bundle-list", "bundles.json", result["bundle"]["file"]]
+        + [p["file"] for p in result["bundle"]["parts"]])
