@@ -609,7 +609,7 @@ def _generate(repo, settings, force, dry_run, say, uploads):
     network = bundlestore.Deadline(settings.upload_timeout,
                                    "bundlegen.upload-timeout")
     with lock:
-        _sweep_temporary(settings.output)
+        bundlestore.remove_leftovers(settings.output, TEMPORARY)
         generations = bundlestore.Generations(record_path)
         _check_record(generations, record_path)
         with network:
@@ -865,18 +865,6 @@ def _write_bundle(repo, output, token, kind, old_tips, parts):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return record
-
-
-def _sweep_temporary(output):
-    """Remove what a killed run left in ``output`` (under the lock: no
-    other run is writing there)."""
-    for name in os.listdir(output):
-        if name.startswith(TEMPORARY):
-            path = os.path.join(output, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                _unlink(path)
 
 
 def _write_parts(repo, bundle, work, count):

@@ -29,6 +29,7 @@ from mercurial.node import nullrev
 from mercurial.utils import procutil, stringutil
 
 from hgext3rd import _hgcompat
+from vcsperf.core import bundlestore
 
 from .formats import FORMATS
 
@@ -40,8 +41,11 @@ def build(ui, say, repo, settings, outdir):
     """Snapshot the repository and build every format of ``settings``
     from it into ``outdir``; return the snapshot's tip (hex) and the
     bundles, in format order."""
-    _remove_leftovers(outdir, _TEMP_PREFIX)
-    _remove_leftovers(repo.sharedpath, _SNAPSHOT_PREFIX)
+    # what killed runs left: their directories in the output, their
+    # snapshots in .hg (a killed run's ``hg bundle`` may still be writing
+    # in its own directory, see _child_setup: the next run removes it)
+    bundlestore.remove_leftovers(outdir, _TEMP_PREFIX)
+    bundlestore.remove_leftovers(repo.sharedpath, _SNAPSHOT_PREFIX)
     rundir = tempfile.mkdtemp(prefix=_TEMP_PREFIX, dir=outdir)
     # In the .hg holding the store: hardlinks, on any output filesystem, so
     # the store lock is held for seconds.
@@ -56,21 +60,6 @@ def build(ui, say, repo, settings, outdir):
         shutil.rmtree(rundir, ignore_errors=True)
         shutil.rmtree(snapshot, ignore_errors=True)
     return tip, bundles
-
-
-def _remove_leftovers(folder, prefix):
-    """Remove what killed runs left behind in ``folder`` (their
-    directories in the output directory, their snapshots in .hg); the
-    bundlegen lock is held, so no live run owns any of it.  A killed run's
-    ``hg bundle`` may still be writing in its own directory (see
-    _child_setup): it is removed again by the next run."""
-    for name in os.listdir(folder):
-        if name.startswith(prefix):
-            path = os.path.join(folder, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                util.tryunlink(path)
 
 
 def _take_snapshot(ui, repo, path):

@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -45,6 +46,7 @@ from types import FrameType, TracebackType
 from typing import (
     IO,
     Any,
+    AnyStr,
     Callable,
     Dict,
     Iterable,
@@ -544,6 +546,23 @@ def delete(destination: Destination, names: Iterable[str],
 def http_status(err: BaseException) -> int | None:
     response = getattr(err, "response", None) or {}
     return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
+def remove_leftovers(folder: AnyStr, prefix: AnyStr) -> None:
+    """Remove what killed runs left in ``folder``: every entry whose name
+    starts with ``prefix`` (a run's temporary files and directories).
+    The caller holds the bundlegen lock, so no live run owns any of it; a
+    symbolic link is removed, never followed."""
+    for name in os.listdir(folder):
+        if name.startswith(prefix):
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
 
 
 def sha256_file(path: str) -> tuple[str, int]:
