@@ -347,9 +347,10 @@ def busy_factor():
         return 1.0, None, cores
     total = sum(second) - sum(first)
     idle = sum(second[3:5]) - sum(first[3:5])  # idle and iowait
-    busy = max(0.0, (total - idle) / total * cores) if total > 0 else 0.0
-    return (1 + SLOWDOWN_PER_BUSY_CORE * busy / cores, round(busy, 2),
-            cores)
+    # rounded first: the factor is the one the report's busy cores give
+    busy = round(max(0.0, (total - idle) / total * cores), 2) \
+        if total > 0 else 0.0
+    return 1 + SLOWDOWN_PER_BUSY_CORE * busy / cores, busy, cores
 
 
 def _cpu_times():
