@@ -45,14 +45,24 @@ class S3Proxy:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
         self.url = "http://127.0.0.1:%d/" % self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.acceptor = threading.Thread(target=self._accept, daemon=True)
+        self.acceptor.start()
 
     def fault(self, method, part, action, arg=None):
         self.faults.append((method, part, action, arg))
 
     def stop(self):
         self.stopping.set()
+        # A close alone can leave accept() blocked, and the thread then
+        # takes connections meant for a later test's server that got the
+        # same descriptor (its clients saw empty replies): shutdown wakes
+        # it.
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
+        self.acceptor.join(10)
 
     def _accept(self):
         while not self.stopping.is_set():
