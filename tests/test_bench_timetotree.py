@@ -246,3 +246,35 @@ def test_remove_tree_deletes_only_inside_and_settle_returns(tmp_path,
     assert 0 <= quietdisk.settle(str(tmp_path)) < 1.0 + 20
     if os.path.isdir("/dev/shm"):
         assert 0 <= quietdisk.settle("/dev/shm") < 20
+
+
+def _bytes_read():
+    with open("/proc/self/io") as fh:
+        return int(next(line for line in fh
+                        if line.startswith("rchar:")).split()[1])
+
+
+def test_dropped_caches_are_read_back_for_what_is_served(tmp_path,
+                                                        monkeypatch):
+    """``quietdisk.drop_caches``: where the kernel lets it drop its caches
+    (root), every file of the served copy is read back, links and all,
+    and nothing is changed; where it does not, it says so and reads
+    nothing."""
+    served = tmp_path / "served"
+    (served / "sub").mkdir(parents=True)
+    sizes = {"a": 3 << 20, "sub/b": 12345, "sub/empty": 0}
+    for name, size in sizes.items():
+        (served / name).write_bytes(os.urandom(size))
+    os.symlink("/nonexistent", served / "dangling")
+    before = {name: (served / name).read_bytes() for name in sizes}
+    start = _bytes_read()
+    dropped = quietdisk.drop_caches([str(served)])
+    if dropped:
+        assert _bytes_read() - start >= sum(sizes.values())
+    assert {name: (served / name).read_bytes()
+            for name in sizes} == before
+    monkeypatch.setattr(quietdisk, "DROP_CACHES",
+                        str(tmp_path / "no-such-dir" / "drop_caches"))
+    start = _bytes_read()
+    assert quietdisk.drop_caches([str(served)]) is False
+    assert _bytes_read() - start < 1 << 20

@@ -72,3 +72,47 @@ def settle(work=None):
         last = now
         time.sleep(1.0)
     return time.monotonic() - start
+
+
+#: Where Linux lets root drop its clean caches.
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def drop_caches(rewarm=()):
+    """Untimed, after a big delete and ``settle``: drop the kernel's clean
+    caches (root only), then read every file under each of ``rewarm``
+    back into memory (a served repository the next command reads, so it
+    is not timed reading from disk).  Returns whether they were dropped.
+
+    Why: on ext4 without a journal (this machine's), creating a file
+    skips every free inode deleted in the last minute, six while its
+    inode block is dirty, as long as that block is cached; after a
+    checkout's deletion each new file scans past hundreds of thousands
+    of them.  Measured with a stream clone of the Firefox-scale store
+    (440,953 files) from the same ``hg serve``: 57.2 s (31.0 s of system
+    time) on a fresh disk, 113 to 180 s (91 to 217 s of system time,
+    most of it in ``recently_deleted`` and ``find_inode_bit``) after
+    earlier clones' deletions, whether waiting 40 s first or not; with
+    the caches dropped, 27.9 s of system time again.  Whichever side of
+    a comparison ran second paid it: 1.8 times the wall time."""
+    try:
+        with open(DROP_CACHES, "w") as fh:
+            fh.write("3\n")
+    except OSError:
+        return False
+    for top in rewarm:
+        with concurrent.futures.ThreadPoolExecutor(REMOVERS) as pool:
+            for parent, _dirs, names in os.walk(top):
+                pool.map(_read_quietly,
+                         [os.path.join(parent, name) for name in names])
+    return True
+
+
+def _read_quietly(path):
+    try:
+        with open(path, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+    except OSError:
+        pass  # gone or unreadable: nothing to warm
+

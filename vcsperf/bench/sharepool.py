@@ -21,10 +21,13 @@ against one ``hg serve`` of ``--hg`` (hardlinked, so a Firefox-sized
 repository is served without a copy):
 
     vcsperf bench sharepool --hg REPO --upstream VCT/hgext/robustcheckout \
-        [--behind 50] [--rounds 3] [--junk 2000]
+        [--behind 50] [--rounds 3] [--cold-rounds 2] [--junk 2000]
 
 cold: into an empty pool, at the revision ``--behind`` changesets before
-the tip (a stream clone when the server allows it, then the whole tree);
+the tip (a stream clone when the server allows it, then the whole tree),
+``--cold-rounds`` times, the sides taking turns to go first (the side
+timed second on a disk that just deleted the other's checkout is the
+slower at Firefox scale, whichever it is);
 reuse-purge: that checkout, with ``--junk`` unknown and ignored files
 added, moved to the tip with ``--purge``; ``--rounds`` times, the two
 sides in alternating order, each moved back untimed before a round.
@@ -33,7 +36,8 @@ bundle on object storage, as Firefox CI clones from hg.mozilla.org's
 bundles: ``hg bundlegen`` publishes one of the served repository to the S3
 server of ``vcsperf.harness.objectstore`` and ``hg serve`` hands out its
 clonebundles manifest; each side's row gives the bytes it took from the
-origin and from the bundle host (counted by a proxy in front of each).
+origin and from the bundle host (counted by a proxy in front of each);
+``--cold-rounds`` times too.
 ``--paths`` picks them; reuse-purge alone reuses the checkouts that an
 earlier run left in ``--workdir`` (a cold checkout of a Firefox-sized
 tree takes many minutes on a loaded machine).  Without reuse-purge, each
@@ -232,8 +236,17 @@ def add_junk(checkout, count):
 JUNK_IGNORE = "syntax: glob\nobj-bench-junk/d0*\n"
 
 
+def alternated(round_number, sides=SIDES):
+    """The order the sides run in a round: each goes first in every other
+    round.  At Firefox scale the side timed second after a deletion of
+    850,000 files took 1.8 times as long, whichever it was (upstream's
+    cold checkout 180.8 s first, 326.5 s second; ours 174.4 s first,
+    330.9 s second), so a path compared once says which ran first."""
+    return sides if round_number % 2 == 0 else sides[::-1]
+
+
 def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
-                      paths=PATHS):
+                      paths=PATHS, cold_rounds=2):
     unknown = sorted(set(paths) - set(PATHS))
     if unknown or not paths:
         raise Abort("unknown path %s" % ",".join(unknown) if unknown
@@ -268,7 +281,11 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
     # what an interrupted cold-bundle run published: the cold path clones
     # from the origin alone
     withdraw_bundles(served)
-    result = {"behind": behind, "junk": junk, "cold": {},
+    # a checkout of a small one leaves nothing for the kernel to skip
+    big = sum(len(names) for _top, _dirs, names in os.walk(
+        os.path.join(served, ".hg", "store"))) >= quietdisk.BIG_DELETE
+    result = {"behind": behind, "junk": junk,
+              "cold": {side: [] for side in SIDES},
               "reuse_purge": {side: [] for side in SIDES},
               "cold_bundle": {}}
     # hg serve offers the clonebundles manifest while there is one
@@ -286,22 +303,27 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
 
         def discard_settled(*paths):
             # off the clock: the next side must not write behind the
-            # discards of the files just deleted (at Firefox scale,
-            # 408,285 of them, which the side timed second always was)
+            # discards of the files just deleted, nor allocate inodes past
+            # them (at Firefox scale 850,000 files, and the side timed
+            # second was 1.8 times slower, whichever it was)
             discard(*paths)
             quietdisk.settle(work)
+            if big:
+                result["caches_dropped"] = quietdisk.drop_caches([served])
 
         if "cold" in paths:
-            quietdisk.settle(work)
-            for side in SIDES:
-                result["cold"][side] = checkout(side, old)
-                progress(result, "cold")
-                if not keep:
+            discard_settled()
+            for number in range(cold_rounds):
+                for side in alternated(number):
+                    result["cold"][side].append(checkout(side, old))
+                    progress(result, "cold")
                     check_parent(hg, d("co-" + side), old, envs[side])
-                    discard_settled(d("co-" + side), d("pool-" + side))
+                    # reuse-purge starts from the last round's checkouts
+                    if not keep or number < cold_rounds - 1:
+                        discard_settled(d("co-" + side), d("pool-" + side))
         reuse = result["reuse_purge"]
         for number in range(rounds if keep else 0):
-            order = SIDES if number % 2 == 0 else SIDES[::-1]
+            order = alternated(number)
             if number or "cold" not in paths:
                 for side in order:
                     checkout(side, old, purge=True)
@@ -314,8 +336,8 @@ def bench_hg_upstream(repo, work, upstream, behind, rounds, junk,
             progress(result, "reuse_purge")
         if "cold-bundle" in paths:
             result["cold_bundle"] = cold_from_bundle(
-                served, work, home, server.url, old,
-                # the other order than cold's: neither side is always second
+                served, work, home, server.url, old, cold_rounds,
+                discard_settled,
                 lambda side, url: checkout(side, old, url=url,
                                            kind="bundle-"),
                 lambda side: check_parent(hg, d("co-bundle-" + side), old,
@@ -389,15 +411,16 @@ def publish_stream_bundle(served, work, home, store, base_url):
             "bytes": bundlegen.bucket_bytes(store, BUNDLE_BUCKET)}
 
 
-def cold_from_bundle(served, work, home, origin_url, node, checkout,
-                     check, remove):
-    """The cold-bundle path: publish, then for each side (ours first) a
-    cold ``checkout(side, url)`` through a counting proxy in front of the
-    origin, the bundle downloaded through one in front of the object
-    store; ``check(side)`` then ``remove(side)``.  A side that took no
-    byte from the bundle host did not test it: the run fails."""
+def cold_from_bundle(served, work, home, origin_url, node, rounds,
+                     settle, checkout, check, remove):
+    """The cold-bundle path: publish, ``settle()``, then ``rounds`` times
+    for each side (ours first in the first round, the other order than
+    cold's) a cold ``checkout(side, url)`` through a counting proxy in
+    front of the origin, the bundle downloaded through one in front of
+    the object store; ``check(side)`` then ``remove(side)``.  A side that
+    took no byte from the bundle host did not test it: the run fails."""
     root = os.path.join(work, "s3")
-    result = {}
+    result = {side: [] for side in SIDES}
     try:
         with objectstore.ObjectServer(root) as store, \
                 CountingProxy(store.url) as bundles, \
@@ -406,19 +429,24 @@ def cold_from_bundle(served, work, home, origin_url, node, checkout,
                 served, work, home, store, "%s%s/%s" % (
                     bundles.url, BUNDLE_BUCKET, BUNDLE_PREFIX))
             progress(result, "publish")
+            # the publication's snapshot, deleted: as after a checkout
+            settle()
             bundles.take()
-            for side in SIDES[::-1]:
-                origin.take()
-                run = checkout(side, origin.url)
-                run["origin_requests"], run["origin_bytes"] = origin.take()
-                run["bundle_requests"], run["bundle_bytes"] = bundles.take()
-                if not run["bundle_bytes"]:
-                    raise RuntimeError("%s's checkout took nothing from the "
-                                       "bundle host" % side)
-                check(side)
-                remove(side)
-                result[side] = run
-                progress(result, side)
+            for number in range(rounds):
+                for side in alternated(number, SIDES[::-1]):
+                    origin.take()
+                    run = checkout(side, origin.url)
+                    run["origin_requests"], run["origin_bytes"] = \
+                        origin.take()
+                    run["bundle_requests"], run["bundle_bytes"] = \
+                        bundles.take()
+                    if not run["bundle_bytes"]:
+                        raise RuntimeError("%s's checkout took nothing from "
+                                           "the bundle host" % side)
+                    check(side)
+                    remove(side)
+                    result[side].append(run)
+                    progress(result, side)
     finally:
         withdraw_bundles(served)
         # the bucket; its logs stay
@@ -433,56 +461,58 @@ def median(values):
             else (values[middle - 1] + values[middle]) / 2)
 
 
+#: The upstream comparison's paths in the report: result key, row label,
+#: step table label.
+REPORTED = (("cold", "cold (empty pool)", "cold"),
+            ("cold_bundle", "cold from a stream clone bundle", "cold-bundle"),
+            ("reuse_purge", "reuse --purge", "reuse"))
+
+
 def format_upstream_report(result):
     lines = ["## hg robustcheckout: ours against Mozilla's (%d changesets, "
              "%d behind, %d junk files)" % (result["changesets"],
                                              result["behind"],
                                              result["junk"]), "",
+             "Each path's sides alternate which runs first, round by round; "
+             "the kernel's caches were %s between sides." % (
+                 "dropped" if result.get("caches_dropped")
+                 else "not dropped (a small store, or not root)"), "",
              "| path | upstream wall | ours wall | ours / upstream | "
              "upstream CPU | ours CPU | ours / upstream |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
-    cold, reuse = result["cold"], result["reuse_purge"]
-    bundle = result.get("cold_bundle") or {}
-    rows = [("cold (empty pool)", cold["upstream"], cold["ours"])
-            ] if cold else []
-    if bundle:
-        rows.append(("cold from a stream clone bundle", bundle["upstream"],
-                     bundle["ours"]))
-    for number, (up, ours) in enumerate(zip(reuse["upstream"],
-                                            reuse["ours"])):
-        rows.append(("reuse --purge, round %d" % (number + 1), up, ours))
-    if reuse["ours"]:
-        rows.append(("reuse --purge, median", {
-            key: median([run[key] for run in reuse["upstream"]])
-            for key in ("wall", "cpu")}, {
-            key: median([run[key] for run in reuse["ours"]])
-            for key in ("wall", "cpu")}))
+    rows, runs = [], []
+    for key, label, step_label in REPORTED:
+        sides = result.get(key) or {}
+        pairs = list(zip(sides.get("upstream", []), sides.get("ours", [])))
+        for number, (up, ours) in enumerate(pairs):
+            rows.append(("%s, round %d" % (label, number + 1), up, ours))
+            runs.append(("%s round %d" % (step_label, number + 1), up, ours))
+        if pairs:
+            up, ours = ({what: median([run[what] for run in sides[side]])
+                         for what in ("wall", "cpu")} for side in SIDES)
+            rows.append(("%s, median" % label, up, ours))
     for name, up, ours in rows:
         lines.append("| %s | %.2f s | %.2f s | %.2f | %.2f s | %.2f s | "
                      "%.2f |" % (name, up["wall"], ours["wall"],
                                  ours["wall"] / up["wall"], up["cpu"],
                                  ours["cpu"], ours["cpu"] / up["cpu"]))
+    bundle = result.get("cold_bundle") or {}
     if bundle:
         lines += ["", "stream clone bundle published by hg bundlegen in "
-                  "%.2f s, %d bytes on the object store; ours ran first" % (
+                  "%.2f s, %d bytes on the object store" % (
                       bundle["publish"]["seconds"],
                       bundle["publish"]["bytes"]), "",
-                  "| cold from the bundle | upstream | ours |",
+                  "| cold from the bundle, each round | upstream | ours |",
                   "| --- | --- | --- |"]
         for what, key in (("requests to the origin", "origin_requests"),
                           ("bytes from the origin", "origin_bytes"),
                           ("requests to the bundle host", "bundle_requests"),
                           ("bytes from the bundle host", "bundle_bytes")):
-            lines.append("| %s | %d | %d |" % (
-                what, bundle["upstream"][key], bundle["ours"][key]))
+            lines.append("| %s | %s | %s |" % ((what,) + tuple(
+                " / ".join(str(run[key]) for run in bundle[side])
+                for side in SIDES)))
     lines += ["", "| step (PERFHERDER_DATA, s) | path | upstream | ours |",
               "| --- | --- | --- | --- |"]
-    runs = [("cold", cold["upstream"], cold["ours"])] if cold else []
-    if bundle:
-        runs.append(("cold-bundle", bundle["upstream"], bundle["ours"]))
-    runs += [("reuse round %d" % (number + 1), up, ours)
-             for number, (up, ours) in enumerate(zip(reuse["upstream"],
-                                                     reuse["ours"]))]
     for path, up, ours in runs:
         for step in ("clone", "pull", "purge", "update", "overall"):
             if step in up["steps"] or step in ours["steps"]:
@@ -667,7 +697,11 @@ def main(argv=None):
                         "time it beside ours on --hg instead")
     parser.add_argument("--behind", type=int, default=50,
                         help="changesets the reused checkout is behind")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of reuse-purge")
+    parser.add_argument("--cold-rounds", type=int, default=2,
+                        help="with --upstream: rounds of cold and "
+                        "cold-bundle (the sides take turns going first)")
     parser.add_argument("--paths", default="cold,reuse-purge",
                         help="with --upstream: any of %s, comma-separated "
                         "(reuse-purge alone reuses --workdir's checkouts)"
@@ -687,7 +721,7 @@ def main(argv=None):
             result = bench_hg_upstream(
                 benchcli.hg_repository(args.hg), work,
                 os.path.abspath(args.upstream), args.behind, args.rounds,
-                args.junk, args.paths.split(","))
+                args.junk, args.paths.split(","), args.cold_rounds)
             print(format_upstream_report(result))
             if args.json:
                 with open(args.json, "w") as fh:
