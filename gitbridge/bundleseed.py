@@ -462,24 +462,27 @@ def _index_pack(store, pieces, uri, deadline, env, options, running=None):
             start_new_session=True)
         if running is not None:
             running.append(proc)
-        with deadline.watching(lambda: _kill(proc)):
-            try:
+        try:
+            with deadline.watching(lambda: _kill(proc)):
                 try:
-                    for data in pieces:
-                        proc.stdin.write(data)
-                finally:
                     try:
-                        proc.stdin.close()
-                    except OSError:
-                        pass
-            except BrokenPipeError:
-                pass  # index-pack has stopped: its status says why
-            except BaseException:
-                _kill(proc)
-                proc.wait()
-                raise
-            out = proc.stdout.read().decode("ascii", "replace")
-            status = proc.wait()
+                        for data in pieces:
+                            proc.stdin.write(data)
+                    finally:
+                        try:
+                            proc.stdin.close()
+                        except OSError:
+                            pass
+                except BrokenPipeError:
+                    pass  # index-pack has stopped: its status says why
+                except BaseException:
+                    _kill(proc)
+                    proc.wait()
+                    raise
+                out = proc.stdout.read().decode("ascii", "replace")
+                status = proc.wait()
+        finally:
+            # once reaped, its process group's number may be another's
             if running is not None:
                 running.remove(proc)
         errors.seek(0)
@@ -560,6 +563,8 @@ def _missing(store, shas, deadline):
 
 
 def _kill(proc):
+    if proc.returncode is not None:
+        return  # reaped: its number may be another process group's now
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:

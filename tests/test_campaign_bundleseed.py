@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import campaign
 from checkout_drivers import git_commit, git_served, release_files  # noqa: F401
 from gitbridge import bundleseed
+from vcsperf.core import pooling
 from vcsperf.harness import tools
 from vcsperf.harness.proxies import Fault, FlakyProxy
 from vcsperf.harness.servers import FileServer
@@ -564,3 +565,38 @@ def test_a_bundles_packs_that_lie_give_way_to_the_bundle(
             what, proc.returncode, seconds, proc.stdout, proc.stderr))
         proxy.faults.clear()
     tally.check()
+
+
+def test_a_pack_stream_that_fails_midway_leaves_no_process_to_kill(
+        tmp_path):
+    """A pack download that fails while ``git index-pack`` reads it: the
+    process is killed and reaped, and taken off the list of those to stop
+    (its number, once reaped, may be another process group's); a pack
+    read whole is taken off too."""
+    store = tmp_path / "store.git"
+    tools.run(["git", "init", "-q", "--bare", str(store)], None)
+    source = tmp_path / "src"
+    tools.run(["git", "init", "-q", str(source)], None)
+    (source / "f").write_bytes(os.urandom(100000))
+    tools.run(["git", "-C", str(source), "add", "f"], None)
+    tools.run(["git", "-C", str(source), "-c", "user.name=t", "-c",
+               "user.email=t@example.org", "commit", "-q", "-m", "one"], None)
+    pack = subprocess.run(["git", "pack-objects", "--all", "--stdout"],
+                          cwd=source, input=b"", capture_output=True,
+                          check=True).stdout
+
+    def failing():
+        yield pack[:len(pack) // 2]
+        raise OSError("connection reset")
+
+    running = []
+    with pooling.StepDeadline(60) as deadline:
+        with pytest.raises(OSError):
+            bundleseed._index_pack(str(store), failing(), "http://h/p",
+                                   deadline, None, (), running)
+        assert running == []
+        name = bundleseed._index_pack(str(store), iter([pack]),
+                                      "http://h/p", deadline, None, (),
+                                      running)
+    assert running == [] and len(name) == 40
+    assert (store / "objects" / "pack" / ("pack-%s.pack" % name)).exists()
