@@ -1007,8 +1007,11 @@ def test_memory_answers_are_hgwebs_whatever_the_arguments_spelling(
     hg("tag", "-R", served, "--local", "-r", "0", "foo")
     hg("tag", "-R", served, "--local", "-r", "1", "bar")
     same_as_hgweb(cached, cacheless, HGARG_SPELLINGS)
-    for request in HGARG_SPELLINGS:
-        assert b"1 " in pipelined(cached.url, request)[0][1]
+    # A batch with a lookup is hgweb's every time, never kept: whether
+    # hgweb itself sees the new local tags at once is core's affair (it
+    # refreshes a repository when its store or bookmarks change, and a
+    # CI run saw one server answer "unknown revision 'foo'" after them).
+    assert _server_log(served).count("batch answered from memory") == 2
 
 
 #: An extension checking the client's address in a wrapper of the wire
