@@ -39,10 +39,13 @@ Where Git differs:
   (``gitbridge.cleantree``; the timings line says ``purge_from_record``),
   or runs ``git clean -ffdx`` where that record cannot be exact.  Those
   directories are read while the pull runs; nothing is removed before
-  it has succeeded.  The verification reads HEAD: ``git checkout
-  --force`` has compared every tracked file with the index already;
-  after ``git clean`` it also asks ``git status`` for untracked and
-  ignored files.
+  it has succeeded.
+- The tracked files of a full checkout are compared with the index
+  while the pull runs too, and ``git checkout --force`` is told which
+  differ, so that it lstats only those (``cleantree.changed_files``).
+  The verification reads HEAD: every tracked file has been compared with
+  the index already, and those that differed written; after ``git
+  clean`` it also asks ``git status`` for untracked and ignored files.
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
@@ -102,6 +105,8 @@ from vcsperf.core.process import CommandError, git, git_abort
 LAYOUTS = ("alternates", "worktree")
 STORE_SUFFIX = ".git"
 _STORE_NAME = re.compile(r"^[0-9a-f]{40}\.git$")
+#: A commit's full hash (SHA-1 or SHA-256).
+_FULL_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 #: git's answers to network trouble a retry may cure.
 _TRANSIENT = re.compile(
     r"remote end hung up unexpectedly|early EOF|RPC failed|"
@@ -115,6 +120,10 @@ _TRANSIENT = re.compile(
 #: The big file of a ready tree's .git, which its seal holds by stat
 #: identity and checksum (``vcsperf.core.readytrees``).
 READY_STAMPED = (".git/index",)
+
+#: The checkout's monitor answer (``cleantree.trusting_all_but``), in
+#: DEST's git directory.
+_ANSWER = "gitbridge-changed-files"
 
 #: The settings ``gitbridge checkout`` reads from git config.
 SETTINGS = r"^(share\.pool|sharepool\.)"
@@ -320,6 +329,9 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     VCS = "git"
     #: ``(store, its STORE_SETTINGS)`` read in this attempt, or None.
     store_settings_read = None
+    #: The remote's refs, where this attempt asked for them
+    #: (``remote_refs``), or None.
+    refs_read = None
 
     def __init__(self, request):
         super().__init__(
@@ -339,8 +351,12 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         #: stat data the next record keeps.
         self.purged = None
         #: The search for what to purge, begun before the pull
-        #: (``find_purge_beside_pull``): a future of a ``cleantree.Found``.
+        #: (``examine_beside_pull``): a future of a ``cleantree.Found``.
         self.finding = None
+        #: The comparison of the tracked files with the index, begun
+        #: before the pull (``examine_beside_pull``): a future of
+        #: ``cleantree.changed_files``; and of ``_inspected`` its index.
+        self.comparing = self.inspecting = None
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
@@ -391,8 +407,10 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     # resolve and ensure the store -----------------------------------------
 
     def prepare_store(self):
-        self.store_settings_read = None
-        return self.ensure_store(self.resolve())
+        self.store_settings_read = self.refs_read = None
+        self.examine_beside_pull()
+        self.resolve()
+        return self.ensure_store()
 
     def store_settings(self, store):
         """``STORE_SETTINGS`` of ``store``, read once an attempt: both
@@ -408,10 +426,14 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         return partialtree.names_promisor(self.store_settings(store))
 
     def resolve(self):
-        """The remote's refs; a branch becomes the commit it names now."""
-        refs = self.network("ls-remote",
-                            lambda: self.ls_remote(self.request.url))
+        """A branch becomes the commit it names now; a revision that a
+        branch or tag of the remote is named like is ambiguous.  A full
+        hash wanted from a URL the pool knows asks the remote nothing
+        here (robustcheckout asks nothing for a revision it has): the
+        names are looked for among the refs last fetched
+        (``check_fetched_names``)."""
         if self.request.branch:
+            refs = self.remote_refs()
             name = self.request.branch
             for ref in ("refs/heads/" + name, "refs/tags/%s^{}" % name,
                         "refs/tags/" + name, name):
@@ -425,13 +447,37 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                             "there")
             self.warn("(remote resolved %s to %s; result is not "
                       "deterministic)", name, self.revision)
-        else:
+        elif not (_FULL_HASH.fullmatch(self.revision) and self.mapped_root()):
+            refs = self.remote_refs()
             for ref in ("refs/heads/", "refs/tags/"):
-                named = refs.get(ref + self.revision)
-                if named and not named.startswith(self.revision):
-                    raise _ambiguous(self.revision, "names %s on %s"
-                                     % (named, self.request.url))
-        return refs
+                self.check_name(refs.get(ref + self.revision))
+
+    def check_name(self, named):
+        """Abort where the remote's ref named like the revision names
+        ``named``, another object."""
+        if named and not named.startswith(self.revision):
+            raise _ambiguous(self.revision, "names %s on %s"
+                             % (named, self.request.url))
+
+    def check_fetched_names(self, store):
+        """``check_name`` of the branch and tag the store last fetched
+        from the URL named like the revision, where ``resolve`` did not
+        ask the remote."""
+        if self.refs_read is not None:
+            return
+        prefix = "refs/pool/%s/" % _key(self.request.url)
+        for named in git("for-each-ref", "--format=%(objectname)",
+                         prefix + "heads/" + self.revision,
+                         prefix + "tags/" + self.revision,
+                         cwd=store).split():
+            self.check_name(named)
+
+    def remote_refs(self):
+        """The remote's refs (``ls-remote``), asked once an attempt."""
+        if self.refs_read is None:
+            self.refs_read = self.network(
+                "ls-remote", lambda: self.ls_remote(self.request.url))
+        return self.refs_read
 
     def ls_remote(self, url):
         out = git("ls-remote", url, env=self.remote_env,
@@ -446,19 +492,19 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                         hint="is the repository empty?")
         return refs
 
-    def ensure_store(self, refs):
+    def ensure_store(self):
         """The path of a healthy store for the URL, cloned if needed."""
         sharebase = self.request.sharebase
         os.makedirs(os.path.join(sharebase, "urls"), exist_ok=True)
-        root = self.known_root(refs)
+        root = self.known_root()
         cloned = False
         if root is None:
             with self.lock(os.path.join(sharebase,
                                         ".url-%s.lock" % self.url_key),
                            "pool entry for %s" % self.request.url):
-                root = self.known_root(refs)
+                root = self.known_root()
                 if root is None:
-                    root = self.clone_unknown(refs)
+                    root = self.clone_unknown()
                     cloned = True
         store = os.path.join(sharebase, root + STORE_SUFFIX)
         with self.store_lock(store):
@@ -470,19 +516,27 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                          os.path.basename(store))
         return store
 
-    def known_root(self, refs):
-        """The root recorded for the URL, or that of a store holding one of
-        its branch tips; None when the pool has not seen the project."""
+    def mapped_root(self):
+        """The root recorded for the URL, where its store exists; else
+        None."""
         mapping = os.path.join(self.request.sharebase, "urls", self.url_key)
         try:
             with open(mapping) as fh:
                 root = fh.read().strip()
-            if os.path.isdir(os.path.join(self.request.sharebase,
-                                          root + STORE_SUFFIX)):
-                return root
         except FileNotFoundError:
-            pass
-        tips = {sha.encode() for name, sha in refs.items()
+            return None
+        if os.path.isdir(os.path.join(self.request.sharebase,
+                                      root + STORE_SUFFIX)):
+            return root
+        return None
+
+    def known_root(self):
+        """The root recorded for the URL, or that of a store holding one of
+        its branch tips; None when the pool has not seen the project."""
+        root = self.mapped_root()
+        if root is not None:
+            return root
+        tips = {sha.encode() for name, sha in self.remote_refs().items()
                 if name.startswith("refs/heads/")}
         for name in sorted(os.listdir(self.request.sharebase)):
             if not _STORE_NAME.match(name):
@@ -501,7 +555,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         path = os.path.join(self.request.sharebase, "urls", self.url_key)
         _write_atomically(path, root + "\n")
 
-    def clone_unknown(self, refs):
+    def clone_unknown(self):
         """Clone a URL the pool does not know yet: its root names the
         store.  Under the URL's lock: what a killed clone of it left goes
         first."""
@@ -515,7 +569,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                                % (self.url_key, os.getpid()))
         self.fetch_new(partial)
         # the remote's HEAD, unless an --upstream seed lacks it
-        objects = _objects(partial)
+        objects, refs = _objects(partial), self.remote_refs()
         candidates = [refs.get("HEAD"), self.revision] + sorted(
             sha for name, sha in refs.items() if name.startswith("refs/"))
         head = next((sha for sha in candidates
@@ -633,15 +687,16 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     def obtain(self, store):
         """The full sha of the wanted commit, fetched into the store if it
         lacks it; one process fetches a store at a time."""
-        self.find_purge_beside_pull(store)
         commit = self.local_commit(store)
         if commit:
+            self.check_fetched_names(store)
             return commit
         with self.store_lock(store):
             commit = self.local_commit(store)
             if commit:
                 self.say("(%s was fetched by another process while we "
                          "waited; not pulling)", self.revision)
+                self.check_fetched_names(store)
                 return commit
             self.say("(pulling to obtain %s)", self.request.wanted)
             failure = self.pull(store)
@@ -655,6 +710,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                         % (self.revision, self.request.url),
                         hint="check the revision, and that it was pushed "
                         "to a branch or tag there")
+        self.check_fetched_names(store)
         return commit
 
     def pull(self, store):
@@ -777,7 +833,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                       stale)
             os.unlink(stale)
         index = os.path.join(dest, index)
-        damage = _index_damage(index)
+        damage = self.index_damage(index)
         if not damage:
             return
         self.warn("(index %s is damaged: %s; rebuilding it from the "
@@ -785,6 +841,14 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         os.unlink(index)
         if _head_resolves(dest):
             git("read-tree", "HEAD", cwd=dest)
+
+    def index_damage(self, index):
+        """``_index_damage`` of DEST's index ``index``: as found beside
+        the pull, while the index is the one read then."""
+        found = self.inspecting and _result(self.inspecting)
+        if found and found[0] == cleantree.index_checksum(index):
+            return found[1]
+        return _index_damage(index)
 
     # purge, update, verify ----------------------------------------------------
 
@@ -802,32 +866,41 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                             failure.stderr.strip())
         return outside + len(out.splitlines())
 
-    def find_purge_beside_pull(self, store):
-        """With --purge on an existing checkout, begin finding what to
-        purge (``cleantree.find``) in a thread, so that reading DEST's
-        changed directories overlaps the pull: it writes nothing, and
-        what it found is removed only after the pull, the share checks
-        and the index repair, if the index is still the one it read."""
-        self.finding = None
-        dest = self.request.dest
-        if not self.request.purge or self.sparse_request() \
-                or not os.path.isdir(os.path.join(dest, ".git")):
+    def examine_beside_pull(self):
+        """On an existing full checkout, begin in threads, before the
+        remote is asked for anything, what reads DEST only: comparing its
+        tracked files with the index (``cleantree.changed_files``: the
+        checkout then looks only at those that differ), checking the index
+        for damage (``repair_index``), and with --purge finding what to
+        purge (``cleantree.find``, in DEST, whose objects are the
+        store's).  Each is used after the pull and the share checks only
+        if the index is still the one it read; nothing is removed before
+        the pull has succeeded."""
+        self.comparing = self.inspecting = self.finding = None
+        paths = self.full_checkout_paths()
+        if not paths:
             return
-        try:
-            index, path = self.git_paths("index", cleantree.NAME)
-        except CommandError:
-            return  # not a checkout: the share checks say what it is
-        self.finding = concurrent.futures.Future()
+        dest, (index, record) = self.request.dest, paths
+        self.comparing = _in_thread(cleantree.changed_files, dest, index)
+        self.inspecting = _in_thread(_inspected, index)
+        if self.request.purge:
+            self.finding = _in_thread(
+                lambda: cleantree.find(dest, dest, cleantree.read(record),
+                                       cleantree.index_checksum(index)))
 
-        def find(finding):
-            try:
-                finding.set_result(cleantree.find(
-                    dest, store, cleantree.read(path),
-                    cleantree.index_checksum(index)))
-            except BaseException as exc:  # re-raised by finding.result()
-                finding.set_exception(exc)
-        threading.Thread(target=find, args=(self.finding,),
-                         daemon=True).start()
+    def full_checkout_paths(self):
+        """``(index, record)`` paths of DEST, an existing checkout of the
+        whole tree asked for whole; None otherwise (not a checkout: the
+        share checks say what it is)."""
+        dest = self.request.dest
+        if self.sparse_request() \
+                or not os.path.isdir(os.path.join(dest, ".git")) \
+                or partialtree.state(dest) != "full":
+            return None
+        try:
+            return self.git_paths("index", cleantree.NAME)
+        except CommandError:
+            return None
 
     def purge_from_record(self):
         """What ``git clean -ffdx`` would remove, removed after reading
@@ -887,10 +960,18 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
 
     def update(self, commit, created):
         dest, store = self.request.dest, self.store
+        changed = self.changed_tracked_files(created)
         try:
-            git(*_checkout_settings(dest, created), "checkout", "--quiet",
-                "--force", "--detach", commit, cwd=dest,
-                env=partialtree.offline_env())
+            with cleantree.trusting_all_but(changed) as trusted:
+                git(*_checkout_settings(dest, created), *trusted, "checkout",
+                    "--quiet", "--force", "--detach", commit, cwd=dest,
+                    env=partialtree.offline_env())
+                if created and trusted:
+                    # git leaves what it wrote for the monitor to vouch
+                    # for: one comparison now, while the files are fresh
+                    # in memory, spares the first reuse one
+                    git(*trusted, "update-index", "-q", "--refresh",
+                        cwd=dest, env=partialtree.offline_env())
         except CommandError as failure:
             # a fresh checkout failing means the store is damaged
             self.warn("(checkout failed: %s; deleting %s)",
@@ -908,11 +989,39 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                 git("update-ref", "refs/checkouts/%s" % _key(dest), commit,
                     cwd=store)
 
+    def changed_tracked_files(self, created):
+        """``(answer, names)``: where the checkout's monitor answer goes,
+        and the tracked files of DEST that differ from the index: none in
+        a new DEST, else those the comparison beside the pull found
+        (``cleantree.changed_files``) while the index is still the one it
+        read.  None (the checkout compares every file itself) in a sparse
+        checkout, or where there was no such comparison: a DEST taken
+        from the ready trees or in the worktree layout, an index repaired
+        since (comparing now would cost what git's own comparison
+        does)."""
+        comparing, self.comparing = self.comparing, None
+        dest = self.request.dest
+        if not (created or comparing) or self.sparse_request() \
+                or partialtree.state(dest) != "full":
+            return None
+        try:
+            index, answer = self.git_paths("index", _ANSWER)
+        except CommandError:
+            return None
+        if created:
+            return answer, b""
+        found = _result(comparing)
+        if not found or found[0] != cleantree.index_checksum(index):
+            return None
+        return answer, found[1]
+
     def working_state(self):
-        """HEAD, and what differs from it.  ``git checkout --force`` has
-        just compared every tracked file with the index and written the
-        ones that differed, and exits non-zero when it cannot, so a second
-        walk of the tree (``git status``) would find nothing it has not:
+        """HEAD, and what differs from it.  Every tracked file has just
+        been compared with the index (by ``git checkout --force``, or
+        beside the pull, ``cleantree.changed_files``) and those that
+        differed written by the checkout, which exits non-zero when it
+        cannot, so a second walk of the tree (``git status``) would find
+        nothing new:
         verification reads HEAD, and with --purge, where DEST is not known
         to hold only tracked files (the purge ran ``git clean``), what
         ``git status`` lists untracked or ignored.  After a purge from the
@@ -979,6 +1088,38 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
 
 
 # Helpers ---------------------------------------------------------------------
+
+def _in_thread(function, *args):
+    """A future of ``function(*args)``, called in a thread of its own."""
+    future = concurrent.futures.Future()
+
+    def call():
+        try:
+            future.set_result(function(*args))
+        except BaseException as exc:  # re-raised by future.result()
+            future.set_exception(exc)
+    threading.Thread(target=call, daemon=True).start()
+    return future
+
+
+def _inspected(index):
+    """``(checksum, damage)``: ``_index_damage`` of the index file
+    ``index``, and the checksum of the index it read."""
+    before = cleantree.index_checksum(index)
+    damage = _index_damage(index)
+    if before is None or cleantree.index_checksum(index) != before:
+        raise cleantree.Fallback("the index changed while it was read")
+    return before, damage
+
+
+def _result(future):
+    """What ``future`` (``_in_thread``) returned; None if it raised
+    ``cleantree.Fallback``."""
+    try:
+        return future.result()
+    except cleantree.Fallback:
+        return None
+
 
 def _local_absolute(url):
     """``url``, or the absolute path of a relative one naming a directory

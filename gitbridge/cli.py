@@ -16,13 +16,14 @@ from vcsperf.core import __version__
 FEATURE_MODULES = ("gitbridge.bundlegen", "gitbridge.checkout",
                    "gitbridge.commitid", "gitbridge.commitindex",
                    "gitbridge.packcache", "gitbridge.readytrees")
-#: Subcommands that answer in milliseconds: only their module is imported,
-#: sparing them the others' imports (dulwich's take tens of milliseconds),
-#: and its ``quick_main(ARGS)``, where it has one, reads their usual
-#: arguments without argparse; where it returns None, the parser reads
-#: them.
+#: Subcommands run where time counts (a lookup, a CI task's checkout):
+#: only their module is imported, sparing them the others' imports (tens
+#: of milliseconds), and its ``quick_main(ARGS)``, where it has one, reads
+#: their usual arguments without argparse; where it has none or that
+#: returns None, the parser reads them.
 QUICK = {"commitid-lookup": "gitbridge.commitindex",
-         "pack-cache": "gitbridge.packcache"}
+         "pack-cache": "gitbridge.packcache",
+         "checkout": "gitbridge.checkout"}
 
 
 def build_parser(modules=FEATURE_MODULES):

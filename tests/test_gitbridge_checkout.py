@@ -30,7 +30,7 @@ def gitbridge(env, home):
     binary = tools.executable("gitbridge")
     (home / ".gitconfig").write_text(GITCONFIG)
 
-    def run(*args, check=True, cwd=None):
+    def run(*args, check=True, cwd=None, env=env):
         proc = subprocess.run([binary, *map(str, args)], env=env, cwd=cwd,
                               capture_output=True, text=True)
         if check and proc.returncode != 0:
@@ -195,6 +195,41 @@ def test_ambiguous_short_hash_aborts(git, gitbridge, served, tmp_path):
     assert abort_line(proc).startswith(
         "abort: --revision argument is ambiguous: %s names %s"
         % (tip[:12], first))
+
+
+def test_a_full_hash_the_pool_has_asks_the_server_nothing(
+        git, gitbridge, served, tmp_path):
+    """robustcheckout's rule: a full hash the pool holds is checked out
+    without a request to the server (here every request would fail); a
+    full hash it lacks is fetched, and a branch fetched with the hash's
+    name, naming another commit, makes it ambiguous, as ``ls-remote``
+    would have."""
+    first, middle, tip = served.commits
+    pool = tmp_path / "pool"
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + served.repo_url[len(served.url):]
+        gitbridge("checkout", "--sharebase", pool, "-r", middle, url,
+                  tmp_path / "co")
+        proxy.add(Fault("/", status=500, times=None))
+        before = len(proxy.applied())
+        gitbridge("checkout", "--sharebase", pool, "-r", first, url,
+                  tmp_path / "co")
+        assert head(git, tmp_path / "co") == first
+        assert len(proxy.applied()) == before
+        proxy.faults.clear()
+        newer = git_commit(git, served.work, {"newer.txt": "newer\n"},
+                           "newer")
+        git("-C", served.work, "push", "-q", "origin", "%s:refs/heads/%s"
+            % (first, newer))
+        proc = gitbridge("checkout", "--sharebase", pool, "-r", newer, url,
+                         tmp_path / "co", check=False, env=dict(
+                             gitbridge.env, GIT_TRACE2_EVENT=str(
+                                 tmp_path / "trace.json")))
+    assert abort_line(proc) == (
+        "abort: --revision argument is ambiguous: %s names %s on %s"
+        % (newer, first, url)), proc.stderr
+    assert '"ls-remote"' not in (tmp_path / "trace.json").read_text()
+    assert head(git, tmp_path / "co") == first
 
 
 def test_sparse_profile(git, gitbridge, served, tmp_path):

@@ -451,11 +451,13 @@ def test_a_record_after_a_purge_keeps_only_untouched_directories(
                "--ignored") == ""
 
 
-def test_an_index_repaired_after_the_purge_was_found_is_git_clean(
+def test_an_index_repaired_after_the_purge_was_found_is_found_again(
         git, gitbridge, served, tmp_path):
     """What to purge is found beside the pull, from the index as it was;
     an index the share checks then rebuild (damaged: its checksum does not
-    match) voids it: the purge runs git clean, and the tree ends clean."""
+    match) voids that finding.  The rebuilt index holds exactly the
+    recorded commit's tree, so the record still holds: the purge is found
+    again from it, and the tree ends clean."""
     dest, pool = tmp_path / "co", tmp_path / "pool"
     gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
     tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
@@ -468,7 +470,8 @@ def test_an_index_repaired_after_the_purge_was_found_is_git_clean(
                      served.repo_url, dest)
     assert "is damaged" in proc.stderr + proc.stdout
     facts = checkout_drivers.timings(proc, "checkout")
-    assert facts["pulled"] is True and facts["purge_from_record"] is False
+    assert facts["pulled"] is True and facts["purge_from_record"] is True
+    assert not (dest / "untracked.txt").exists()
     assert git("-C", dest, "rev-parse", "HEAD").strip() == tip
     assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
                "--ignored") == ""
@@ -576,3 +579,206 @@ def test_a_hostile_record_is_no_record(tmp_path, git, kind):
         os.symlink("/dev/zero", path)
     assert cleantree.read(path) is None
     assert victim.read_text() == "keep\n"
+
+
+# The tracked files compared beside the pull ------------------------------------
+
+def checkout_traced(env, tmp_path, *args):
+    """``gitbridge checkout ARGS`` with git's monitor trace on: the run,
+    and what the trace says (the hook's command and the files it named,
+    in order)."""
+    trace = tmp_path / ("fsmonitor-%d.log" % time.monotonic_ns())
+    proc = subprocess.run([tools.executable("gitbridge"), "checkout",
+                           *map(str, args)],
+                          env=dict(env, GIT_TRACE_FSMONITOR=str(trace)),
+                          capture_output=True, text=True, check=True)
+    return proc, trace.read_text(errors="surrogateescape") \
+        if trace.exists() else ""
+
+
+def named_by_the_hook(trace):
+    return sorted(line.split("fsmonitor_refresh_callback '", 1)[1]
+                  .rsplit("' (pos", 1)[0] for line in trace.splitlines()
+                  if "fsmonitor_refresh_callback" in line)
+
+
+@pytest.mark.parametrize("dest_name", ["co", "co 'it''s' $HOME \\ \"x\""])
+def test_a_reuse_lstats_only_the_changed_files_and_reverts_them(
+        git, gitbridge, env, served, tmp_path, dest_name):
+    """A reuse compares the tracked files with the index beside the pull
+    and tells the checkout which differ (a monitor hook, through the
+    shell: DEST's name is quoted): git is told exactly the files edited,
+    deleted or replaced behind its back, and the tree ends at the commit
+    with each of them restored; the answer file is gone afterwards, and
+    a stock git reads the index."""
+    dest, pool = tmp_path / dest_name, tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+    (dest / "lib/a.py").write_text("edited\n")
+    os.unlink(dest / "top.txt")
+    os.unlink(dest / "src/kept.c")
+    os.symlink("top.txt", dest / "src/kept.c")
+    proc, trace = checkout_traced(env, tmp_path, "--sharebase", pool, "-r",
+                                  tip, "--purge", served.repo_url, dest)
+    assert "returned success" in trace, trace
+    assert named_by_the_hook(trace) == ["lib/a.py", "src/kept.c", "top.txt"]
+    # the others were vouched for by the new checkout: never looked at
+    looked_at = {line.split("mark_fsmonitor_clean '", 1)[1][:-1]
+                 for line in trace.splitlines()
+                 if "mark_fsmonitor_clean '" in line}
+    assert looked_at <= {"lib/a.py", "src/kept.c", "top.txt", "lib/new.py"}
+    assert git("-C", dest, "rev-parse", "HEAD").strip() == tip
+    assert git("-C", dest, "status", "--porcelain", "--untracked-files=all",
+               "--ignored") == ""
+    assert (dest / "lib/a.py").read_text() == "a\n"
+    assert (dest / "top.txt").read_text() == "top\n"
+    assert not os.path.islink(dest / "src/kept.c")
+    assert not [name for name in os.listdir(dest / ".git")
+                if name.startswith("gitbridge-changed-files")]
+    # nothing changed since: the hook names nothing, the tree stays
+    proc, trace = checkout_traced(env, tmp_path, "--sharebase", pool, "-r",
+                                  tip, "--purge", served.repo_url, dest)
+    assert "returned success" in trace and named_by_the_hook(trace) == []
+    assert git("-C", dest, "status", "--porcelain") == ""
+
+
+def test_a_monitor_configured_in_dest_that_lies_is_not_trusted(
+        git, gitbridge, env, served, tmp_path):
+    """DEST's own ``core.fsmonitor`` hook says nothing ever changes: the
+    comparison beside the pull does not ask it, the checkout asks ours,
+    and an edited file is still restored."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    liar = tmp_path / "liar"
+    liar.write_text("#!/bin/sh\nprintf 'lie\\0'\n")
+    liar.chmod(0o755)
+    git("-C", dest, "config", "core.fsmonitor", str(liar))
+    git("-C", dest, "config", "core.fsmonitorHookVersion", "2")
+    git("-C", dest, "status", "--porcelain")  # the liar's token in the index
+    (dest / "lib/a.py").write_text("edited\n")
+    tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+    gitbridge("--sharebase", pool, "-r", tip, served.repo_url, dest)
+    assert (dest / "lib/a.py").read_text() == "a\n"
+    assert (dest / "lib/new.py").read_text() == "new\n"
+
+
+def test_tracked_names_git_quotes_are_told_and_restored(
+        git, gitbridge, env, served, tmp_path):
+    """Tracked files named with a newline, quotes, a backslash and bytes
+    that are not UTF-8, edited: the hook's answer carries the names as
+    they are (NUL-separated), and each is restored."""
+    names = [b"odd/new\nline.txt", b"odd/quo\"te's.txt", b"odd/back\\slash",
+             b"odd/latin-\xe9.txt"]
+    for name in names:
+        path = os.fsdecode(os.path.join(bytes(served.work), name))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"original\n")
+    git("-C", served.work, "add", "-A")
+    git("-C", served.work, "commit", "-q", "-m", "odd names")
+    git("-C", served.work, "push", "-q", "origin", "HEAD:main")
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    base = git("-C", served.work, "rev-parse", "HEAD").strip()
+    gitbridge("--sharebase", pool, "-r", base, served.repo_url, dest)
+    for name in names:
+        with open(os.path.join(bytes(dest), name), "wb") as fh:
+            fh.write(b"edited!!\n")
+    tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+    proc, trace = checkout_traced(env, tmp_path, "--sharebase", pool, "-r",
+                                  tip, "--purge", served.repo_url, dest)
+    assert "returned success" in trace
+    assert len(named_by_the_hook(trace)) == len(names)
+    for name in names:
+        with open(os.path.join(bytes(dest), name), "rb") as fh:
+            assert fh.read() == b"original\n"
+    assert git("-C", dest, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("planted", ["link", "directory", "fifo"])
+def test_a_hostile_answer_file_is_replaced_or_not_used(
+        git, gitbridge, env, served, tmp_path, planted):
+    """Something planted where the monitor answer goes: a symbolic link
+    to a file outside DEST is replaced, never written through; a FIFO is
+    replaced without being opened; a directory there cannot be replaced,
+    and the checkout compares every file itself.  An edit is restored
+    each time, and nothing outside DEST changes."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    outside = tmp_path / "precious"
+    outside.write_text("precious\n")
+    answer = dest / ".git" / "gitbridge-changed-files"
+    if planted == "link":
+        os.symlink(outside, answer)
+    elif planted == "fifo":
+        os.mkfifo(answer)
+    else:
+        (answer / "sub").mkdir(parents=True)
+    (dest / "lib/a.py").write_text("edited\n")
+    tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+    proc, trace = checkout_traced(env, tmp_path, "--sharebase", pool, "-r",
+                                  tip, "--purge", served.repo_url, dest)
+    assert outside.read_text() == "precious\n"
+    assert (dest / "lib/a.py").read_text() == "a\n"
+    assert git("-C", dest, "status", "--porcelain") == ""
+    if planted == "directory":
+        assert "fsmonitor process" not in trace
+        assert (answer / "sub").is_dir()
+    else:
+        assert "returned success" in trace
+        assert not os.path.lexists(answer)
+
+
+def test_a_tracked_file_edited_while_the_pull_runs_is_restored_next_time(
+        git, gitbridge, env, served, tmp_path):
+    """The tracked files are compared before the pull ends; a file
+    another process edits after that (here while the server trickles its
+    pack), while the run holds DEST's lock, is not told to the checkout
+    (the record's miss, cleantree's docstring).  The next run compares
+    again, from scratch, and restores it."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + served.repo_url[len(served.url):]
+        gitbridge("--sharebase", pool, "-r", served.tip, url, dest)
+        tip = git_commit(git, served.work, {"lib/new.py": "new\n"}, "new")
+        proxy.add(Fault("command=fetch", trickle=0.002))
+
+        def edit():
+            while not proxy.applied():
+                time.sleep(0.01)
+            (dest / "lib/a.py").write_text("edited during the pull\n")
+        editor = threading.Thread(target=edit)
+        editor.start()
+        try:
+            gitbridge("--sharebase", pool, "-r", tip, url, dest)
+        finally:
+            editor.join(60)
+        assert git("-C", dest, "rev-parse", "HEAD").strip() == tip
+        gitbridge("--sharebase", pool, "-r", tip, url, dest)
+    assert (dest / "lib/a.py").read_text() == "a\n"
+    assert git("-C", dest, "status", "--porcelain") == ""
+
+
+def test_a_replace_ref_planted_in_dest_does_not_make_tracked_files_junk(
+        git, gitbridge, served, tmp_path):
+    """What to purge is found in DEST before the pull (its objects are the
+    store's).  A replace ref planted there, swapping ``lib/b``'s tree for
+    an empty one, would make ``lib/b/c.py`` look untracked to a reader
+    that honours it, and the checkout, told only of the files that
+    differ, would not bring it back: objects are read as they are, and
+    every tracked file stays."""
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    gitbridge("--sharebase", pool, "-r", served.tip, served.repo_url, dest)
+    lib = git("-C", dest, "rev-parse", "HEAD:lib/b").strip()
+    empty = git("-C", dest, "hash-object", "-t", "tree", "-w",
+                "/dev/null").strip()
+    git("-C", dest, "replace", lib, empty)
+    junk_everywhere(dest)
+    (dest / "lib/b/more.o").write_text("x\n")
+    tip = git_commit(git, served.work, {"top.txt": "top 2\n"}, "tip")
+    gitbridge("--sharebase", pool, "-r", tip, "--purge", served.repo_url,
+              dest)
+    assert (dest / "lib/a.py").read_text() == "a\n"
+    assert (dest / "lib/b/c.py").read_text() == "c\n"
+    assert not (dest / "lib/b/more.o").exists()
+    assert git("-C", dest, "-c", "core.useReplaceRefs=false", "status",
+               "--porcelain", "--untracked-files=all", "--ignored") == ""
