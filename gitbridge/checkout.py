@@ -91,6 +91,7 @@ import os
 import re
 import sys
 import threading
+import time
 import urllib.parse
 
 from dulwich.errors import NotGitRepository
@@ -124,6 +125,12 @@ READY_STAMPED = (".git/index",)
 #: The checkout's monitor answer (``cleantree.trusting_all_but``), in
 #: DEST's git directory.
 _ANSWER = "gitbridge-changed-files"
+#: Seconds from the start of the comparison beside the pull within which
+#: the checkout may use it: a tracked file another process changes in
+#: that window (while the run holds DEST's lock) is missed by the run,
+#: so a slow pull (a trickling server) cannot stretch it.  The
+#: comparison takes about a second at Firefox's size, the pull as long.
+COMPARISON_TRUSTED_FOR = 5.0
 
 #: The settings ``gitbridge checkout`` reads from git config.
 SETTINGS = r"^(share\.pool|sharepool\.)"
@@ -223,6 +230,11 @@ class Request:
         sharebase = args.sharebase or config.get("share.pool")
         self.sharebase = sharebase and os.path.realpath(
             os.path.expanduser(sharebase))
+        for url in (args.url, args.upstream or ""):
+            if url.startswith("-"):
+                raise Abort("source %r begins with '-'" % url[:200],
+                            hint="git would read it as an option; name a "
+                            "path that begins with ./")
         self.url = _local_absolute(args.url)
         self.upstream = args.upstream and _local_absolute(args.upstream)
         self.dest = os.path.abspath(args.dest)
@@ -332,6 +344,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     #: The remote's refs, where this attempt asked for them
     #: (``remote_refs``), or None.
     refs_read = None
+    #: When the comparison beside the pull began (``time.monotonic``).
+    compared_at = 0.0
 
     def __init__(self, request):
         super().__init__(
@@ -340,6 +354,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                                     jitter=request.jitter),
             request.lock_policy)
         self.timer.facts["layout"] = request.layout
+        _own_repositories_only(request.dest)
         self.revision = request.revision
         self.url_key = _key(request.url)
         #: Whether DEST is known to hold nothing the index does not: it
@@ -390,7 +405,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         working tree."""
         checkouts = os.path.join(self.request.sharebase, "checkouts")
         os.makedirs(checkouts, exist_ok=True)
-        key = _key(self.request.dest)
+        # by its real path: DEST named through a link is the same DEST
+        key = _key(os.path.realpath(self.request.dest))
         return self.lock(os.path.join(checkouts, key + ".lock"),
                          "checkout %s" % self.request.dest)
 
@@ -814,6 +830,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
             if _head_missing(self.request.dest):
                 return "working tree's commit is not in the store"
             self.repair_index()
+        except OSError as failure:
+            return "destination's index cannot be repaired: %s" % failure
         except CommandError as failure:
             return "destination is not a usable checkout: %s" % (
                 failure.stderr.strip().splitlines() or ["?"])[-1]
@@ -880,7 +898,11 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         paths = self.full_checkout_paths()
         if not paths:
             return
+        # the purge's search holds the interpreter's lock in long runs of
+        # short steps: the pull's own short steps must not wait 5 ms each
+        sys.setswitchinterval(0.0005)
         dest, (index, record) = self.request.dest, paths
+        self.compared_at = time.monotonic()
         self.comparing = _in_thread(cleantree.changed_files, dest, index)
         self.inspecting = _in_thread(_inspected, index)
         if self.request.purge:
@@ -894,12 +916,13 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         share checks say what it is)."""
         dest = self.request.dest
         if self.sparse_request() \
-                or not os.path.isdir(os.path.join(dest, ".git")) \
-                or partialtree.state(dest) != "full":
+                or not os.path.isdir(os.path.join(dest, ".git")):
             return None
         try:
+            if partialtree.state(dest) != "full":
+                return None
             return self.git_paths("index", cleantree.NAME)
-        except CommandError:
+        except (Abort, CommandError):
             return None
 
     def purge_from_record(self):
@@ -1001,6 +1024,11 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         does)."""
         comparing, self.comparing = self.comparing, None
         dest = self.request.dest
+        if not created and comparing and time.monotonic() \
+                - self.compared_at > COMPARISON_TRUSTED_FOR:
+            self.note("(the pull took long: the checkout compares every "
+                      "file itself)")
+            comparing = None
         if not (created or comparing) or self.sparse_request() \
                 or partialtree.state(dest) != "full":
             return None
@@ -1088,6 +1116,21 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
 
 
 # Helpers ---------------------------------------------------------------------
+
+def _own_repositories_only(dest):
+    """git run by the checkout reads the pool's and DEST's repositories
+    and no other: not one the caller's environment names (``GIT_DIR``
+    and the rest of ``git rev-parse --local-env-vars``, set when a hook
+    runs the command), nor, from DEST, a repository above it (DEST's own
+    ``.git`` damaged, git would take its parent's), and it reads objects
+    as they are (a replace ref planted in DEST would check out another
+    tree under the commit's name)."""
+    for name in git("rev-parse", "--local-env-vars").split():
+        os.environ.pop(name, None)
+    os.environ["GIT_NO_REPLACE_OBJECTS"] = "1"
+    os.environ["GIT_CEILING_DIRECTORIES"] = os.path.dirname(
+        os.path.realpath(dest))
+
 
 def _in_thread(function, *args):
     """A future of ``function(*args)``, called in a thread of its own."""
@@ -1236,6 +1279,8 @@ def _index_damage(path):
             data = fh.read()
     except FileNotFoundError:
         return None
+    except OSError as failure:
+        return "unreadable (%s)" % failure.strerror
     if len(data) < 12 + 20:
         return "truncated to %d bytes" % len(data)
     if data[:4] != b"DIRC":

@@ -43,10 +43,11 @@ different index, a sparse checkout, a removal that fails) is ``Fallback``:
 the caller runs ``git clean -ffdx``.
 
 The tracked files are compared with the index once, beside the pull
-(``changed_files``): ``git checkout --force`` would otherwise lstat
-every one of them again after it (``preload``: half a second of its
-second at Firefox's 408,000 files on two cores), and nothing in that
-comparison needs what the pull brings.  The checkout learns the result
+(``changed_files``, at the lowest CPU priority, so the pull keeps its
+core): ``git checkout --force`` would otherwise lstat every one of them
+after it (``preload``: half a second of its second at Firefox's 408,000
+files on two cores), and nothing in that comparison needs what the pull
+brings.  The checkout learns the result
 through the one way git lets another process tell it which files
 changed, a filesystem monitor hook (``core.fsmonitor``, version 2):
 here no monitor, but a command that prints the list just found
@@ -57,7 +58,11 @@ and the checkout, while the run holds DEST's lock, is missed, as the
 record misses a name added then.  Git keeps, in the index, which
 entries the monitor vouched for (its ``FSMN`` extension) and trusts
 them only under a monitor: a stock git without ``core.fsmonitor``
-drops them, and the next checkout lstats every file once more.
+drops them, and the next checkout lstats every file once more.  Git
+leaves the files it writes for the monitor to vouch for, so a new
+checkout compares its files once more at its end (``git update-index
+--refresh`` under the same hook), or its first reuse would lstat them
+all.
 """
 
 import array
@@ -68,6 +73,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -103,11 +109,15 @@ def _git(repo, *args, input=None, nice=False):
     filesystem); ``nice``: at the lowest CPU priority.  Objects are read
     as they are: a replace ref planted in DEST (where the purge may read
     trees) must not make a tracked file look untracked."""
-    command = ("nice", "-n", "19", "git") if nice else ("git",)
-    proc = subprocess.run(command + args, cwd=repo, input=input,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=dict(os.environ, GIT_LITERAL_PATHSPECS="1",
-                                   GIT_NO_REPLACE_OBJECTS="1"))
+    command = ("nice", "-n", "19", "git") if nice and shutil.which(
+        "nice") else ("git",)
+    try:
+        proc = subprocess.run(command + args, cwd=repo, input=input,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(os.environ, GIT_LITERAL_PATHSPECS="1",
+                                       GIT_NO_REPLACE_OBJECTS="1"))
+    except OSError as failure:
+        raise Fallback(str(failure))
     if proc.returncode:
         name = next(arg for arg in args
                     if not arg.startswith("-") and "=" not in arg)

@@ -457,3 +457,108 @@ def test_gitbridge_checkout_of_a_non_utf8_source_path(git, env, home,
     assert b"Traceback" not in proc.stderr
     assert proc.returncode == 0, proc.stderr[-500:]
     assert (tmp_path / "co" / "a.txt").exists()
+
+
+def test_outside_repositories_and_environment_are_never_touched(
+        git, gitbridge, served, tmp_path):
+    """An outside attack: git run from DEST reached other repositories.
+    DEST inside another clone, its own ``.git`` damaged (HEAD gone):
+    git took the parent's repository, detached its branch and reverted
+    its edits.  ``GIT_DIR`` in the caller's environment (a hook's):
+    git worked in that repository.  A replace ref planted in DEST: the
+    checkout wrote another commit's tree under the wanted commit's name.
+    Now DEST is rebuilt, the others keep their state, and the tree is the
+    commit's."""
+    first, _middle, tip = served.commits
+    parent, other = tmp_path / "parent", tmp_path / "other"
+    for clone in (parent, other):
+        git("clone", "-q", served.repo_url, clone)
+        git("-C", clone, "checkout", "-q", "-b", "mine", first)
+        (clone / "mine.txt").write_text("work in progress\n")
+    pool, dest = tmp_path / "pool", parent / "dest"
+    gitbridge("checkout", "--sharebase", pool, "-r", tip, served.repo_url,
+              dest)
+    os.unlink(dest / ".git" / "HEAD")
+    gitbridge("checkout", "--sharebase", pool, "-r", tip, served.repo_url,
+              dest)
+    other_head = git("-C", other, "rev-parse", "HEAD").strip()
+    tree = {path: (dest / path).read_bytes()
+            for path in git("-C", dest, "ls-files").split()}
+    git("-C", dest, "replace", tip, first)
+    gitbridge("checkout", "--sharebase", pool, "-r", tip, "--purge",
+              served.repo_url, dest, env=dict(
+                  gitbridge.env, GIT_DIR=str(other / ".git"),
+                  GIT_WORK_TREE=str(other)))
+    for clone in (parent, other):
+        assert git("-C", clone, "symbolic-ref", "HEAD").strip() \
+            == "refs/heads/mine"
+        assert (clone / "mine.txt").read_text() == "work in progress\n"
+    assert git("-C", other, "rev-parse", "HEAD").strip() == other_head
+    assert head(git, dest) == tip
+    assert {path: (dest / path).read_bytes() for path in tree} == tree
+
+
+def test_a_source_that_git_would_read_as_an_option_is_refused(
+        gitbridge, tmp_path):
+    """An outside attack: ``--upload-pack=COMMAND`` as the source ran
+    COMMAND through ``git ls-remote``."""
+    marker = tmp_path / "ran"
+    proc = gitbridge("checkout", "--sharebase", tmp_path / "pool", "-r",
+                     "a" * 40, "--", "--upload-pack=touch %s" % marker,
+                     tmp_path / "co", check=False)
+    assert proc.returncode == 255
+    assert abort_line(proc).startswith("abort: source '--upload-pack=")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["config", "index-directory"])
+def test_a_checkout_git_cannot_read_is_rebuilt(git, gitbridge, served,
+                                               tmp_path, damage):
+    """An outside attack: a line git cannot parse in DEST's config made
+    every later run abort; an index replaced by a directory ended the
+    run in a traceback.  Both DESTs are deleted and checked out again."""
+    first, _middle, tip = served.commits
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    gitbridge("checkout", "--sharebase", pool, "-r", first, served.repo_url,
+              dest)
+    if damage == "config":
+        with open(dest / ".git" / "config", "a") as fh:
+            fh.write("[core\n")
+    else:
+        os.unlink(dest / ".git" / "index")
+        (dest / ".git" / "index" / "sub").mkdir(parents=True)
+    proc = gitbridge("checkout", "--sharebase", pool, "-r", tip, "--purge",
+                     served.repo_url, dest)
+    assert "Traceback" not in proc.stderr
+    assert "deleting destination" in proc.stderr, proc.stderr
+    assert head(git, dest) == tip
+    assert git("-C", dest, "status", "--porcelain") == ""
+
+
+def test_one_destination_named_through_a_link_is_locked_once(
+        git, gitbridge, served, tmp_path):
+    """An outside attack: DEST's lock was keyed on the path as given, so
+    the same directory named through a symbolic link was checked out by
+    two runs at once, each deleting the other's work.  The lock is the
+    real path's: the second run waits for the first."""
+    first, _middle, tip = served.commits
+    pool, real = tmp_path / "pool", tmp_path / "real"
+    real.mkdir()
+    os.symlink(real, tmp_path / "link")
+    gitbridge("checkout", "--sharebase", pool, "-r", first, served.repo_url,
+              real / "co")
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + served.repo_url[len(served.url):]
+        proxy.add(Fault("command=fetch", stall=2))
+        runs = [subprocess.Popen(
+            [gitbridge.binary, "checkout", "--sharebase", str(pool), "-r",
+             tip, url, str(parent / "co")], env=gitbridge.env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for parent in (real, tmp_path / "link")]
+        outputs = [run.communicate(timeout=120) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert not any("deleting" in err for _out, err in outputs), outputs
+    assert any("for lock on checkout" in err + out
+               for out, err in outputs), outputs
+    assert head(git, real / "co") == tip
+    assert git("-C", real / "co", "status", "--porcelain") == ""

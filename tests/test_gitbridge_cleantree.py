@@ -782,3 +782,40 @@ def test_a_replace_ref_planted_in_dest_does_not_make_tracked_files_junk(
     assert not (dest / "lib/b/more.o").exists()
     assert git("-C", dest, "-c", "core.useReplaceRefs=false", "status",
                "--porcelain", "--untracked-files=all", "--ignored") == ""
+
+
+def test_a_pull_slower_than_the_bound_makes_the_checkout_compare_all(
+        git, gitbridge, served, tmp_path):
+    """An outside attack: a tracked file edited while the pull ran was
+    missed by that run, which still said the tree was clean, for as long
+    as the server made the pull last.  The comparison beside the pull is
+    used only within ``COMPARISON_TRUSTED_FOR`` seconds of its start;
+    past that, ``git checkout`` compares every file itself, and the edit
+    is undone by the same run."""
+    from gitbridge.checkout import COMPARISON_TRUSTED_FOR
+    dest, pool = tmp_path / "co", tmp_path / "pool"
+    with FlakyProxy(served.url) as proxy:
+        url = proxy.url + served.repo_url[len(served.url):]
+        gitbridge("--sharebase", pool, "-r", served.tip, url, dest)
+        tip = git_commit(git, served.work, {"lib/new.py": "new\n" * 200},
+                         "new")
+        proxy.add(Fault("command=fetch", trickle=0.02))
+
+        def edit():
+            while not proxy.applied():
+                time.sleep(0.01)
+            (dest / "lib/a.py").write_text("edited during the pull\n")
+            os.unlink(dest / "top.txt")
+        editor = threading.Thread(target=edit)
+        editor.start()
+        start = time.monotonic()
+        try:
+            proc = gitbridge("--sharebase", pool, "-r", tip, url, dest)
+        finally:
+            editor.join(60)
+    assert time.monotonic() - start > COMPARISON_TRUSTED_FOR
+    assert "(the pull took long: the checkout compares every file " \
+        "itself)" in proc.stdout
+    assert (dest / "lib/a.py").read_text() == "a\n"
+    assert (dest / "top.txt").read_text() == "top\n"
+    assert git("-C", dest, "status", "--porcelain") == ""
