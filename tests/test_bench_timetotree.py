@@ -47,7 +47,13 @@ def test_timetotree_on_real_history(real_git_repo, env, tmp_path):
     for name, row in result["paths"].items():
         assert 0 < row["total"] < 300, name
         assert all(seconds >= 0 for seconds in row["steps"].values()), name
-        assert row["disk"] > 0 and row["requests"] > 0, name
+        assert row["disk"] > 0, name
+        # a new directory from a warm pool that has the commit asks the
+        # origin nothing (robustcheckout's rule); every other path does
+        if "warm pool, new dir" in name or "ready tree" in name:
+            assert row["requests"] == 0, name
+        else:
+            assert row["requests"] > 0, name
         if name != PATHS[0]:
             assert row["check"]["passed"], (name, row["check"])
     paths = result["paths"]
