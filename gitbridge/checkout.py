@@ -829,7 +829,15 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         try:
             if _head_missing(self.request.dest):
                 return "working tree's commit is not in the store"
+            # a repository of its own: git would work (write, clean) in
+            # the tree its config names (a worktree's config is the
+            # store's, which is bare)
+            if layout == "alternates" and _names_another_tree(
+                    self.request.dest):
+                return "destination's config names another working tree"
             self.repair_index()
+        except Abort as abort:
+            return "destination's config cannot be read: %s" % abort
         except OSError as failure:
             return "destination's index cannot be repaired: %s" % failure
         except CommandError as failure:
@@ -1130,6 +1138,14 @@ def _own_repositories_only(dest):
     os.environ["GIT_NO_REPLACE_OBJECTS"] = "1"
     os.environ["GIT_CEILING_DIRECTORIES"] = os.path.dirname(
         os.path.realpath(dest))
+
+
+def _names_another_tree(dest):
+    """Whether DEST's config makes it bare or names another working
+    tree (``core.worktree``)."""
+    config = gitconfig.read(dest, r"^core\.(worktree|bare)$")
+    return config.get("core.worktree") is not None \
+        or config.boolean("core.bare", False)
 
 
 def _in_thread(function, *args):

@@ -562,3 +562,32 @@ def test_one_destination_named_through_a_link_is_locked_once(
                for out, err in outputs), outputs
     assert head(git, real / "co") == tip
     assert git("-C", real / "co", "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("setting", ["core.worktree", "core.bare"])
+def test_a_config_naming_another_working_tree_is_not_followed(
+        git, gitbridge, served, tmp_path, setting):
+    """An outside attack: ``core.worktree`` planted in DEST's config made
+    the checkout write (and ``git clean`` remove) in the tree it names,
+    outside DEST.  DEST is deleted and checked out again; the other tree
+    keeps every file."""
+    first, _middle, tip = served.commits
+    pool, dest, victim = tmp_path / "pool", tmp_path / "co", tmp_path / "v"
+    gitbridge("checkout", "--sharebase", pool, "-r", first, served.repo_url,
+              dest)
+    victim.mkdir()
+    names = [path for path in git("-C", dest, "ls-files").split()
+             if "/" not in path] + ["untracked.o"]
+    for name in names:
+        (victim / name).write_text("precious\n")
+    git("-C", dest, "config", setting,
+        str(victim) if setting == "core.worktree" else "true")
+    proc = gitbridge("checkout", "--sharebase", pool, "-r", tip, "--purge",
+                     served.repo_url, dest)
+    assert "(destination's config names another working tree; deleting " \
+        "destination)" in proc.stderr, proc.stderr
+    assert sorted(os.listdir(victim)) == sorted(names)
+    assert all((victim / name).read_text() == "precious\n"
+               for name in names)
+    assert head(git, dest) == tip
+    assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
