@@ -481,7 +481,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         ask the remote."""
         if self.refs_read is not None:
             return
-        prefix = "refs/pool/%s/" % _key(self.request.url)
+        prefix = "refs/pool/%s/" % self.url_key
         for named in git("for-each-ref", "--format=%(objectname)",
                          prefix + "heads/" + self.revision,
                          prefix + "tags/" + self.revision,

@@ -261,37 +261,45 @@ def write(path, dest, commit, index, dirs, recorded=None):
     those it holds keep their stat data, the others are recorded racy,
     to be read by the next purge (they changed since that purge began
     reading DEST, so what was found in them then may not be all)."""
-    # under DEST's lock: another's temporary record is a killed run's
+    with _replacing(path) as fh, _directory(dest) as top:
+        # the filesystem's clock before any directory is examined
+        now = os.fstat(fh.fileno()).st_mtime_ns
+        data = array.array(_ARRAY)
+        for name in dirs:
+            if recorded is not None:
+                data.extend(recorded.get(name, _RACY))
+                continue
+            try:
+                st = os.lstat(name or b".", dir_fd=top)
+                found = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+                if st.st_mtime_ns >= now or st.st_ctime_ns >= now \
+                        or st.st_ino >= _LIMIT \
+                        or not stat.S_ISDIR(st.st_mode):
+                    found = _RACY
+            except FileNotFoundError:
+                found = _RACY
+            data.extend(found)
+        fh.write(_MAGIC + b"%s %s %d %d\n" % (
+            commit.encode(), index.encode(), now, len(dirs)))
+        fh.write(data.tobytes())
+        fh.write(b"\0".join(dirs))
+
+
+@contextlib.contextmanager
+def _replacing(path):
+    """A new file, open for writing, that replaces ``path`` once written
+    whole, and is removed if the writing fails.  Under DEST's lock:
+    another's temporary file there is a killed run's, removed first.  A
+    new file (O_CREAT|O_EXCL|O_NOFOLLOW): never written through a link
+    planted under the temporary name."""
     for leftover in glob.glob(glob.escape(path) + ".tmp-*"):
         with contextlib.suppress(OSError):
             os.unlink(leftover)
-    # a new file (O_CREAT|O_EXCL|O_NOFOLLOW): never through a link planted
-    # under the temporary name
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp-",
                                dir=os.path.dirname(path))
     try:
-        with os.fdopen(fd, "wb") as fh, _directory(dest) as top:
-            # the filesystem's clock before any directory is examined
-            now = os.fstat(fh.fileno()).st_mtime_ns
-            data = array.array(_ARRAY)
-            for name in dirs:
-                if recorded is not None:
-                    data.extend(recorded.get(name, _RACY))
-                    continue
-                try:
-                    st = os.lstat(name or b".", dir_fd=top)
-                    found = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-                    if st.st_mtime_ns >= now or st.st_ctime_ns >= now \
-                            or st.st_ino >= _LIMIT \
-                            or not stat.S_ISDIR(st.st_mode):
-                        found = _RACY
-                except FileNotFoundError:
-                    found = _RACY
-                data.extend(found)
-            fh.write(_MAGIC + b"%s %s %d %d\n" % (
-                commit.encode(), index.encode(), now, len(dirs)))
-            fh.write(data.tobytes())
-            fh.write(b"\0".join(dirs))
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
