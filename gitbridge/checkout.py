@@ -98,7 +98,13 @@ from dulwich.errors import NotGitRepository
 from dulwich.object_store import DiskObjectStore
 from dulwich.repo import Repo, UnsupportedExtension
 
-from gitbridge import bundleseed, cleantree, gitconfig, partialtree
+from gitbridge import (
+    bundleseed,
+    cleantree,
+    connectivity,
+    gitconfig,
+    partialtree,
+)
 from vcsperf.core import metrics, pooledcheckout, pooling, readytrees
 from vcsperf.core.errors import Abort, print_abort
 from vcsperf.core.process import CommandError, git, git_abort
@@ -372,6 +378,9 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         #: before the pull (``examine_beside_pull``): a future of
         #: ``cleantree.changed_files``; and of ``_inspected`` its index.
         self.comparing = self.inspecting = None
+        #: The last pull into a full store, its objects not yet walked
+        #: (``connectivity.Pull``; ``walk_pulled``).
+        self.unwalked_pull = None
         self.remote_env = dict(os.environ, GIT_HTTP_LOW_SPEED_LIMIT="1",
                                GIT_HTTP_LOW_SPEED_TIME=str(
                                    request.http_timeout))
@@ -423,6 +432,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     # resolve and ensure the store -----------------------------------------
 
     def prepare_store(self):
+        # an attempt restarted before its pull was walked: walked first
+        self.check_pulled(self.walk_pulled())
         self.store_settings_read = self.refs_read = None
         self.examine_beside_pull()
         self.resolve()
@@ -661,19 +672,20 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                      pooling.format_bytes(seeded.bytes))
         return seeded.bundles > 0
 
-    def fetch(self, store, url):
+    def fetch(self, store, url, pulling=False):
         key = _key(url)
-        options, source = self.fetch_source(store, url)
+        options, source = self.fetch_source(store, url, pulling)
         git(*options, "fetch", "--quiet", "--no-write-fetch-head", *source,
             "+refs/heads/*:refs/pool/%s/heads/*" % key,
             "+refs/tags/*:refs/pool/%s/tags/*" % key,
             cwd=store, env=self.remote_env, deadline=self.deadline)
 
-    def fetch_source(self, store, url):
-        """git's options and what to fetch from: ``url``, or the promisor
-        remote of a blobless store, without blobs."""
+    def fetch_source(self, store, url, pulling=False):
+        """git's options and what to fetch from: ``url`` (as a promisor
+        remote when ``pulling`` into a full store: ``connectivity``), or
+        the promisor remote of a blobless store, without blobs."""
         if not partialtree.is_blobless(store):
-            return [], [url]
+            return connectivity.fetch_source(url) if pulling else ([], [url])
         name, options = partialtree.promise(store, url, _key(url))
         return options, ["--filter=blob:none", name]
 
@@ -727,18 +739,45 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                         hint="check the revision, and that it was pushed "
                         "to a branch or tag there")
         self.check_fetched_names(store)
+        if self.request.noupdate:
+            self.check_pulled(self.walk_pulled())
         return commit
 
     def pull(self, store):
         """Fetch the URL's branches and tags into the store; what git said
-        when that failed other than on the network, else None."""
+        when that failed other than on the network, else None.  What a
+        fetch into a full store brought is walked later
+        (``walk_pulled``)."""
         try:
+            pull = None if self.store_is_blobless(store) \
+                else connectivity.Pull(store)
             with self.pulling():
-                self.network("fetch",
-                             lambda: self.fetch(store, self.request.url))
+                self.network("fetch", lambda: self.fetch(
+                    store, self.request.url, pulling=pull is not None))
+            if pull:
+                pull.fetched()
         except CommandError as failure:
             return failure.stderr.strip()
+        self.unwalked_pull = pull
         return None
+
+    def walk_pulled(self):
+        """Begin the walk of what the last pull into a full store brought
+        (``connectivity.Pull.check``), in a thread: a future of its
+        answer, or None when there is nothing to walk."""
+        pull, self.unwalked_pull = self.unwalked_pull, None
+        return pull and _in_thread(pull.check)
+
+    def check_pulled(self, walking):
+        """Wait for the walk ``walking`` (``walk_pulled``): a store it
+        found lacking an object the refs reach is deleted, and the run
+        starts over."""
+        failure = walking and walking.result()
+        if failure:
+            self.warn("(the fetched history is incomplete: %s; deleting "
+                      "shared store)", failure)
+            self.remove_store(self.store)
+            raise pooledcheckout.Restart()
 
     def local_commit(self, store):
         # a blobless store asked for a commit it lacks tries to fetch it
@@ -992,6 +1031,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     def update(self, commit, created):
         dest, store = self.request.dest, self.store
         changed = self.changed_tracked_files(created)
+        # beside the checkout, which leaves one of the two cores idle
+        walking = self.walk_pulled()
         try:
             with cleantree.trusting_all_but(changed) as trusted:
                 git(*_checkout_settings(dest, created), *trusted, "checkout",
@@ -1004,6 +1045,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                     git(*trusted, "update-index", "-q", "--refresh",
                         cwd=dest, env=partialtree.offline_env())
         except CommandError as failure:
+            self.check_pulled(walking)
             # a fresh checkout failing means the store is damaged
             self.warn("(checkout failed: %s; deleting %s)",
                       failure.stderr.strip(), store if created else dest)
@@ -1012,6 +1054,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
             else:
                 self.remove_dest()
             raise pooledcheckout.Restart()
+        self.check_pulled(walking)
         self.after_update()
         if created:
             self.only_tracked = True

@@ -591,3 +591,88 @@ def test_a_config_naming_another_working_tree_is_not_followed(
                for name in names)
     assert head(git, dest) == tip
     assert git("-C", dest, "status", "--porcelain", "--ignored") == ""
+
+
+_LYING_PACK_HOOK = """#!/bin/sh
+# uploadpack.packObjectsHook: while FLAG exists (removed at first use),
+# every pack leaves out the blob VICTIM
+if [ ! -e '{flag}' ]; then shift; exec git "$@"; fi
+rm '{flag}'
+awk '/^--not$/ {{ not = 1; next }} /^(-|$)/ {{ next }}
+     {{ print (not ? "^" : "") $0 }}' |
+    git rev-list --objects --stdin | grep -v '^{victim}' | cut -c1-40 |
+    git pack-objects -q --stdout
+"""
+
+
+def _serve_lying_once(git, served, tmp_path, victim):
+    """The next pack the server sends leaves out the blob ``victim``."""
+    flag = tmp_path / "lie-once"
+    hook = tmp_path / "lying-pack-objects"
+    hook.write_text(_LYING_PACK_HOOK.format(flag=flag, victim=victim))
+    hook.chmod(0o755)
+    # the backend's HOME is the served root: its global config
+    git("config", "--file", served.repo.parent / ".gitconfig",
+        "uploadpack.packObjectsHook", str(hook))
+    flag.write_text("")
+    return flag
+
+
+def _history_with_a_blob_only_its_past_holds(git, served, name):
+    """Two commits: ``name`` written, then changed; the first's blob,
+    which the second's tree does not hold, and the second."""
+    git_commit(git, served.work, {name: "first %s\n" % name}, "add " + name)
+    victim = git("-C", served.work, "rev-parse", "HEAD:" + name).strip()
+    return victim, git_commit(git, served.work, {name: "second text\n"},
+                              "change " + name)
+
+
+def test_a_pull_missing_an_object_of_its_history_deletes_the_store(
+        git, gitbridge, served, tmp_path):
+    """A pull into a full store moves the refs before its objects are
+    walked (beside the checkout: ``gitbridge.connectivity``).  A server
+    that leaves out a blob of the history but none of the tip's tree:
+    the walk finds it missing, the store is deleted and cloned again,
+    and nothing is left that git fsck rejects; no promisor mark or
+    setting stays in the store.  A mark left by a run killed before its
+    walk (here a fetch made by hand as the pull makes it, from the same
+    lying server) makes the next pull walk from every ref, and find the
+    hole it left."""
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    store = store_of(tmp_path, served)
+    gitbridge("checkout", "--sharebase", pool, "-r", served.commits[-1],
+              served.repo_url, dest)
+
+    victim, tip = _history_with_a_blob_only_its_past_holds(
+        git, served, "history.txt")
+    flag = _serve_lying_once(git, served, tmp_path, victim)
+    proc = gitbridge("checkout", "--sharebase", pool, "--purge", "-r", tip,
+                     served.repo_url, dest)
+    assert not flag.exists()
+    assert "(the fetched history is incomplete: fatal: missing blob " \
+        "object '%s'; deleting shared store)" % victim in proc.stderr
+    assert "(cloning %s into new pooled repository)" % served.repo_url \
+        in proc.stdout
+    assert head(git, dest) == tip
+    assert "gitbridge-pull" not in (store / "config").read_text()
+    assert not list((store / "objects" / "pack").glob("*.promisor"))
+    for repo in (store, dest):
+        git("-C", repo, "fsck", "--no-progress")
+
+    victim, killed = _history_with_a_blob_only_its_past_holds(
+        git, served, "killed.txt")
+    _serve_lying_once(git, served, tmp_path, victim)
+    git("-C", store, "-c", "remote.gitbridge-pull.url=" + served.repo_url,
+        "-c", "remote.gitbridge-pull.promisor=true",
+        "-c", "remote.gitbridge-pull.partialclonefilter=blob:limit=1024g",
+        "fetch", "-q", "gitbridge-pull", "+refs/heads/*:refs/killed/*")
+    assert list((store / "objects" / "pack").glob("*.promisor"))
+    newest = git_commit(git, served.work, {"newest.txt": "x\n"}, "newest")
+    proc = gitbridge("checkout", "--sharebase", pool, "-r", newest,
+                     served.repo_url, dest)
+    assert "(the fetched history is incomplete: fatal: missing blob " \
+        "object '%s'; deleting shared store)" % victim in proc.stderr
+    assert head(git, dest) == newest
+    assert not list((store / "objects" / "pack").glob("*.promisor"))
+    for repo in (store, dest):
+        git("-C", repo, "fsck", "--no-progress")
