@@ -48,7 +48,12 @@ import tempfile
 import time
 
 from vcsperf.bench import benchcli
-from vcsperf.bench.quietdisk import BIG_DELETE, remove_tree, settle
+from vcsperf.bench.quietdisk import (
+    BIG_DELETE,
+    drop_caches,
+    remove_tree,
+    settle,
+)
 from vcsperf.core import pooling
 from vcsperf.core.errors import Abort
 from vcsperf.harness import history, tools
@@ -412,8 +417,9 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
     os.makedirs(d())
 
     #: Files deleted since the last timed path began, and the seconds
-    #: the path waited, untimed, for the disk to settle before it.
-    deleted, settled = [0], [0.0]
+    #: the path waited, untimed, for the disk to settle before it, and
+    #: whether the kernel's caches were dropped then.
+    deleted, settled, dropped = [0], [0.0], [False]
 
     def remove(*names):
         for name in () if keep else names:
@@ -431,6 +437,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             total=round(total, 3), disk=disk,
             checkout_disk=pooling.disk_usage(dest) if pool else disk,
             check=check, settled_seconds=round(settled[0], 1),
+            caches_dropped=dropped[0],
             **dict(origin, **facts))
         print("timetotree: %s: %.2f s" % (name, total), file=sys.stderr,
               flush=True)
@@ -662,7 +669,13 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
         last_cold = [key for key in paths if key in COLD_POOL_PATHS][-1:]
         last_sparse = [key for key in paths if key in SPARSE_POOL_PATHS][-1:]
         for key in paths:
-            settled[0] = settle(work if deleted[0] >= BIG_DELETE else None)
+            big = deleted[0] >= BIG_DELETE
+            settled[0] = settle(work if big else None)
+            # after a checkout's deletion, ext4 makes the next whole-tree
+            # write pay for it (quietdisk.drop_caches): at Firefox scale
+            # gitbridge's cold update took 89 s after run-task's shallow
+            # checkout was deleted, which had written the tree in 32
+            dropped[0] = big and drop_caches([git_objects(repo, base_env)])
             deleted[0] = 0
             steps[key]()
             if [key] == last_cold:
