@@ -46,6 +46,9 @@ Where Git differs:
   The verification reads HEAD: every tracked file has been compared with
   the index already, and those that differed written; after ``git
   clean`` it also asks ``git status`` for untracked and ignored files.
+- A pull into a full store moves its refs without git's walk of what
+  it brought; the walk runs beside the checkout, and a store it finds
+  incomplete is deleted and cloned again (``gitbridge.connectivity``).
 - Settings come from git config: ``share.pool``, ``sharepool.network-attempts``,
   ``sharepool.retry-backoff``, ``sharepool.retry-jitter-min``/``-max``,
   ``sharepool.lock-timeout``, ``sharepool.http-timeout``,
