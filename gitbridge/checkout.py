@@ -688,7 +688,8 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         remote when ``pulling`` into a full store: ``connectivity``), or
         the promisor remote of a blobless store, without blobs."""
         if not partialtree.is_blobless(store):
-            return connectivity.fetch_source(url) if pulling else ([], [url])
+            return connectivity.fetch_source(url, _key(url)) if pulling \
+                else ([], [url])
         name, options = partialtree.promise(store, url, _key(url))
         return options, ["--filter=blob:none", name]
 
@@ -717,10 +718,19 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
 
     def obtain(self, store):
         """The full sha of the wanted commit, fetched into the store if it
-        lacks it; one process fetches a store at a time."""
+        lacks it; one process fetches a store at a time.  What a fetch into
+        a full store brought, or an earlier run left unwalked, is walked
+        before the run can succeed (``walk_pulled``)."""
+        commit = self.fetched_commit(store)
+        if self.request.noupdate:
+            self.check_pulled(self.walk_pulled())
+        return commit
+
+    def fetched_commit(self, store):
         commit = self.local_commit(store)
         if commit:
             self.check_fetched_names(store)
+            self.unwalked_pull = self.left_unwalked(store)
             return commit
         with self.store_lock(store):
             commit = self.local_commit(store)
@@ -728,6 +738,7 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                 self.say("(%s was fetched by another process while we "
                          "waited; not pulling)", self.revision)
                 self.check_fetched_names(store)
+                self.unwalked_pull = self.left_unwalked(store)
                 return commit
             self.say("(pulling to obtain %s)", self.request.wanted)
             failure = self.pull(store)
@@ -742,21 +753,36 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                         hint="check the revision, and that it was pushed "
                         "to a branch or tag there")
         self.check_fetched_names(store)
-        if self.request.noupdate:
-            self.check_pulled(self.walk_pulled())
         return commit
+
+    def left_unwalked(self, store):
+        """What pulls into the full ``store`` that were not walked (a run
+        killed or stopped between its fetch and its walk) left, to walk
+        from every ref (``connectivity.unwalked``); None in a blobless
+        store, whose packs are all a promisor's."""
+        return None if self.store_is_blobless(store) \
+            else connectivity.unwalked(store)
 
     def pull(self, store):
         """Fetch the URL's branches and tags into the store; what git said
         when that failed other than on the network, else None.  What a
         fetch into a full store brought is walked later
         (``walk_pulled``)."""
+        url = self.request.url
         try:
             pull = None if self.store_is_blobless(store) \
                 else connectivity.Pull(store)
             with self.pulling():
-                self.network("fetch", lambda: self.fetch(
-                    store, self.request.url, pulling=pull is not None))
+                try:
+                    self.network("fetch", lambda: self.fetch(
+                        store, url, pulling=pull is not None))
+                except CommandError:
+                    if pull is None:
+                        raise
+                    # a server refusing the filter (uploadpackfilter.*):
+                    # a plain fetch, which git walks itself
+                    pull = None
+                    self.network("fetch", lambda: self.fetch(store, url))
             if pull:
                 pull.fetched()
         except CommandError as failure:

@@ -7,37 +7,55 @@ most of it marking the 40,000 trees of the old tip, while nothing else
 of the run can go on.  Git skips that walk for tips that came in a pack
 from a promisor remote, as a partial clone's do.  So a pull into a full
 store names its URL, for that one command, a promisor remote (``-c
-remote.gitbridge-pull.promisor=true``, with a filter that leaves no blob
-out); the store's own config stays a full repository's.  Git marks that
+remote.gitbridge-pull-<hash of the URL>.promisor=true``, with a filter
+that leaves no blob out; the hash keeps any remote of the user's config
+from adding a URL or a refspec to it); the store's own config stays a
+full repository's.  A server that refuses the filter gets a plain
+fetch, which git walks itself.  Git marks that
 pack (``*.promisor`` beside it).  ``Pull.check`` then runs the same walk
 in a thread, while the checkout writes the tree, and removes the marks
 once it passed; a walk that fails deletes the store
 (``checkout.Run.check_pulled``) before anything is said to have worked.
 
-A mark left by a run killed before its walk ended (or by one still
-walking) makes the next pull walk from every ref, not from those before
-it: about a second at Firefox's size, once.
+A mark left by a run killed or stopped before its walk ended (or by
+one still walking) makes the next run walk from every ref, whether it
+pulls or not (``unwalked``): about a second at Firefox's size, once.
+The walk runs offline: a promisor remote in the user's config would
+otherwise fetch a missing object instead of finding it missing.
 """
 
 import os
 
+from gitbridge import partialtree
 from vcsperf.core.process import CommandError, git
 
-#: The name the pull's URL has for the fetch command (``-c`` only).
-PULL_REMOTE = "gitbridge-pull"
+#: The start of the name the pull's URL has for the fetch command (``-c``
+#: only).
+PULL_REMOTE = "gitbridge-pull-"
 #: A partial clone's filter that leaves nothing out: git stores no blob
 #: of a terabyte.
 NOTHING_LEFT_OUT = "blob:limit=1024g"
 
 
-def fetch_source(url):
-    """git's options and the source to fetch ``url`` by, as a promisor
-    remote."""
+def fetch_source(url, key):
+    """git's options and the source to fetch ``url`` (whose hash is
+    ``key``) by, as a promisor remote."""
+    name = PULL_REMOTE + key
     options = []
     for setting, value in (("url", url), ("promisor", "true"),
                            ("partialclonefilter", NOTHING_LEFT_OUT)):
-        options += ["-c", "remote.%s.%s=%s" % (PULL_REMOTE, setting, value)]
-    return options, [PULL_REMOTE]
+        options += ["-c", "remote.%s.%s=%s" % (name, setting, value)]
+    return options, [name]
+
+
+def unwalked(store):
+    """A ``Pull`` that walks the full ``store`` from every ref, as its
+    marks ask; None when it holds none."""
+    if not _marks(store):
+        return None
+    pull = Pull(store)
+    pull.fetched()
+    return pull
 
 
 class Pull:
@@ -60,7 +78,8 @@ class Pull:
         lines = self.tips + ["^" + tip for tip in self.known]
         try:
             git("rev-list", "--objects", "--quiet", "--stdin",
-                cwd=self.store, input="".join(line + "\n" for line in lines))
+                cwd=self.store, env=partialtree.offline_env(),
+                input="".join(line + "\n" for line in lines))
         except CommandError as failure:
             return failure.stderr.strip() or "git rev-list failed"
         except OSError as failure:
@@ -68,8 +87,8 @@ class Pull:
         for mark in self.marks:
             try:
                 os.unlink(mark)
-            except FileNotFoundError:
-                pass
+            except OSError:
+                pass  # walked again by the next run
         return None
 
 
@@ -79,6 +98,11 @@ def _tips(store):
 
 
 def _marks(store):
-    packs = os.path.join(store, "objects", "pack")
-    return [os.path.join(packs, name) for name in os.listdir(packs)
-            if name.endswith(".promisor")]
+    """The promisor marks of the store's packs: any entry but a directory
+    (which this module never makes, nor removes)."""
+    try:
+        entries = list(os.scandir(os.path.join(store, "objects", "pack")))
+    except FileNotFoundError:
+        return []
+    return [entry.path for entry in entries if entry.name.endswith(
+        ".promisor") and not entry.is_dir(follow_symlinks=False)]

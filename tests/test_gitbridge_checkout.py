@@ -676,3 +676,93 @@ def test_a_pull_missing_an_object_of_its_history_deletes_the_store(
     assert not list((store / "objects" / "pack").glob("*.promisor"))
     for repo in (store, dest):
         git("-C", repo, "fsck", "--no-progress")
+
+
+def test_a_run_stopped_between_its_pull_and_its_walk_leaves_the_walk_to_the_next(
+        git, gitbridge, served, tmp_path):
+    """A run that pulls a pack with a hole in its history, then aborts
+    before its walk (the revision is not on the server): the next run,
+    which needs no pull, walks the store from every ref before it
+    succeeds, and clones it again."""
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    gitbridge("checkout", "--sharebase", pool, "-r", served.commits[-1],
+              served.repo_url, dest)
+    victim, tip = _history_with_a_blob_only_its_past_holds(
+        git, served, "history.txt")
+    _serve_lying_once(git, served, tmp_path, victim)
+    absent = gitbridge("checkout", "--sharebase", pool, "-r", "12" * 20,
+                       served.repo_url, dest, check=False)
+    assert abort_line(absent).startswith("abort: revision 1212"), \
+        absent.stderr
+    proc = gitbridge("checkout", "--sharebase", pool, "-r", tip,
+                     served.repo_url, dest)
+    assert "(pulling to obtain" not in proc.stdout
+    assert "(the fetched history is incomplete: fatal: missing blob " \
+        "object '%s'; deleting shared store)" % victim in proc.stderr
+    assert head(git, dest) == tip
+    for repo in (store_of(tmp_path, served), dest):
+        git("-C", repo, "fsck", "--no-progress")
+
+
+def test_a_server_refusing_the_filter_gets_a_plain_fetch(
+        git, gitbridge, served, tmp_path):
+    """A server that takes partial clone filters but not ``blob:limit``
+    (``uploadpackfilter.*``): the pull fetches again without one, and
+    the store is kept."""
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    gitbridge("checkout", "--sharebase", pool, "-r", served.commits[-1],
+              served.repo_url, dest)
+    for setting, value in (("uploadpack.allowFilter", "true"),
+                           ("uploadpackfilter.allow", "false"),
+                           ("uploadpackfilter.blob:none.allow", "true")):
+        git("-C", served.repo, "config", setting, value)
+    newer = git_commit(git, served.work, {"newer.txt": "newer\n"}, "newer")
+    proc = gitbridge("checkout", "--sharebase", pool, "-r", newer,
+                     served.repo_url, dest, "--timings")
+    assert not timings(proc)["cloned"] and timings(proc)["pulled"]
+    assert "deleting" not in proc.stderr, proc.stderr
+    assert head(git, dest) == newer
+    git("-C", store_of(tmp_path, served), "fsck", "--no-progress")
+
+
+def test_the_users_config_and_planted_marks_do_not_steer_the_pull(
+        git, gitbridge, served, home, tmp_path):
+    """The user's git config names a remote ``gitbridge-pull`` (another
+    repository, a refspec of its own) and a promisor remote of the same
+    server, and a directory named like a promisor mark sits among the
+    store's packs: the pull fetches from the URL given only, the walk
+    finds a hole in the history rather than fetching it, and the
+    directory is left alone."""
+    pool, dest = tmp_path / "pool", tmp_path / "co"
+    store = store_of(tmp_path, served)
+    gitbridge("checkout", "--sharebase", pool, "-r", served.commits[-1],
+              served.repo_url, dest)
+    other = tmp_path / "other.git"
+    git("clone", "-q", "--bare", served.repo, other)
+    elsewhere = git("-C", other, "commit-tree", "-m", "elsewhere",
+                    "%s^{tree}" % served.commits[-1]).strip()
+    git("-C", other, "update-ref", "refs/heads/main", elsewhere)
+    with open(home / ".gitconfig", "a") as fh:
+        fh.write('[remote "gitbridge-pull"]\n\turl = %s\n\tfetch = '
+                 '+refs/heads/*:refs/remotes/elsewhere/*\n'
+                 '[remote "lazy"]\n\turl = %s\n\tpromisor = true\n'
+                 % (other, served.repo_url))
+    planted = store / "objects" / "pack" / "planted.promisor"
+    planted.mkdir()
+    victim, tip = _history_with_a_blob_only_its_past_holds(
+        git, served, "history.txt")
+    _serve_lying_once(git, served, tmp_path, victim)
+    proc = gitbridge("checkout", "--sharebase", pool, "-r", tip,
+                     served.repo_url, dest)
+    # git says it its own way when a promisor remote is configured
+    walked = proc.stderr.split("(the fetched history is incomplete: ")[1]
+    assert victim in walked.split("; deleting shared store)")[0]
+    assert head(git, dest) == tip
+    assert "elsewhere" not in git("-C", store, "for-each-ref")
+    newer = git_commit(git, served.work, {"newer.txt": "newer\n"}, "newer")
+    (store / "objects" / "pack" / "planted.promisor").mkdir()
+    gitbridge("checkout", "--sharebase", pool, "-r", newer,
+              served.repo_url, dest)
+    assert head(git, dest) == newer
+    assert planted.is_dir()
+    git("-C", store, "fsck", "--no-progress")
