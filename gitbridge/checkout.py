@@ -1060,8 +1060,14 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
     def update(self, commit, created):
         dest, store = self.request.dest, self.store
         changed = self.changed_tracked_files(created)
-        # beside the checkout, which leaves one of the two cores idle
+        # beside a reuse's checkout, which leaves one of the two cores
+        # idle; before a whole tree is written (tens of seconds at
+        # Firefox's size), so that the marks, which make another run walk
+        # from every ref, last no longer than the walk
         walking = self.walk_pulled()
+        if created:
+            self.check_pulled(walking)
+            walking = None
         try:
             with cleantree.trusting_all_but(changed) as trusted:
                 git(*_checkout_settings(dest, created), *trusted, "checkout",

@@ -13,13 +13,15 @@ from adding a URL or a refspec to it); the store's own config stays a
 full repository's.  A server that refuses the filter gets a plain
 fetch, which git walks itself.  Git marks that
 pack (``*.promisor`` beside it).  ``Pull.check`` then runs the same walk
-in a thread, while the checkout writes the tree, and removes the marks
-once it passed; a walk that fails deletes the store
-(``checkout.Run.check_pulled``) before anything is said to have worked.
+in a thread beside a reused checkout's ``git checkout`` (before a new
+checkout writes its whole tree), and removes the marks once it passed;
+a walk that fails deletes the store (``checkout.Run.check_pulled``)
+before anything is said to have worked.
 
-A mark left by a run killed or stopped before its walk ended (or by
-one still walking) makes the next run walk from every ref, whether it
-pulls or not (``unwalked``): about a second at Firefox's size, once.
+A mark left by a run killed or stopped before its walk ended, or by one
+still walking, makes the next run walk from every ref, whether it pulls
+or not (``unwalked``): about a second for the 4,001 commits of the
+Firefox-scale repository, once; longer on a longer history.
 The walk runs offline: a promisor remote in the user's config would
 otherwise fetch a missing object instead of finding it missing.
 """
