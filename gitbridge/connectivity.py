@@ -10,19 +10,19 @@ store names its URL, for that one command, a promisor remote (``-c
 remote.gitbridge-pull-<hash of the URL>.promisor=true``, with a filter
 that leaves no blob out; the hash keeps any remote of the user's config
 from adding a URL or a refspec to it); the store's own config stays a
-full repository's.  A server that refuses the filter gets a plain
-fetch, which git walks itself.  Git marks that
-pack (``*.promisor`` beside it).  ``Pull.check`` then runs the same walk
-in a thread beside a reused checkout's ``git checkout`` (before a new
-checkout writes its whole tree), and removes the marks once it passed;
-a walk that fails deletes the store (``checkout.Run.check_pulled``)
-before anything is said to have worked.
+full repository's.  Git marks the pack it brings (``*.promisor`` beside
+it).  ``Pull.check`` then runs the same walk in a thread beside a reused
+checkout's ``git checkout`` (before a new checkout writes its whole
+tree), and removes the marks once it passed; a walk that fails deletes
+the store (``checkout.Run.check_pulled``) before anything is said to
+have worked.  A server that refuses the filter gets a plain fetch,
+which git walks itself.
 
 A mark left by a run killed or stopped before its walk ended, or by one
 still walking, makes the next run walk from every ref, whether it pulls
 or not (``unwalked``): about a second for the 4,001 commits of the
-Firefox-scale repository, once; longer on a longer history.
-The walk runs offline: a promisor remote in the user's config would
+Firefox-scale repository, once; longer on a longer history.  The walk
+runs offline: a promisor remote in the user's config would
 otherwise fetch a missing object instead of finding it missing.
 """
 
