@@ -722,6 +722,9 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         a full store brought, or an earlier run left unwalked, is walked
         before the run can succeed (``walk_pulled``)."""
         commit = self.fetched_commit(store)
+        if self.unwalked_pull is None:
+            # no pull, or a plain one: marks an earlier run left
+            self.unwalked_pull = self.left_unwalked(store)
         if self.request.noupdate:
             self.check_pulled(self.walk_pulled())
         return commit
@@ -730,7 +733,6 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
         commit = self.local_commit(store)
         if commit:
             self.check_fetched_names(store)
-            self.unwalked_pull = self.left_unwalked(store)
             return commit
         with self.store_lock(store):
             commit = self.local_commit(store)
@@ -738,7 +740,6 @@ class Run(partialtree.Steps, pooledcheckout.PooledCheckout):
                 self.say("(%s was fetched by another process while we "
                          "waited; not pulling)", self.revision)
                 self.check_fetched_names(store)
-                self.unwalked_pull = self.left_unwalked(store)
                 return commit
             self.say("(pulling to obtain %s)", self.request.wanted)
             failure = self.pull(store)

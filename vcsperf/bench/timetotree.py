@@ -668,6 +668,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
         }
         last_cold = [key for key in paths if key in COLD_POOL_PATHS][-1:]
         last_sparse = [key for key in paths if key in SPARSE_POOL_PATHS][-1:]
+        objects = git_objects(repo, base_env)
         for key in paths:
             big = deleted[0] >= BIG_DELETE
             settled[0] = settle(work if big else None)
@@ -675,7 +676,7 @@ def run(repo, work, behind=50, junk=2000, sparse=None, paths=PATHS,
             # write pay for it (quietdisk.drop_caches): at Firefox scale
             # gitbridge's cold update took 89 s after run-task's shallow
             # checkout was deleted, which had written the tree in 32
-            dropped[0] = big and drop_caches([git_objects(repo, base_env)])
+            dropped[0] = big and drop_caches([objects])
             deleted[0] = 0
             steps[key]()
             if [key] == last_cold:
