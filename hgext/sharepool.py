@@ -196,10 +196,12 @@ import ssl
 from mercurial import (
     commands,
     configitems,
+    context,
     error,
     exchange,
     extensions,
     merge as mergemod,
+    pathutil,
     policy,
     pycompat,
     registrar,
@@ -892,7 +894,8 @@ class _Run(pooledcheckout.PooledCheckout):
             with repo.wlock():
                 self.before = before = _StatusBefore(repo, purging=False)
         try:
-            with _updating_from(repo, before, node):
+            with _updating_from(repo, before, node), \
+                    _writing_new_tree(repo, node, self.written_whole):
                 updated = commands.update(self.ui, repo, rev=node,
                                           clean=True)
         except error.WorkerError:
@@ -1017,6 +1020,44 @@ def _updating_from(repo, before, node):
 
     with extensions.wrappedfunction(mergemod, 'clean_update', clean_update):
         yield
+
+
+@contextlib.contextmanager
+def _writing_new_tree(repo, node, written_whole):
+    """Let the update that writes a new checkout whole skip the checks it
+    repeats for every file.  Core's update audits a file's path twice
+    (``clearunknown``, then the write), each time with an lstat and a look
+    for ``.hg`` in every directory above it, and looks for a directory in
+    the file's place.  In a directory this run created empty, whose
+    revision holds no path that is also a directory of another (a crafted
+    manifest could hold a symbolic link ``a`` and a file ``a/b``), the
+    update makes every directory itself and nothing it writes can stand
+    where a directory goes or lead out of the tree: each path is audited
+    once (names such as ``.hg`` are still refused), and each directory is
+    looked at when first met, not again.  Case-folding file systems and
+    revisions with such paths keep core's checks."""
+    if not written_whole or not util.fscasesensitive(repo.root):
+        yield
+        return
+    manifest = repo.unfiltered()[node].manifest()
+    directories = manifest.dirs()
+    if any(name in directories for name in manifest):
+        yield
+        return
+
+    def clearunknown(orig, self):
+        self._repo.wvfs.audit(self._path)
+
+    wvfs = repo.wvfs
+    core_audit = wvfs.audit
+    wvfs.audit = pathutil.pathauditor(repo.root, callback=repo._checknested,
+                                      cached=True)
+    try:
+        with extensions.wrappedfunction(context.workingfilectx,
+                                        'clearunknown', clearunknown):
+            yield
+    finally:
+        wvfs.audit = core_audit
 
 
 def _tracks_exactly(dirstate, manifest):

@@ -415,6 +415,124 @@ def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
     assert (dest / "src/module1.py").read_text() == "x = 1\n"
 
 
+#: An extension that counts the file system checks of the working
+#: directory's path auditor (an lstat, and a look for ``.hg``, of each
+#: directory above a path), into the file ``auditcount.file``.
+AUDIT_COUNTER = """
+import atexit
+from mercurial import extensions, pathutil
+
+checks = []
+
+def checkfs(orig, root, prefix, *args, **kwargs):
+    checks.append(prefix)
+    return orig(root, prefix, *args, **kwargs)
+
+def uisetup(ui):
+    extensions.wrapfunction(pathutil.pathauditor, '_checkfs_exists', checkfs)
+    path = ui.config(b'auditcount', b'file')
+    atexit.register(lambda: open(path, 'w').write('%d\\n' % len(checks)))
+"""
+
+
+def test_a_new_checkout_looks_at_each_directory_once(hg, tmp_path):
+    """Issue 30 item 2: writing a new checkout, core's update audits each
+    file's path twice and looks at every directory above it each time (40
+    files three directories deep: 240 checks); in a checkout this run
+    created empty, each directory is looked at once, when first met."""
+    source = tmp_path / "src"
+    hg("init", source)
+    hg_commit(hg, source, {"a/b/c/f%d.txt" % n: "%d\n" % n
+                           for n in range(40)}, "deep")
+    count = tmp_path / "checks"
+    (tmp_path / "audits.py").write_text(AUDIT_COUNTER)
+    counted = ["--config", "extensions.audits=%s" % (tmp_path / "audits.py"),
+               "--config", "auditcount.file=%s" % count,
+               "--config", "worker.enabled=false"]
+    checkout(hg, str(source), tmp_path / "co", "-b", "default", *counted)
+    # fewer than one a file (the run's other paths, such as .hgignore,
+    # are audited too)
+    assert int(count.read_text()) < 40
+    assert hg("status", "-mardu", cwd=tmp_path / "co") == ""
+    hg("update", "-q", "null", "--config", "worker.enabled=false",
+       cwd=tmp_path / "co")
+    hg("update", "-q", "tip", *counted[:4], "--config",
+       "worker.enabled=false", cwd=tmp_path / "co")
+    assert int(count.read_text()) >= 240  # core's own update, as before
+
+
+#: An extension adding ``hg craft NAME=DATA...``: a changeset holding
+#: exactly those files, paths unchecked (``NAME@=TARGET`` is a symbolic
+#: link), as a hostile server's history may hold them.
+CRAFT = """
+from mercurial import context, registrar
+
+cmdtable = {}
+command = registrar.command(cmdtable)
+
+@command(b'craft', [], b'hg craft NAME=DATA...')
+def craft(ui, repo, *specs):
+    files = {}
+    for spec in specs:
+        name, data = spec.split(b'=', 1)
+        files[name.rstrip(b'@')] = (data, name.endswith(b'@'))
+
+    def filectx(repo, memctx, path):
+        data, link = files[path]
+        return context.memfilectx(repo, memctx, path, data, islink=link)
+
+    with repo.wlock(), repo.lock():
+        node = context.memctx(repo, (repo[b'.'].node(), None), b'crafted',
+                              sorted(files), filectx, user=b'test').commit()
+    ui.write(repo[node].hex() + b'\\n')
+"""
+
+
+@pytest.mark.parametrize("crafted, expected", [
+    # which abort depends on which worker comes first: the link, then the
+    # file refused; or the file's directory, then the link refused
+    (["link@=OUTSIDE", "link/planted=owned"],
+     r"abort: (path 'link/planted' traverses symbolic link 'link'"
+     r"|Directory not empty: '.*/co/link')"),
+    (["sub/.hg/hgrc=[hooks]\n"],
+     r"abort: path 'sub/\.hg/hgrc' is inside nested repo 'sub'"),
+    (["link@=OUTSIDE", "linked/kept=kept"], None),
+], ids=["link-and-file-below", "nested-hg", "link-beside"])
+def test_a_new_checkout_of_a_crafted_revision_writes_only_inside(
+        hg, hgserve, tmp_path, crafted, expected):
+    """A new checkout skips the update's per-file checks only where they
+    cannot fail (above): a served revision holding a symbolic link ``link``
+    to a directory outside and a file ``link/planted`` (a path both a file
+    and a directory, which no commit makes), or a file below a ``.hg``,
+    aborts as core's update does, with 600 other files so that update
+    workers write them side by side, and nothing is written outside DEST;
+    a link beside a directory is checked out as core does."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    source = tmp_path / "src"
+    hg("init", source)
+    hg_commit(hg, source, {"d%d/f%d.txt" % (n % 30, n): "%d\n" % n
+                           for n in range(600)}, "many")
+    (tmp_path / "craft.py").write_text(CRAFT)
+    node = hg("--config", "extensions.craft=%s" % (tmp_path / "craft.py"),
+              "craft", *[spec.replace("OUTSIDE", str(outside))
+                         for spec in crafted], cwd=source).strip()
+    server = hgserve(source)
+    dest = tmp_path / "co"
+    proc = checkout(hg, server.url, dest, "-r", node, check=expected is None)
+    assert list(outside.iterdir()) == []
+    if expected is None:
+        assert os.readlink(dest / "link") == str(outside)
+        assert (dest / "linked/kept").read_text() == "kept"
+        assert hg("status", "-mardu", cwd=dest) == ""
+    else:
+        # (a worker's abort first, when update workers wrote the files)
+        assert proc.returncode == 255
+        assert re.fullmatch(expected, proc.stderr.splitlines()[-1]), \
+            proc.stderr
+        assert not (dest / "sub/.hg").exists()
+
+
 def test_backoff_grows_and_is_jittered():
     attempts = pooling.NetworkAttempts(5, rng=random.Random(1))
     for failures in range(1, 5):
