@@ -208,6 +208,58 @@ def test_killed_train_and_recompress(tally, hg, hgrc, env,
     tally.check()
 
 
+@pytest.mark.slow
+@pytest.mark.campaign
+def test_killed_conversion_in_place(tally, hg, hgrc, env, real_hg_repo_cached,
+                                    tmp_path):
+    """``hg zstd-recompress --convert`` killed at seeded moments on a
+    trained copy of a real history: before its requirement changes a stock
+    Mercurial still reads the repository, after it a stock Mercurial
+    refuses it by that requirement; ``hg verify`` passes either way, the
+    history reads the same, and the same command run again finishes the
+    conversion with nothing left behind."""
+    hgrc.write_text(ENABLE)
+    base = tmp_path / "base"
+    hg("clone", "-q", "-U", "-r", "9", real_hg_repo_cached, base)
+    hg("zstd-train", "--sample-budget", "1000000", "--dict-size", "16384",
+       cwd=base)
+    history = hg("log", "-T", "{node}\n", "-r", "all()", cwd=base)
+    copy = tmp_path / "first"
+    hg("clone", "-q", "-U", base, copy)
+    start = time.monotonic()
+    hg("zstd-recompress", "--convert", cwd=copy)
+    took = time.monotonic() - start
+    points = campaign.size(6, 60)
+    print("%d kill points; an unkilled run took %.2fs" % (points, took))
+    for point in range(points):
+        repo = tmp_path / ("point%d" % point)
+        hg("clone", "-q", "-U", base, repo)
+        delay = tally.rng.uniform(0.05, took * 0.9)
+        killed = campaign.kill_after(
+            [hg.binary, "zstd-recompress", "--convert"], env, delay, cwd=repo)
+        names = (repo / ".hg" / "store" / "requires").read_text().split()
+        converted = "exp-compression-zstd-dict" in names
+        stock = hg.proc("log", "-r", "tip", "-T", "{node}",
+                        "--config", "extensions.zstdstore=!", cwd=repo)
+        stock_ok = ("requires features unknown" in stock.stderr
+                    if converted else stock.stdout == history.split()[-1])
+        verify = hg.proc("verify", "-q", cwd=repo)
+        rerun = hg.proc("zstd-recompress", "--convert", cwd=repo)
+        names = (repo / ".hg" / "store" / "requires").read_text().split()
+        left = leftovers(repo / ".hg" / "store")
+        same = hg.proc("log", "-T", "{node}\n", "-r", "all()", cwd=repo)
+        what = "killed after %.2fs (%s, %s)" % (
+            delay, "killed" if killed else "had finished",
+            "converted" if converted else "not converted yet")
+        tally.case(stock_ok and verify.returncode == 0
+                   and rerun.returncode == 0
+                   and "exp-compression-zstd-dict" in names and not left
+                   and same.stdout == history, what)
+        print(what, stock.stderr[-200:], verify.stderr[-300:],
+              rerun.stderr[-300:], left)
+    tally.check()
+
+
 #: The ``zstdstore.*`` settings a retrain reads, their command-line
 #: options, and their ranges.
 TRAIN_SETTINGS = {

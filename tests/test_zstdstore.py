@@ -117,6 +117,80 @@ def test_one_pass_conversion(hg, hgrc, real_hg_repo):
         "recompressed 0 of ")
 
 
+@pytest.mark.parametrize("engine", ["zlib", "zstd"])
+def test_conversion_in_place(hg, hgrc, tmp_path, engine):
+    """The module help's conversion for stores too big for core's upgrade,
+    as documented: ``hg zstd-train``, then ``hg zstd-recompress
+    --convert`` names the engine in the requirements and rewrites every
+    chunk in place; the history reads the same, a stock Mercurial refuses
+    the repository, and nothing is left to do the second time."""
+    hgrc.write_text(ENABLE)
+    repo = tmp_path / "repo"
+    hg("init", "--config", "format.revlog-compression=%s" % engine, repo)
+    hg("debugbuilddag", "--mergeable-file", "--new-file", "+40", cwd=repo)
+    before = hg("log", "-p", "-T", "{node} {desc}\n", cwd=repo)
+    requires = repo / ".hg" / "store" / "requires"
+    refused = hg.proc("zstd-recompress", "--convert", cwd=repo)
+    assert is_clean_abort(refused)
+    assert "abort: no dictionaries to convert with" in refused.stderr
+    hg("zstd-train", cwd=repo)
+    out = hg("zstd-recompress", "--convert", cwd=repo)
+    assert out.startswith("the repository now uses the zstd-dict engine\n"
+                          "recompressed "), out
+    names = requires.read_text().split()
+    assert "exp-compression-zstd-dict" in names
+    assert not [name for name in names if "compression-zstd" in name
+                and name != "exp-compression-zstd-dict"]
+    figures = stats(hg, repo)
+    for kind in ("changelog", "manifest"):
+        active = figures[kind]["active"]
+        assert figures[kind]["encodings"] == {"dictionary %d" % active: 40}
+    hg("verify", "-q", cwd=repo)
+    assert hg("log", "-p", "-T", "{node} {desc}\n", cwd=repo) == before
+    stock = hg.proc("log", "-l", "1", "--config", "extensions.zstdstore=!",
+                    cwd=repo)
+    assert "requires features unknown" in stock.stderr
+    assert hg("zstd-recompress", "--convert", cwd=repo) == \
+        "recompressed 0 of 43 revlogs\n"
+    # new commits use the engine too
+    hg("update", "-q", "tip", cwd=repo)
+    (repo / "mf").write_text("changed\n" * 50)
+    hg("commit", "-q", "-m", "after", cwd=repo)
+    assert stats(hg, repo)["changelog"]["encodings"] == {
+        "dictionary %d" % figures["changelog"]["active"]: 41}
+
+
+def test_recompress_resumes_from_its_log_and_ignores_what_it_did_not_write(
+        hg, small_dict_repo):
+    """A run's log names the revlogs it rewrote, one a line: the next run
+    skips them; a log cut short mid-line, of other dictionaries, or a FIFO
+    or a link planted in its place are not followed."""
+    repo = small_dict_repo
+    hg("zstd-train", cwd=repo)
+    store = repo / ".hg" / "store"
+    state = store / "zstd-recompress.state"
+    active = json.loads((store / "zstd-dicts" / "active").read_text())
+    header = json.dumps({"active": active})
+    state.write_text(header + "\n00changelog.i\n00manifest.i\ndata/mf.i")
+    out = hg("zstd-recompress", cwd=repo)
+    # the changelog and the manifest are skipped, not the cut line's file
+    assert out == "recompressed 1 of 43 revlogs\n", out
+    assert not state.exists()
+    hg("verify", "-q", cwd=repo)
+    for planted in ("fifo", "link"):
+        hg("zstd-train", cwd=repo)  # other dictionaries: all to rewrite
+        if planted == "fifo":
+            os.mkfifo(state)
+        else:
+            (repo / "elsewhere").write_text(header + "\n00changelog.i\n")
+            state.symlink_to(repo / "elsewhere")
+        out = hg("zstd-recompress", cwd=repo)
+        assert out == "recompressed 3 of 43 revlogs\n", (planted, out)
+        assert not state.exists() and not state.is_symlink()
+    assert (repo / "elsewhere").read_text().endswith("00changelog.i\n")
+    hg("verify", "-q", cwd=repo)
+
+
 def test_new_repository_with_the_engine(hg, hgrc, tmp_path):
     hgrc.write_text(ENABLE)
     repo = tmp_path / "new"

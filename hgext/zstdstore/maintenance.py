@@ -5,9 +5,11 @@
 """What zstdstore's maintenance commands do: train dictionaries, rewrite
 the store with them, and report how it is stored."""
 
+import contextlib
 import heapq
 import json
 import os
+import stat
 import struct
 import time
 
@@ -15,6 +17,8 @@ import zstandard
 from mercurial import (
     error,
     pycompat,
+    requirements as requirementsmod,
+    scmutil,
 )
 from mercurial.i18n import _
 from mercurial.revlogutils import constants as revlogconst
@@ -250,47 +254,123 @@ def _rewrite_revlog(repo, rl):
 STATE_FILE = b'zstd-recompress.state'
 
 
-def recompress(ui, repo):
+def recompress(ui, repo, convert=False):
     """``hg zstd-recompress``: every revlog rewritten with the active
-    dictionaries, resumable after a kill."""
-    with repo.lock():
+    dictionaries, resumable after a kill.  With ``convert``, a store of
+    another engine first names this one (``_name_engine``)."""
+    with contextlib.ExitStack() as held:
+        if convert:
+            held.enter_context(repo.wlock())
+        held.enter_context(repo.lock())
+        if convert and REQUIREMENT not in repo.requirements:
+            _name_engine(ui, repo)
         require_engine(repo)
         _remove_stale_temporaries(ui, repo)
         active = dicts_dir(repo.svfs.join(DICTS_DIR)).active()
-        signature = {k.decode('ascii'): v for k, v in active.items()}
-        done = set()
-        if repo.svfs.exists(STATE_FILE):
-            state = json.loads(repo.svfs.read(STATE_FILE))
-            if state.get('active') == signature:
-                done = set(state['done'])
+        done = held.enter_context(_RewrittenLog(
+            repo, {k.decode('ascii'): v for k, v in active.items()}))
         # One revlog open at a time: each holds its index and caches.
         total = sum(1 for e in repo.unfiltered().store.walk() if e.is_revlog)
         progress = ui.makeprogress(_(b'recompressing'), unit=_(b'revlogs'),
                                    total=total)
         rewritten = 0
-        last_save = time.monotonic()
         for _kind, rl in _store_revlogs(repo):
             progress.increment(item=rl._indexfile)
-            name = rl._indexfile.decode('utf-8', 'surrogateescape')
-            if name in done:
+            if rl._indexfile in done:
                 continue
             if _rewrite_revlog(repo, rl):
                 rewritten += 1
-            done.add(name)
-            if time.monotonic() - last_save > 1:
-                _save_state(repo, signature, done)
-                last_save = time.monotonic()
+            done.add(rl._indexfile)
         progress.complete()
-        repo.svfs.tryunlink(STATE_FILE)
+        done.finish()
         repo.invalidate(clearfilecache=True)
         ui.status(_(b'recompressed %d of %d revlogs\n')
                   % (rewritten, total))
 
 
-def _save_state(repo, signature, done):
-    payload = json.dumps({'active': signature, 'done': sorted(done)})
-    with repo.svfs(STATE_FILE, b'wb', atomictemp=True) as fh:
-        fh.write(payload.encode('utf-8'))
+def _name_engine(ui, repo):
+    """Make ``repo``'s requirements name this engine instead of the one
+    it has, and the revlogs it opens from now on use it.  Nothing is
+    rewritten yet: each chunk says how it is compressed, so the store
+    reads as before, and new chunks use the dictionaries.  Core's upgrade
+    instead writes a second store beside the first and holds an entry for
+    each of its revlogs (at 463,000 revlogs, 750 MiB of memory)."""
+    if not dicts_dir(repo.svfs.join(DICTS_DIR)).active():
+        raise error.Abort(_(b'no dictionaries to convert with'),
+                          hint=_(b'train them first: hg zstd-train'))
+    newer = repo.requirements & {requirementsmod.REVLOGV2_REQUIREMENT,
+                                 requirementsmod.CHANGELOGV2_REQUIREMENT}
+    if newer:
+        raise error.Abort(
+            _(b'only revlog version 1 can be converted in place (this '
+              b'repository has %s)') % b', '.join(sorted(newer)),
+            hint=_(b'convert it with hg debugupgraderepo --run --config '
+                   b'format.revlog-compression=%s') % ENGINE)
+    requirements = {name for name in repo.requirements
+                    if name != requirementsmod.REVLOG_COMPRESSION_ZSTD
+                    and not name.startswith(b'exp-compression-')}
+    scmutil.writereporequirements(repo, requirements | {REQUIREMENT})
+    # as a repository opened now would have it (a second repository
+    # object could not write under this one's locks)
+    repo.svfs.options[b'feature-config'].compression_engine = ENGINE
+    repo.invalidate(clearfilecache=True)
+    ui.status(_(b'the repository now uses the %s engine\n') % ENGINE)
+
+
+class _RewrittenLog:
+    """The revlogs a run has rewritten with the ``active`` dictionaries,
+    for a killed run's successor to skip: a line of JSON naming them,
+    then one index file name a line, appended as each is done (a Firefox
+    store has 463,000, too many to rewrite as one list every second).  A
+    line a kill cut short is not taken."""
+
+    def __init__(self, repo, active):
+        self._svfs = repo.svfs
+        self._names = set()
+        header = json.dumps({'active': active}).encode('ascii') + b'\n'
+        try:
+            kind = stat.S_IFMT(self._svfs.lstat(STATE_FILE).st_mode)
+        except FileNotFoundError:
+            kind = None
+        if kind == stat.S_IFREG:
+            lines = self._svfs.read(STATE_FILE).split(b'\n')
+            if lines[0] + b'\n' == header:
+                # the last item is what follows the last newline
+                self._names.update(lines[1:-1])
+        elif kind is not None:
+            # no run of ours made it: a link or a FIFO is not followed
+            try:
+                self._svfs.unlink(STATE_FILE)
+            except OSError as err:
+                raise error.Abort(
+                    _(b'%s is not a file: %s')
+                    % (self._svfs.join(STATE_FILE),
+                       stringutil.forcebytestr(err.strerror)),
+                    hint=_(b'remove it and run the command again'))
+        self._file = self._svfs(STATE_FILE, b'ab' if self._names else b'wb')
+        if not self._names:
+            self._file.write(header)
+        self._flushed = time.monotonic()
+
+    def __contains__(self, name):
+        return name in self._names
+
+    def add(self, name):
+        self._file.write(name + b'\n')
+        if time.monotonic() - self._flushed > 1:
+            self._file.flush()
+            self._flushed = time.monotonic()
+
+    def finish(self):
+        """Every revlog is done: the log goes."""
+        self._file.close()
+        self._svfs.tryunlink(STATE_FILE)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
 
 
 class _ClassTotals:
