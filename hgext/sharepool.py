@@ -192,6 +192,7 @@ import json
 import os
 import re
 import ssl
+import stat
 
 from mercurial import (
     commands,
@@ -1030,34 +1031,71 @@ def _writing_new_tree(repo, node, written_whole):
     for ``.hg`` in every directory above it, and looks for a directory in
     the file's place.  In a directory this run created empty, whose
     revision holds no path that is also a directory of another (a crafted
-    manifest could hold a symbolic link ``a`` and a file ``a/b``), the
-    update makes every directory itself and nothing it writes can stand
-    where a directory goes or lead out of the tree: each path is audited
-    once (names such as ``.hg`` are still refused), and each directory is
-    looked at when first met, not again.  Case-folding file systems and
-    revisions with such paths keep core's checks."""
+    manifest could hold a symbolic link ``a`` and a file ``a/b``), only
+    another process could put anything in a file's place: the path is
+    audited once, at the write, by ``_NewTreeAuditor``.  Case-folding file
+    systems and revisions with such paths keep core's checks."""
     if not written_whole or not util.fscasesensitive(repo.root):
         yield
         return
     manifest = repo.unfiltered()[node].manifest()
-    directories = manifest.dirs()
+    try:
+        directories = manifest.dirs()
+    except ValueError:
+        # a path Mercurial's directory index refuses (``a//b``): core's
+        # update says what is wrong with it
+        yield
+        return
     if any(name in directories for name in manifest):
         yield
         return
 
     def clearunknown(orig, self):
-        self._repo.wvfs.audit(self._path)
+        pass
 
     wvfs = repo.wvfs
     core_audit = wvfs.audit
-    wvfs.audit = pathutil.pathauditor(repo.root, callback=repo._checknested,
-                                      cached=True)
+    wvfs.audit = _NewTreeAuditor(repo)
     try:
         with extensions.wrappedfunction(context.workingfilectx,
                                         'clearunknown', clearunknown):
             yield
     finally:
         wvfs.audit = core_audit
+
+
+class _NewTreeAuditor:
+    """Core's audit of a path about to be written, less what it repeats
+    for every file: the path's names are checked (``.hg``, ``..``), and
+    each directory above it is looked at for a symbolic link, as core does
+    before each write, so that a directory another process swaps for a
+    link is not followed; whether a directory holds a repository of its
+    own (a ``.hg`` in it) is looked at once, when the directory is first
+    met, not for every file below it."""
+
+    def __init__(self, repo):
+        self._root = repo.root
+        self._nested = repo._checknested
+        self._names = pathutil.pathauditor(repo.root, callback=self._nested,
+                                           realfs=False)
+        self._plain = set()
+
+    def __call__(self, path, mode=None):
+        self._names(path, mode)
+        path = util.localpath(path)
+        for prefix in pathutil.finddirs_rev_noroot(path):
+            if prefix in self._plain:
+                try:
+                    st = os.lstat(os.path.join(self._root, prefix))
+                except FileNotFoundError:
+                    break
+                if not stat.S_ISLNK(st.st_mode):
+                    continue
+            # first met, or now a link: core's own check, which refuses one
+            if not pathutil.pathauditor._checkfs_exists(
+                    self._root, prefix, path, self._nested):
+                break
+            self._plain.add(prefix)
 
 
 def _tracks_exactly(dirstate, manifest):

@@ -437,9 +437,10 @@ def uisetup(ui):
 
 def test_a_new_checkout_looks_at_each_directory_once(hg, tmp_path):
     """Issue 30 item 2: writing a new checkout, core's update audits each
-    file's path twice and looks at every directory above it each time (40
-    files three directories deep: 240 checks); in a checkout this run
-    created empty, each directory is looked at once, when first met."""
+    file's path twice and looks at every directory above it each time for
+    a link and a ``.hg`` (40 files three directories deep: 240 checks); in
+    a checkout this run created empty, the path is audited once, and a
+    directory's ``.hg`` looked for when it is first met."""
     source = tmp_path / "src"
     hg("init", source)
     hg_commit(hg, source, {"a/b/c/f%d.txt" % n: "%d\n" % n
@@ -497,7 +498,12 @@ def craft(ui, repo, *specs):
     (["sub/.hg/hgrc=[hooks]\n"],
      r"abort: path 'sub/\.hg/hgrc' is inside nested repo 'sub'"),
     (["link@=OUTSIDE", "linked/kept=kept"], None),
-], ids=["link-and-file-below", "nested-hg", "link-beside"])
+    # a path Mercurial's directory index refuses: core's update, and
+    # the store kept (it was taken for damage and cloned again and again)
+    (["link@=OUTSIDE", "link//planted=owned"],
+     r"abort: (path 'link//planted' traverses symbolic link 'link'"
+     r"|Directory not empty: '.*/co/link')"),
+], ids=["link-and-file-below", "nested-hg", "link-beside", "double-slash"])
 def test_a_new_checkout_of_a_crafted_revision_writes_only_inside(
         hg, hgserve, tmp_path, crafted, expected):
     """A new checkout skips the update's per-file checks only where they
@@ -530,7 +536,56 @@ def test_a_new_checkout_of_a_crafted_revision_writes_only_inside(
         assert proc.returncode == 255
         assert re.fullmatch(expected, proc.stderr.splitlines()[-1]), \
             proc.stderr
+        assert "deleting shared store" not in proc.stderr
         assert not (dest / "sub/.hg").exists()
+
+
+#: An extension that, as the update is about to write ``swap.before``,
+#: swaps its directory (holding the files written before it) for a
+#: symbolic link to ``swap.outside``, as another process could while a
+#: checkout is written.
+SWAPPER = """
+import os
+from mercurial import context, extensions
+
+def write(orig, self, *args, **kwargs):
+    ui = self._repo.ui
+    if self._path == ui.config(b'swap', b'before'):
+        directory = self._repo.wjoin(os.path.dirname(self._path))
+        os.rename(directory, directory + b'.moved')
+        os.symlink(ui.config(b'swap', b'outside'), directory)
+    return orig(self, *args, **kwargs)
+
+def uisetup(ui):
+    extensions.wrapfunction(context.workingfilectx, 'write', write)
+"""
+
+
+def test_a_directory_swapped_for_a_link_during_a_new_checkout_is_not_followed(
+        hg, tmp_path):
+    """Outside tester (HIGH, on the first version of the new checkout's
+    checks, which looked at each directory once): another process swapping
+    a directory of DEST for a link to a directory outside while the
+    checkout is written had the rest of the files written outside, and the
+    run said it succeeded.  Each write looks for a link above it again, as
+    core's does: the run aborts with core's line, nothing is written
+    outside."""
+    source = tmp_path / "src"
+    hg("init", source)
+    hg_commit(hg, source, {"d/f%03d.txt" % n: "%d\n" % n for n in range(50)},
+              "files")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "swap.py").write_text(SWAPPER)
+    proc = checkout(hg, str(source), tmp_path / "co", "-b", "default",
+                    "--config", "extensions.swap=%s" % (tmp_path / "swap.py"),
+                    "--config", "swap.before=d/f006.txt",
+                    "--config", "swap.outside=%s" % outside,
+                    "--config", "worker.enabled=false", check=False)
+    assert proc.returncode == 255, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines()[-1] == \
+        "abort: path 'd/f006.txt' traverses symbolic link 'd'", proc.stderr
+    assert list(outside.iterdir()) == []
 
 
 def test_backoff_grows_and_is_jittered():

@@ -162,33 +162,81 @@ def test_conversion_in_place(hg, hgrc, tmp_path, engine):
 
 def test_recompress_resumes_from_its_log_and_ignores_what_it_did_not_write(
         hg, small_dict_repo):
-    """A run's log names the revlogs it rewrote, one a line: the next run
-    skips them; a log cut short mid-line, of other dictionaries, or a FIFO
-    or a link planted in its place are not followed."""
+    """A run's log names the revlogs it rewrote, one a line with its index
+    file's size and time: the next run skips them.  A line cut short
+    mid-line, a name without them or with those of a file changed since
+    (outside tester: a planted log made a conversion skip every revlog),
+    a log of other dictionaries, or a FIFO or a link planted in its place
+    are not followed."""
     repo = small_dict_repo
     hg("zstd-train", cwd=repo)
     store = repo / ".hg" / "store"
     state = store / "zstd-recompress.state"
-    active = json.loads((store / "zstd-dicts" / "active").read_text())
-    header = json.dumps({"active": active})
-    state.write_text(header + "\n00changelog.i\n00manifest.i\ndata/mf.i")
+
+    def header():
+        return json.dumps({"active": json.loads(
+            (store / "zstd-dicts" / "active").read_text())}) + "\n"
+
+    def line(name):
+        st = os.stat(store / name)
+        return "%s\0%d:%d\n" % (name, st.st_size, st.st_mtime_ns)
+
+    state.write_text(header() + line("00changelog.i") + line("00manifest.i")
+                     + line("data/mf.i")[:-3])
     out = hg("zstd-recompress", cwd=repo)
     # the changelog and the manifest are skipped, not the cut line's file
     assert out == "recompressed 1 of 43 revlogs\n", out
     assert not state.exists()
+    hg("zstd-train", cwd=repo)  # other dictionaries: three to rewrite
+    stamped = line("00changelog.i")
+    hg("update", "-q", "tip", cwd=repo)
+    (repo / "mf").write_text("changed\n" * 20)
+    hg("commit", "-q", "-m", "after the log", cwd=repo)
+    state.write_text(header() + stamped + "00manifest.i\n"
+                     + "data/mf.i\0forged\n")
+    out = hg("zstd-recompress", cwd=repo)
+    assert out == "recompressed 3 of 43 revlogs\n", out
     hg("verify", "-q", cwd=repo)
     for planted in ("fifo", "link"):
-        hg("zstd-train", cwd=repo)  # other dictionaries: all to rewrite
+        hg("zstd-train", cwd=repo)
         if planted == "fifo":
             os.mkfifo(state)
         else:
-            (repo / "elsewhere").write_text(header + "\n00changelog.i\n")
+            (repo / "elsewhere").write_text(header() + line("00changelog.i"))
             state.symlink_to(repo / "elsewhere")
         out = hg("zstd-recompress", cwd=repo)
         assert out == "recompressed 3 of 43 revlogs\n", (planted, out)
         assert not state.exists() and not state.is_symlink()
-    assert (repo / "elsewhere").read_text().endswith("00changelog.i\n")
+    assert "00changelog.i" in (repo / "elsewhere").read_text()
     hg("verify", "-q", cwd=repo)
+
+
+def test_conversion_from_a_share_without_share_safe_is_refused(
+        hg, hgrc, tmp_path):
+    """Outside tester: from a share that keeps its own requirements (no
+    share-safe), the conversion named the engine in the share's list only,
+    and the source, converted behind its back, failed on its own chunks in
+    a stock Mercurial ("unknown compression type").  Refused, as core's
+    upgrade refuses such a share, pointing at the source."""
+    hgrc.write_text(ENABLE)
+    source = tmp_path / "source"
+    hg("init", "--config", "format.use-share-safe=no", "--config",
+       "format.revlog-compression=zstd", source)
+    hg("debugbuilddag", "--mergeable-file", "--new-file", "+40", cwd=source)
+    hg("share", "-q", "-U", "--config", "extensions.share=", source,
+       tmp_path / "share")
+    hg("zstd-train", cwd=source)
+    requires = [source / ".hg" / "requires",
+                tmp_path / "share" / ".hg" / "requires"]
+    before = [path.read_text() for path in requires]
+    proc = hg.proc("zstd-recompress", "--convert", cwd=tmp_path / "share")
+    assert is_clean_abort(proc), proc.stderr
+    assert "abort: this share keeps its own list of requirements" \
+        in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "(run the command in the source repository, %s)" % source)
+    assert [path.read_text() for path in requires] == before
+    hg("verify", "-q", "--config", "extensions.zstdstore=!", cwd=source)
 
 
 def test_new_repository_with_the_engine(hg, hgrc, tmp_path):

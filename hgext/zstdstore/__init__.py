@@ -196,7 +196,14 @@ def zstd_recompress(ui, repo, **opts):
     with chains of at most 500 deltas, while these keep the chains the
     store has.  An interrupted conversion leaves a repository that reads
     as before (each chunk says how it is compressed); run the command
-    again to finish it.
+    again to finish it.  Stop long-running readers, such as ``hg serve``,
+    for the conversion, as for an upgrade: one that opened the repository
+    before it may abort on a revlog rewritten under it (never with wrong
+    data: every revision is checked against its hash).  A share made
+    without share-safe keeps its own list of requirements: the conversion
+    is refused there, and after converting its source, such a share needs
+    ``exp-compression-zstd-dict`` added to its ``.hg/requires`` (with the
+    extension enabled it reads the store either way).
     """
     maintenance.recompress(ui, repo, convert=opts.get('convert'))
 

@@ -327,6 +327,15 @@ def _name_engine(ui, repo):
     if not dicts_dir(repo.svfs.join(DICTS_DIR)).active():
         raise error.Abort(_(b'no dictionaries to convert with'),
                           hint=_(b'train them first: hg zstd-train'))
+    shared = repo.requirements & {requirementsmod.SHARED_REQUIREMENT,
+                                  requirementsmod.RELATIVE_SHARED_REQUIREMENT}
+    if shared and requirementsmod.SHARESAFE_REQUIREMENT \
+            not in repo.requirements:
+        raise error.Abort(
+            _(b'this share keeps its own list of requirements: the source '
+              b'repository would not name the engine of its converted store'),
+            hint=_(b'run the command in the source repository, %s')
+            % os.path.dirname(repo.sharedpath))
     newer = repo.requirements & {requirementsmod.REVLOGV2_REQUIREMENT,
                                  requirementsmod.CHANGELOGV2_REQUIREMENT}
     if newer:
@@ -349,13 +358,16 @@ def _name_engine(ui, repo):
 class _RewrittenLog:
     """The revlogs a run has rewritten with the ``active`` dictionaries,
     for a killed run's successor to skip: a line of JSON naming them,
-    then one index file name a line, appended as each is done (a Firefox
-    store has 463,000, too many to rewrite as one list every second).  A
-    line a kill cut short is not taken."""
+    then a line per revlog, appended as each is done (a Firefox store has
+    463,000, too many to rewrite as one list every second): its index
+    file's name, a NUL, and that file's size and modification time once
+    rewritten.  A revlog whose index file has changed since (a commit, an
+    upgrade) is rewritten again, and a line a kill cut short is not
+    taken."""
 
     def __init__(self, repo, active):
         self._svfs = repo.svfs
-        self._names = set()
+        self._stamps = {}
         header = json.dumps({'active': active}).encode('ascii') + b'\n'
         try:
             kind = stat.S_IFMT(self._svfs.lstat(STATE_FILE).st_mode)
@@ -365,7 +377,9 @@ class _RewrittenLog:
             lines = self._svfs.read(STATE_FILE).split(b'\n')
             if lines[0] + b'\n' == header:
                 # the last item is what follows the last newline
-                self._names.update(lines[1:-1])
+                for line in lines[1:-1]:
+                    name, _nul, stamp = line.partition(b'\0')
+                    self._stamps[name] = stamp
         elif kind is not None:
             # no run of ours made it: a link or a FIFO is not followed
             try:
@@ -376,16 +390,24 @@ class _RewrittenLog:
                     % (self._svfs.join(STATE_FILE),
                        stringutil.forcebytestr(err.strerror)),
                     hint=_(b'remove it and run the command again'))
-        self._file = self._svfs(STATE_FILE, b'ab' if self._names else b'wb')
-        if not self._names:
+        self._file = self._svfs(STATE_FILE, b'ab' if self._stamps else b'wb')
+        if not self._stamps:
             self._file.write(header)
         self._flushed = time.monotonic()
 
+    def _stamp(self, name):
+        try:
+            st = self._svfs.stat(name)
+        except FileNotFoundError:
+            return b'missing'
+        return b'%d:%d' % (st.st_size, st.st_mtime_ns)
+
     def __contains__(self, name):
-        return name in self._names
+        stamp = self._stamps.get(name)
+        return bool(stamp) and stamp == self._stamp(name)
 
     def add(self, name):
-        self._file.write(name + b'\n')
+        self._file.write(name + b'\0' + self._stamp(name) + b'\n')
         if time.monotonic() - self._flushed > 1:
             self._file.flush()
             self._flushed = time.monotonic()
