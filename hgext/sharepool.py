@@ -66,6 +66,9 @@ update
   update and verify.  In an existing full checkout the working
   directory is walked once: the status purge takes (or, without
   ``--purge``, one of tracked files) is the one the update starts from.
+  Writing a new checkout, each path is audited once, at its write, for a
+  link in the directories above it (core audits it twice), and each
+  directory once for a ``.hg``.
 verify
   The working directory's parent must be the requested node and ``hg
   status`` must be clean (with ``--purge``, no unknown or ignored files
