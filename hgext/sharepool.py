@@ -1038,18 +1038,7 @@ def _writing_new_tree(repo, node, written_whole):
     another process could put anything in a file's place: the path is
     audited once, at the write, by ``_NewTreeAuditor``.  Case-folding file
     systems and revisions with such paths keep core's checks."""
-    if not written_whole or not util.fscasesensitive(repo.root):
-        yield
-        return
-    manifest = repo.unfiltered()[node].manifest()
-    try:
-        directories = manifest.dirs()
-    except ValueError:
-        # a path Mercurial's directory index refuses (``a//b``): core's
-        # update says what is wrong with it
-        yield
-        return
-    if any(name in directories for name in manifest):
+    if not (written_whole and _paths_stand_apart(repo, node)):
         yield
         return
 
@@ -1065,6 +1054,21 @@ def _writing_new_tree(repo, node, written_whole):
             yield
     finally:
         wvfs.audit = core_audit
+
+
+def _paths_stand_apart(repo, node):
+    """Whether the working directory's file system tells case apart and
+    no path of ``node``'s revision is also a directory of another."""
+    if not util.fscasesensitive(repo.root):
+        return False
+    manifest = repo.unfiltered()[node].manifest()
+    try:
+        directories = manifest.dirs()
+    except ValueError:
+        # a path Mercurial's directory index refuses (``a//b``): core's
+        # update says what is wrong with it
+        return False
+    return not any(name in directories for name in manifest)
 
 
 class _NewTreeAuditor:
