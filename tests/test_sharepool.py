@@ -288,15 +288,20 @@ def test_ambiguous_short_hash_aborts(hg, own_source, own_served, tmp_path):
     two revisions: robustcheckout refuses to guess, whether the store has
     the revision yet or not."""
     source, served = own_source, own_served
-    root, middle, tip = source.nodes
-    hg("bookmark", "-r", root, tip[:12], cwd=source)
+    # the nodes carry the commit time; hg refuses a bookmark named by
+    # digits alone, so the prefix is taken from a node whose first 12
+    # characters hold a letter (all three all-digit: about 1 in 10**7)
+    named, other = next((node, source.nodes[i - 1])
+                        for i, node in enumerate(source.nodes)
+                        if not node[:12].isdigit())
+    hg("bookmark", "-r", other, named[:12], cwd=source)
     for attempt in ("empty pool", "warm pool"):
-        proc = checkout(hg, served.url, tmp_path / "co", "-r", tip[:12],
+        proc = checkout(hg, served.url, tmp_path / "co", "-r", named[:12],
                         check=False)
         assert abort_line(proc) == ("abort: --revision argument is "
                                     "ambiguous"), attempt
         assert proc.returncode == 255
-        checkout(hg, served.url, tmp_path / "co", "-r", tip)
+        checkout(hg, served.url, tmp_path / "co", "-r", named)
     # a branch whose name looks like a node is no node
     hg("branch", "-q", "abcdef0123456", cwd=source)
     hg_commit(hg, source, {"b": "on a branch\n"}, "branch")
