@@ -851,7 +851,7 @@ def test_training_holds_only_the_newest_file_revisions(real_hg_repo_cached):
     unfi = repo.unfiltered()
 
     def filelogs():
-        return (rl for _kind, rl in maintenance._store_revlogs(
+        return (rl for _kind, rl in maintenance._StoreRevlogs(
             repo, (b"filelog",)))
     everything = []
     for rl in filelogs():

@@ -51,42 +51,50 @@ def require_engine(repo):
                    b'format.revlog-compression=%s') % ENGINE)
 
 
-def _store_revlogs(repo, kinds=KINDS):
-    """``(kind, revlog)`` for every revlog of the store of one of ``kinds``:
-    filelogs first, then manifests, then the changelog.  Each is opened
+class _StoreRevlogs:
+    """Every revlog of the store of one of ``kinds``, as ``(kind,
+    revlog)``: filelogs first, then manifests, then the changelog.  Listed
+    once, so that a run's progress knows the total; each revlog is opened
     when its turn comes."""
-    unfi = repo.unfiltered()
-    if b'filelog' in kinds:
-        for path in _filelog_paths(unfi):
-            yield b'filelog', unfi.file(path)._revlog
-    if b'manifest' in kinds:
-        for tree in _manifest_trees(unfi):
+
+    def __init__(self, repo, kinds=KINDS):
+        self._unfi = unfi = repo.unfiltered()
+        self._filelogs = (_filelog_names(unfi) if b'filelog' in kinds
+                          else [])
+        self._trees = (list(_manifest_trees(unfi)) if b'manifest' in kinds
+                       else [])
+        self._changelog = b'changelog' in kinds
+
+    def __len__(self):
+        return len(self._filelogs) + len(self._trees) + self._changelog
+
+    def __iter__(self):
+        unfi = self._unfi
+        for name in self._filelogs:
+            yield b'filelog', unfi.file(_tracked_path(name))._revlog
+        for tree in self._trees:
             yield b'manifest', unfi.manifestlog.getstorage(tree)._revlog
-    if b'changelog' in kinds:
-        yield b'changelog', unfi.changelog
+        if self._changelog:
+            yield b'changelog', unfi.changelog
 
 
-def _count_revlogs(repo):
-    unfi = repo.unfiltered()
-    return (sum(1 for _path in _filelog_paths(unfi))
-            + sum(1 for _tree in _manifest_trees(unfi)) + 1)
-
-
-def _filelog_paths(unfi):
-    """The tracked path of each filelog of the store, in the order of
-    their index files' names.  Not core's walk of the store where its
-    fncache lists them: that walk holds an entry object for every revlog
-    to the end (at 463,000 revlogs, over 100 MB for the whole run); the
-    names sorted here are the fncache's own."""
+def _filelog_names(unfi):
+    """The index file name of each filelog of the store, sorted.  Not
+    core's walk of the store where its fncache lists them: that walk holds
+    an entry object for every revlog to the end (at 463,000 revlogs, over
+    100 MB for the whole run); the names listed here are the fncache's
+    own, and each tracked path is made when its filelog is opened."""
     fncache = getattr(unfi.store, 'fncache', None)
     if fncache is None:
-        for entry in unfi.store.walk():
-            if entry.is_revlog and entry.is_filelog:
-                yield entry.target_id
-        return
-    for name in sorted(name for name in fncache
-                       if name.startswith(b'data/') and name.endswith(b'.i')):
-        yield name[len(b'data/'):-len(b'.i')]
+        return sorted(b'data/%s.i' % entry.target_id
+                      for entry in unfi.store.walk()
+                      if entry.is_revlog and entry.is_filelog)
+    return sorted(name for name in fncache
+                  if name.startswith(b'data/') and name.endswith(b'.i'))
+
+
+def _tracked_path(name):
+    return name[len(b'data/'):-len(b'.i')]
 
 
 def _manifest_trees(unfi):
@@ -113,7 +121,7 @@ def _newest_chunks(ui, repo, kind, budget):
     to fill ``budget`` bytes of samples.  One revlog is open at a time:
     each one read keeps caches of its own, and a store has tens of
     thousands of filelogs."""
-    revlogs = (rl for _kind, rl in _store_revlogs(repo, (kind,)))
+    revlogs = (rl for _kind, rl in _StoreRevlogs(repo, (kind,)))
     if kind != b'filelog':
         for rl in revlogs:
             with rl.reading():
@@ -299,11 +307,12 @@ def recompress(ui, repo, convert=False):
         done = held.enter_context(_RewrittenLog(
             repo, {k.decode('ascii'): v for k, v in active.items()}))
         # One revlog open at a time: each holds its index and caches.
-        total = _count_revlogs(repo)
+        revlogs = _StoreRevlogs(repo)
+        total = len(revlogs)
         progress = ui.makeprogress(_(b'recompressing'), unit=_(b'revlogs'),
                                    total=total)
         rewritten = 0
-        for _kind, rl in _store_revlogs(repo):
+        for _kind, rl in revlogs:
             progress.increment(item=rl._indexfile)
             if rl._indexfile in done:
                 continue
@@ -447,10 +456,10 @@ def stats(ui, repo, opts):
     plain = zstandard.ZstdCompressor(level=configured_level(ui))
     totals = {kind: _ClassTotals() for kind in KINDS}
     # one revlog open at a time, as in recompress
-    total = _count_revlogs(repo)
+    revlogs = _StoreRevlogs(repo)
     progress = ui.makeprogress(_(b'reading'), unit=_(b'revlogs'),
-                               total=total)
-    for kind, rl in _store_revlogs(repo):
+                               total=len(revlogs))
+    for kind, rl in revlogs:
         progress.increment()
         counts = totals[kind]
         inner = rl._inner
