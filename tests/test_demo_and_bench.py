@@ -129,3 +129,34 @@ def test_store_benchmark_in_parts_on_real_history(real_hg_repo, tmp_path):
         "abort: unknown command: blame",
         "(choose among: log desc, log -p 1000, annotate, update null->tip, "
         "status, verify, clone --stream)"])
+
+
+def test_store_benchmark_of_the_conversion_in_place(real_hg_repo, tmp_path):
+    """``--conversion in-place``: zstdstore's copy is trained, then
+    converted by ``hg zstd-recompress --convert``, beside core zstd's
+    upgrade in the same run; the copy it leaves carries the engine's
+    requirement and passes ``hg verify`` (the command timed).  A
+    conversion it does not know is one abort line."""
+    work = tmp_path / "work"
+    command = [tools.executable("vcsperf"), "bench", "zstdstore",
+               str(real_hg_repo), "--workdir", str(work), "--engines",
+               "zstd,zstd-dict", "--commands", "verify", "--repeat", "0",
+               "--rounds", "1", "--conversion"]
+    subprocess.run(command + ["in-place", "--json", str(tmp_path / "a.json")],
+                   capture_output=True, text=True, check=True)
+    engines = json.loads((tmp_path / "a.json").read_text())[
+        "results"]["engines"]
+    assert list(engines["zstd-dict"]["prepare"]) == [
+        "clone", "train", "convert"]
+    assert list(engines["zstd"]["prepare"]) == ["clone", "upgrade"]
+    assert all(step["peak_mib"] > 0
+               for step in engines["zstd-dict"]["prepare"].values())
+    requires = (work / "zstd-dict" / ".hg" / "store" / "requires").read_text()
+    assert "exp-compression-zstd-dict" in requires.split()
+    assert (engines["zstd-dict"]["store"]["total"]
+            < engines["zstd"]["store"]["total"])
+    wrong = subprocess.run(command + ["rewrite"], capture_output=True,
+                           text=True)
+    assert (wrong.returncode, wrong.stderr.splitlines()) == (255, [
+        "abort: unknown conversion: rewrite",
+        "(choose among: upgrade, in-place)"])

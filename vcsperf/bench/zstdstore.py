@@ -6,7 +6,10 @@
 Each engine gets a hardlinked clone converted with ``hg debugupgraderepo``
 (the same deltas, recompressed); zstdstore's copy is converted in one
 pass: ``hg zstd-train`` on the clone as it is, then the upgrade writes
-every chunk with the dictionaries.  Measured per engine: the time and peak
+every chunk with the dictionaries, or, with ``--conversion in-place``,
+``hg zstd-recompress --convert`` rewrites each revlog's chunks where they
+are (the path for stores too large for the upgrade's memory; the store's
+own deltas are kept).  Measured per engine: the time and peak
 memory of each conversion step, store bytes per revlog class (with the
 dictionaries), the read throughput of every chunk through the revlog's
 batch chunk read (``chunkread``, an hg extension), and the wall time of
@@ -68,19 +71,28 @@ def timed(argv, env, cwd=None):
     return seconds, usage.ru_maxrss / 1024
 
 
-def prepare(source, dest, engine, env):
-    """Make ``dest`` a copy of ``source`` stored with ``engine``; returns
-    ``{step: {"seconds", "peak_mib"}}``."""
+#: How zstdstore's copy is converted: core's upgrade, or in place.
+CONVERSIONS = ("upgrade", "in-place")
+
+
+def prepare(source, dest, engine, env, conversion="upgrade"):
+    """Make ``dest`` a copy of ``source`` stored with ``engine`` (for
+    zstd-dict, by ``conversion``); returns ``{step: {"seconds",
+    "peak_mib"}}``."""
     hg = tools.executable("hg")
     steps = {}
     steps["clone"] = timed([hg, "clone", "-q", "-U", source, dest], env)
     if engine == "zstd-dict":
         # Trained on the store as it is: one rewrite converts.
         steps["train"] = timed([hg, "zstd-train"], env, cwd=dest)
-    steps["upgrade"] = timed([hg, "debugupgraderepo", "--run", "--no-backup",
-                              "-q", "--config",
-                              "format.revlog-compression=%s" % engine],
-                             env, cwd=dest)
+    if engine == "zstd-dict" and conversion == "in-place":
+        steps["convert"] = timed([hg, "zstd-recompress", "--convert", "-q"],
+                                 env, cwd=dest)
+    else:
+        steps["upgrade"] = timed([hg, "debugupgraderepo", "--run",
+                                  "--no-backup", "-q", "--config",
+                                  "format.revlog-compression=%s" % engine],
+                                 env, cwd=dest)
     return {step: {"seconds": seconds, "peak_mib": peak}
             for step, (seconds, peak) in steps.items()}
 
@@ -277,11 +289,14 @@ def _chosen(text, known, what):
 
 
 def run(source, workdir, repeat=5, rounds=3, reuse=False, engines=None,
-        commands=None):
+        commands=None, conversion="upgrade"):
     """Prepare one copy of ``source`` per engine under ``workdir`` (or, with
     ``reuse``, take those a previous run left there) and measure each;
     returns ``(results, ratios)``."""
     chosen = _chosen(engines, ENGINES, "engine")
+    if conversion not in CONVERSIONS:
+        raise Abort("unknown conversion: %s" % conversion,
+                    hint="choose among: %s" % ", ".join(CONVERSIONS))
     if not {"zstd", "zstd-dict"} <= set(chosen):
         raise Abort("--engines must name zstd and zstd-dict",
                     hint="the ratios are zstd-dict's against core zstd")
@@ -304,7 +319,7 @@ def run(source, workdir, repeat=5, rounds=3, reuse=False, engines=None,
                 steps = json.load(fh)
         else:
             steps = prepare(os.path.abspath(source), dest, engine,
-                            envs[engine])
+                            envs[engine], conversion)
             with open(steps_file, "w") as fh:
                 json.dump(steps, fh)
         measured[engine] = {"prepare": steps, "store": store_bytes(dest)}
@@ -332,4 +347,10 @@ def main(argv=None):
         ("commands", dict(help="comma-separated end-to-end commands to "
                                "time (default: all of %s)"
                                % ", ".join(c[0] for c in COMMANDS))),
+        ("conversion", dict(default="upgrade",
+                            help="how zstd-dict's copy is converted: "
+                                 "upgrade (hg debugupgraderepo) or "
+                                 "in-place (hg zstd-recompress --convert, "
+                                 "for stores too large for the upgrade's "
+                                 "memory)")),
     ], argv)
