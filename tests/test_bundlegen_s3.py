@@ -517,8 +517,9 @@ def test_a_second_run_waits_then_skips_the_tip_the_first_published(
         small_repo, hg, env, objectserver):
     repo = small_repo
     _configure(repo, objectserver, formats="gzip")
-    # The first run holds the lock while its upload hook sleeps.
-    hook = "bundlegen.upload-command=sleep 3"
+    # The first run holds the lock while its upload hook sleeps, long
+    # enough for the second to start on a loaded machine.
+    hook = "bundlegen.upload-command=sleep 8"
     first = subprocess.Popen(
         [hg.binary, "-R", str(repo), "bundlegen", *EXT, "--config", hook],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

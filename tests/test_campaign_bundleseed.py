@@ -325,7 +325,9 @@ def test_a_host_that_trickles_its_headers_is_given_up(
         seconds = time.monotonic() - started
         assert seeded.failure is not None and says in seeded.failure, \
             seeded.failure
-        assert seconds < 4, seconds
+        # a few seconds over the limit on a loaded machine; a host held
+        # to its headers' end would take the trickler's 60 s
+        assert seconds < 10, seconds
         assert seeded.bundles == 0
 
 

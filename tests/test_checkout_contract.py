@@ -380,8 +380,9 @@ def test_another_hosts_lock_is_taken_over_by_policy(driver, private):
     if driver.vcs == "hg":
         foreign_lock(driver.dest / ".hg" / "wlock")
     else:
-        foreign_lock(str(driver.store) + ".lock")
+        # committed first: the lock's age must stay inside the grace
         driver.commit({"late.txt": "late\n"}, "late")
+        foreign_lock(str(driver.store) + ".lock")
     # a grace longer than a command takes to start on a busy machine
     driver.configure(*(["sharepool.private-cache", "true"] if private
                        else ["sharepool.foreign-lock-grace", "6"]))

@@ -44,12 +44,15 @@ class Served:
 
     def hook(self, options, extra=""):
         """The server's global config: the hook with ``options``, and
-        git's trace2 events of every process into ``trace``."""
+        git's trace2 events of every process into ``trace``.  One thread
+        of delta search: with more, which deltas git picks depends on
+        their timing, and two runs' packs could differ in bytes."""
         command = " ".join([tools.executable("gitbridge"), "pack-cache",
                             *options])
         (self.root / ".gitconfig").write_text(
-            "[uploadpack]\n\tpackObjectsHook = %s\n[trace2]\n"
-            "\teventTarget = %s\n%s" % (command, self.trace, extra))
+            "[uploadpack]\n\tpackObjectsHook = %s\n[pack]\n\tthreads = 1\n"
+            "[trace2]\n\teventTarget = %s\n%s"
+            % (command, self.trace, extra))
 
     def client(self, name):
         """A client at the base: a copy of the server's repository before

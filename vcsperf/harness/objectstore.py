@@ -75,6 +75,27 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+def _listening(pid, port):
+    """Whether process ``pid`` holds the socket listening on 127.0.0.1's
+    ``port`` (from ``/proc``; true where there is none to ask)."""
+    fds = "/proc/%d/fd" % pid
+    try:
+        with open("/proc/net/tcp") as fh:
+            rows = [line.split() for line in fh.readlines()[1:]]
+        names = os.listdir(fds)
+    except OSError:
+        return not os.path.isdir("/proc/self")
+    sockets = set()
+    for name in names:
+        try:
+            sockets.add(os.readlink(os.path.join(fds, name)))
+        except OSError:
+            pass  # closed since it was listed
+    address = "0100007F:%04X" % port
+    return any(row[1] == address and row[3] == "0A"  # LISTEN
+               and "socket:[%s]" % row[9] in sockets for row in rows)
+
+
 class ObjectServer(ChildServer):
     """versitygw serving ``root/data`` at ``url`` (path-style:
     ``url + BUCKET/KEY``), stopped by ``stop()`` or at the end of the
@@ -97,7 +118,9 @@ class ObjectServer(ChildServer):
                      "--region", REGION, "--access-log", self.access_log,
                      "posix", self.data],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-            if self._wait_until_up():
+            # the port was free when asked; another process (a test
+            # worker's server) may have taken it since
+            if self._wait_until_up() and _listening(self.proc.pid, port):
                 return
             self.stop()
         raise RuntimeError("versitygw did not start; see %s"
