@@ -323,44 +323,29 @@ def disk_needed(parts, features):
     return disk_peak(parts, features) + DISK_MARGIN
 
 
-#: How much longer a run takes per core's worth of other work on the
-#: machine: quick runs on the 2 cores beside others' jobs took 1.2 to 4.1
-#: times their idle time, 1 + 0.53 times the others' load per core at
-#: the median (15 runs, BENCHMARKS.md); two busy loops took 1.54 times.
-SLOWDOWN_PER_BUSY_CORE = 0.55
-#: How long the other processes' use of the cores is sampled.
-BUSY_SAMPLE_SECONDS = 1.0
+#: How long the share of a core the run gets is sampled.
+SHARE_SAMPLE_SECONDS = 1.0
+#: The least share the estimate takes, so that its factor stays bounded.
+SHARE_FLOOR = 0.05
 
 
 def busy_factor():
-    """``(factor, busy cores, cores)``: how many times an idle machine's
-    time the run should take now, from the cores other processes keep
-    busy, sampled over a second of ``/proc/stat`` (the load average lags
-    by a minute, and counts the run's own survey).  Where there is no
-    ``/proc/stat``, the factor is 1."""
-    cores = os.cpu_count() or 1
-    try:
-        first = _cpu_times()
-        time.sleep(BUSY_SAMPLE_SECONDS)
-        second = _cpu_times()
-    except (OSError, ValueError):
-        return 1.0, None, cores
-    total = sum(second) - sum(first)
-    idle = sum(second[3:5]) - sum(first[3:5])  # idle and iowait
-    # rounded first: the factor is the one the report's busy cores give
-    busy = round(max(0.0, (total - idle) / total * cores), 2) \
-        if total > 0 else 0.0
-    return 1 + SLOWDOWN_PER_BUSY_CORE * busy / cores, busy, cores
-
-
-def _cpu_times():
-    """The machine's CPU times (user, nice, system, idle, iowait, ...)
-    from the first line of ``/proc/stat``."""
-    with open("/proc/stat") as fh:
-        fields = fh.readline().split()
-    if fields[:1] != ["cpu"]:
-        raise ValueError("no cpu line in /proc/stat")
-    return [int(field) for field in fields[1:9]]
+    """``(factor, share)``: how many times an idle machine's time the run
+    should take now, one over the share of a core a process of the run is
+    given: it spins for a second and compares the CPU time it got with the
+    time that passed.  That sees what a count of the cores other
+    processes keep busy cannot, a run under ``nice`` beside them: with
+    two busy loops on 2 cores, the share is 0.67 and a Firefox-scale
+    quick run took 1.52 times its idle time; under ``nice -n 5``, 0.24
+    and 3.92 times (BENCHMARKS.md)."""
+    started, given = time.monotonic(), time.process_time()
+    while time.monotonic() - started < SHARE_SAMPLE_SECONDS:
+        pass
+    given = time.process_time() - given
+    # rounded first: the factor is the one the report's share gives
+    share = round(min(1.0, max(SHARE_FLOOR, given / (
+        time.monotonic() - started))), 2)
+    return 1 / share, share
 
 
 def seconds(features, info, quick, slice_size, busy=1.0):

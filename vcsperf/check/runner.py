@@ -352,7 +352,7 @@ class Check:
                 hint="give --scratch a directory with more room, on the "
                 "repository's filesystem if you can (copies are then "
                 "hardlinks)")
-        busy, busy_cores, cores = estimates.busy_factor()
+        busy, share = estimates.busy_factor()
         seconds = estimates.seconds(self._features(), info, self.quick,
                                     self.slice_size, busy)
         # What the run has taken before its estimate, and the original's
@@ -368,8 +368,7 @@ class Check:
             "free": free, "estimate": {"disk": disk, "disk_needed": need,
                                        "seconds": seconds, "busy": {
                                            "factor": round(busy, 2),
-                                           "busy_cores": busy_cores,
-                                           "cores": cores}},
+                                           "share": share}},
             "prepared": [], "features": [], "steps": [
                 {"feature": "copy", "step": SURVEY_STEP,
                  "seconds": round(survey_seconds, 3),
@@ -498,12 +497,13 @@ class Check:
                                  self.state["estimate"]["disk_needed"]),
                              pooling.format_bytes(self.state["free"]),
                              self.scratch))
-        busy = self.state["estimate"].get("busy")
-        if busy and busy["factor"] >= 1.05:
-            self.console.say("(other processes keep %.1f of the %d cores "
-                             "busy: the estimate is %.2f times an idle "
-                             "machine's)" % (busy["busy_cores"],
-                                             busy["cores"], busy["factor"]))
+        # (a run begun by an older release, resumed, has no share)
+        busy = self.state["estimate"].get("busy") or {}
+        if busy.get("share") and busy["factor"] >= 1.05:
+            self.console.say("(other processes leave this run %d%% of a "
+                             "core: the estimate is %.2f times an idle "
+                             "machine's)" % (round(busy["share"] * 100),
+                                             busy["factor"]))
 
     @contextlib.contextmanager
     def _doing_feature(self, feature, steps):
