@@ -350,24 +350,28 @@ def test_dirstate_entry_renamed_by_a_flipped_byte_is_rebuilt(
     assert "disagrees" not in again.stderr
 
 
-#: An extension that counts the statuses of the whole working directory
-#: the command takes, into the file ``walkcount.file``.
-WALK_COUNTER = """
-import atexit
-from mercurial import dirstate, extensions
-
-walks = []
-
-def status(orig, self, match, *args, **kwargs):
-    if match.always():
-        walks.append(match)
-    return orig(self, match, *args, **kwargs)
-
-def uisetup(ui):
-    extensions.wrapfunction(dirstate.dirstate, 'status', status)
-    path = ui.config(b'walkcount', b'file')
-    atexit.register(lambda: open(path, 'a').write('%d\\n' % len(walks)))
-"""
+def call_counter(tmp_path, name, wrapped, when="True"):
+    """hg options loading an extension that counts the calls of
+    ``wrapped`` (``module.Class.method``, from mercurial) for which
+    ``when`` (over ``args``) holds, and appends each command's count as a
+    line to the file ``tmp_path / name``."""
+    module, owner, function = wrapped.rsplit(".", 2)
+    code = tmp_path / ("%s.py" % name)
+    code.write_text(
+        "import atexit\n"
+        "from mercurial import extensions, %s\n"
+        "calls = []\n"
+        "def counted(orig, *args, **kwargs):\n"
+        "    if %s:\n"
+        "        calls.append(1)\n"
+        "    return orig(*args, **kwargs)\n"
+        "def uisetup(ui):\n"
+        "    extensions.wrapfunction(%s.%s, %r, counted)\n"
+        "    path = ui.config(b'callcount', b'file')\n"
+        "    atexit.register(lambda: open(path, 'a').write('%%d\\n' %% "
+        "len(calls)))\n" % (module, when, module, owner, function))
+    return ["--config", "extensions.%s=%s" % (name, code),
+            "--config", "callcount.file=%s" % (tmp_path / name)]
 
 
 def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
@@ -382,10 +386,10 @@ def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
     source, served = own_source, own_served
     dest = tmp_path / "co"
     (tmp_path / "hgignore").write_text("syntax: glob\n*.pyc\n")
-    (tmp_path / "walks.py").write_text(WALK_COUNTER)
+    # the statuses of the whole working directory
     counted = ["--config", "ui.ignore=%s" % (tmp_path / "hgignore"),
-               "--config", "extensions.walks=%s" % (tmp_path / "walks.py"),
-               "--config", "walkcount.file=%s" % (tmp_path / "walks")]
+               *call_counter(tmp_path, "walks", "dirstate.dirstate.status",
+                             "args[1].always()")]
     # a new checkout: the update's status of the empty directory, and no
     # other (the tree the update wrote is checked against its dirstate)
     checkout(hg, served.url, dest, "-r", source.nodes[0], *counted)
@@ -420,26 +424,6 @@ def test_reuse_with_purge_walks_the_tree_once(hg, own_source, own_served,
     assert (dest / "src/module1.py").read_text() == "x = 1\n"
 
 
-#: An extension that counts the file system checks of the working
-#: directory's path auditor (an lstat, and a look for ``.hg``, of each
-#: directory above a path), into the file ``auditcount.file``.
-AUDIT_COUNTER = """
-import atexit
-from mercurial import extensions, pathutil
-
-checks = []
-
-def checkfs(orig, root, prefix, *args, **kwargs):
-    checks.append(prefix)
-    return orig(root, prefix, *args, **kwargs)
-
-def uisetup(ui):
-    extensions.wrapfunction(pathutil.pathauditor, '_checkfs_exists', checkfs)
-    path = ui.config(b'auditcount', b'file')
-    atexit.register(lambda: open(path, 'w').write('%d\\n' % len(checks)))
-"""
-
-
 def test_a_new_checkout_looks_at_each_directory_once(hg, tmp_path):
     """Issue 30 item 2: writing a new checkout, core's update audits each
     file's path twice and looks at every directory above it each time for
@@ -450,15 +434,17 @@ def test_a_new_checkout_looks_at_each_directory_once(hg, tmp_path):
     hg("init", source)
     hg_commit(hg, source, {"a/b/c/f%d.txt" % n: "%d\n" % n
                            for n in range(40)}, "deep")
+    # the file system checks of the path auditor: an lstat, and a look
+    # for .hg, of each directory above a path
     count = tmp_path / "checks"
-    (tmp_path / "audits.py").write_text(AUDIT_COUNTER)
-    counted = ["--config", "extensions.audits=%s" % (tmp_path / "audits.py"),
-               "--config", "auditcount.file=%s" % count,
+    counted = [*call_counter(tmp_path, "checks",
+                             "pathutil.pathauditor._checkfs_exists"),
                "--config", "worker.enabled=false"]
     checkout(hg, str(source), tmp_path / "co", "-b", "default", *counted)
     # fewer than one a file (the run's other paths, such as .hgignore,
     # are audited too)
     assert int(count.read_text()) < 40
+    count.unlink()
     assert hg("status", "-mardu", cwd=tmp_path / "co") == ""
     hg("update", "-q", "null", "--config", "worker.enabled=false",
        cwd=tmp_path / "co")
