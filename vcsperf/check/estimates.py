@@ -340,10 +340,10 @@ def busy_factor():
     two busy loops on 2 cores, the share is 0.67 and a Firefox-scale
     quick run took 1.52 times its idle time; under ``nice -n 5``, 0.24
     and 3.92 times (BENCHMARKS.md)."""
-    started, given = time.monotonic(), time.process_time()
+    started, cpu_started = time.monotonic(), time.process_time()
     while time.monotonic() - started < SHARE_SAMPLE_SECONDS:
         pass
-    given = time.process_time() - given
+    given = time.process_time() - cpu_started
     # rounded first: the factor is the one the report's share gives
     share = round(min(1.0, max(SHARE_FLOOR, given / (
         time.monotonic() - started))), 2)
